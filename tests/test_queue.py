@@ -1,0 +1,205 @@
+"""The lease queue against a real ZooKeeper (single process)."""
+
+from __future__ import annotations
+
+import json
+
+from kazoo.client import KazooClient
+
+from tests.conftest import expire_session, wait_for
+from zkcrawl import items as wire
+from zkcrawl.items import Item
+from zkcrawl.queue import AT_MOST_ONCE, LeaseQueue
+
+
+def urls(n: int, prefix: str = "http://127.0.0.1/a/") -> list[Item]:
+    return [Item(url=f"{prefix}{i}", producer="t") for i in range(n)]
+
+
+def test_single_consumer_gets_items_in_offer_order(zk, zk_root):
+    q = LeaseQueue(zk, zk_root, "c1")
+    q.offer_many(urls(120))
+    got = []
+    while len(got) < 120:
+        batch = q.claim(25, timeout=5)
+        assert batch
+        got.extend(batch)
+        assert q.complete(batch).done == batch
+    assert [c.url for c in got] == [f"http://127.0.0.1/a/{i}" for i in range(120)]
+    assert zk.get_children(f"{zk_root}/queue") == []
+    assert zk.get_children(f"{zk_root}/leases") == []
+
+
+def test_claim_is_a_lease_and_release_makes_it_claimable(zk_factory, zk_root):
+    a, b = zk_factory(), zk_factory()
+    qa, qb = LeaseQueue(a, zk_root, "a"), LeaseQueue(b, zk_root, "b")
+    qa.offer("http://127.0.0.1/x")
+    [held] = qa.claim(1, timeout=5)
+    lease = json.loads(a.get(f"{zk_root}/leases/{held.name}")[0])
+    assert lease["consumer"] == "a"
+    assert qb.claim(1, timeout=0.3) == []  # leased by a: not claimable
+    qa.release([held])
+    [again] = qb.claim(1, timeout=5)
+    assert again.name == held.name and again.url == "http://127.0.0.1/x"
+
+
+def test_empty_claim_blocks_on_a_watch_until_an_offer(zk_factory, zk_root):
+    import threading
+
+    a, b = zk_factory(), zk_factory()
+    qa, qb = LeaseQueue(a, zk_root, "a"), LeaseQueue(b, zk_root, "b")
+    result = []
+    t = threading.Thread(target=lambda: result.extend(qa.claim(1, timeout=20)))
+    t.start()
+    wait_for(lambda: a.exists(f"{zk_root}/queue") is not None, what="queue path")
+    qb.offer("http://127.0.0.1/late")
+    t.join(20)
+    assert [c.url for c in result] == ["http://127.0.0.1/late"]
+
+
+def test_retry_goes_to_the_tail_with_attempt_plus_one(zk, zk_root):
+    q = LeaseQueue(zk, zk_root, "c")
+    q.offer_many(urls(3))
+    first = q.claim(1, timeout=5)[0]
+    assert first.attempt == 0
+    q.retry(first, "http-503")
+    rest = []
+    while len(rest) < 3:
+        batch = q.claim(5, timeout=5)
+        rest.extend(batch)
+        q.complete(batch)
+    assert [c.url for c in rest][-1] == first.url
+    assert rest[-1].attempt == 1
+    assert rest[-1].item.meta["last_error"] == "http-503"
+
+
+def test_dead_letter_after_max_attempts(zk, zk_root):
+    q = LeaseQueue(zk, zk_root, "c")
+    q.offer("http://127.0.0.1/always-500")
+    max_attempts = 3
+    while True:
+        [c] = q.claim(1, timeout=5)
+        if c.attempt + 1 >= max_attempts:
+            q.dead_letter(c, "http-500")
+            break
+        q.retry(c, "http-500")
+    [dead] = zk.get_children(f"{zk_root}/dead")
+    doc = json.loads(zk.get(f"{zk_root}/dead/{dead}")[0])
+    assert doc["url"] == "http://127.0.0.1/always-500"
+    assert doc["error"] == "http-500" and doc["attempts"] == 3
+    assert zk.get_children(f"{zk_root}/queue") == []
+    assert zk.get_children(f"{zk_root}/leases") == []
+
+
+def test_bad_items_are_reported_not_raised_and_dead_letter_capped(zk, zk_root):
+    zk.ensure_path(f"{zk_root}/queue")
+    zk.create(f"{zk_root}/queue/qn-", b"\xff\xfe" * 10000, sequence=True)
+    zk.create(f"{zk_root}/queue/qn-", b'{"nourl": 1}', sequence=True)
+    zk.create(f"{zk_root}/queue/qn-", b"  http://127.0.0.1/bare\n", sequence=True)
+    q = LeaseQueue(zk, zk_root, "c")
+    got = q.claim(3, timeout=5)
+    assert [c.error is not None for c in got] == [True, True, False]
+    assert got[2].bare and got[2].url == "http://127.0.0.1/bare"
+    for c in got[:2]:
+        q.dead_letter(c, c.error)
+    dead = sorted(zk.get_children(f"{zk_root}/dead"))
+    docs = [json.loads(zk.get(f"{zk_root}/dead/{d}")[0]) for d in dead]
+    assert docs[0]["error"] == "malformed: not UTF-8"
+    assert len(docs[0]["data"]) <= 4096 and docs[0]["url"] is None
+    assert "url" in docs[1]["error"]
+
+
+def test_missing_queue_path_is_an_empty_queue(zk, zk_root):
+    q = LeaseQueue(zk, zk_root, "c")
+    zk.delete(f"{zk_root}/queue")  # what the server does to an empty CONTAINER node
+    assert q.claim(1, timeout=0.2) == []
+    zk.delete(f"{zk_root}/queue")
+    q.offer("http://127.0.0.1/after-reap")
+    assert q.claim(1, timeout=5)[0].url == "http://127.0.0.1/after-reap"
+
+
+def test_curator_style_bare_offer_interoperates(zk_hosts, zk, zk_root):
+    raw = KazooClient(hosts=zk_hosts)
+    raw.start(10)
+    try:  # what SimpleDistributedQueue.offer(url.getBytes()) writes
+        raw.create(f"{zk_root}/queue/qn-", b"http://127.0.0.1/from-java",
+                   sequence=True, makepath=True)
+    finally:
+        raw.stop()
+    q = LeaseQueue(zk, zk_root, "c")
+    [c] = q.claim(1, timeout=5)
+    assert c.url == "http://127.0.0.1/from-java" and c.error is None
+
+
+def test_at_most_once_deletes_on_take(zk, zk_root):
+    q = LeaseQueue(zk, zk_root, "c", delivery=AT_MOST_ONCE)
+    q.offer_many(urls(10))
+    got = q.claim(10, timeout=5)
+    assert len(got) == 10
+    assert zk.get_children(f"{zk_root}/queue") == []
+    assert zk.get_children(f"{zk_root}/leases") == []
+
+
+def test_offer_batches_and_protected_retry_finds_committed_batch(zk, zk_root):
+    q = LeaseQueue(zk, zk_root, "p", offer_batch=7)
+    names = q.offer_many(urls(50))
+    assert len(names) == 50 and len(set(names)) == 50
+    assert wire.sort_names(names) == sorted(wire.sort_names(names))
+    # The retry path: a batch that did commit is found by its marker, not re-sent.
+    token = "t" * 32
+    marker = f"{zk_root}/offers/{token}"
+    tx = zk.transaction()
+    tx.create(marker, b"", ephemeral=True)
+    tx.create(f"{zk_root}/queue/qn-", Item(url="http://127.0.0.1/m").encode(batch=token),
+              sequence=True)
+    tx.commit()
+    found = q._find_committed(marker, token, 1)
+    assert found is not None and len(found) == 1
+    assert q._find_committed(f"{zk_root}/offers/{'u' * 32}", "u" * 32, 1) is None
+    assert q.depth() == 51
+
+
+def test_sequence_sort_is_wrap_safe():
+    names = ["qn-2147483646", "qn--2147483648", "qn-2147483647", "qn--2147483647"]
+    assert [n for _, n in wire.sort_names(names)] == [
+        "qn-2147483646", "qn-2147483647", "qn--2147483648", "qn--2147483647"]
+    assert [n for _, n in wire.sort_names(["qn-0000000010", "qn-0000000002"])] == [
+        "qn-0000000002", "qn-0000000010"]
+
+
+def test_session_expiry_while_holding_items(zk_factory, zk_root):
+    a = zk_factory(session_timeout=4)
+    b = zk_factory()
+    qa, qb = LeaseQueue(a, zk_root, "a"), LeaseQueue(b, zk_root, "b")
+    qa.offer_many(urls(5))
+    held = qa.claim(5, timeout=5)
+    assert len(held) == 5
+    expire_session(a)
+    wait_for(lambda: a.connected, what="reconnect with a new session")
+    lost = qa.drain_lost()
+    assert sorted(c.name for c in lost) == sorted(c.name for c in held)
+    res = qa.complete(held)  # must not raise, must not complete
+    assert res.done == [] and len(res.lost) == 5
+    taken = qb.claim(5, timeout=10)
+    assert sorted(c.name for c in taken) == sorted(c.name for c in held)
+    assert qb.complete(taken).done == taken
+    assert a.get_children(f"{zk_root}/queue") == []
+
+
+def test_wait_depth_below_returns_when_items_leave(zk_factory, zk_root):
+    import threading
+
+    a, b = zk_factory(), zk_factory()
+    qa, qb = LeaseQueue(a, zk_root, "p"), LeaseQueue(b, zk_root, "c")
+    qa.offer_many(urls(40))
+    assert qa.wait_depth_below(30, timeout=0.2) == 40
+
+    def drain():
+        for _ in range(3):
+            qb.complete(qb.claim(5, timeout=5))
+
+    t = threading.Thread(target=drain)
+    t.start()
+    depth = qa.wait_depth_below(30, timeout=20)
+    t.join(20)
+    assert depth < 30

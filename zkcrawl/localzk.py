@@ -1,0 +1,246 @@
+"""A real, throwaway ZooKeeper on loopback: for ``zkcrawl local-zk``, the demo and tests.
+
+It finds an installed ZooKeeper (``$ZOOKEEPER_HOME`` with ``lib/*.jar``, or Debian's
+``zookeeper`` package: ``/usr/share/java/zookeeper.jar``), writes a config bound to
+127.0.0.1 and runs the server JVM directly -- not through ``zkServer.sh``, whose
+Debian version insists on ``/etc/zookeeper`` and ``/var/lib/zookeeper``. A standalone
+server or a quorum of several on loopback ports (for fail-over tests) share the code.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from zkcrawl.errors import LocalZkError
+
+DEBIAN_JAR = "/usr/share/java/zookeeper.jar"
+INSTALL_HINT = ("no ZooKeeper installation found: install one with "
+                "`apt-get install zookeeper` (Debian/Ubuntu) or set ZOOKEEPER_HOME")
+
+
+@dataclass(frozen=True)
+class ZkInstall:
+    java: str
+    classpath: str
+
+
+def find_install(env: Mapping[str, str] | None = None) -> ZkInstall:
+    """Locate java and ZooKeeper's jars, or raise :class:`LocalZkError` with the fix."""
+    env = os.environ if env is None else env
+    java = shutil.which("java") or (f"{env['JAVA_HOME']}/bin/java"
+                                    if env.get("JAVA_HOME") else None)
+    jars: list[str] = []
+    home = env.get("ZOOKEEPER_HOME")
+    if home:
+        jars = sorted(glob.glob(f"{home}/lib/*.jar") + glob.glob(f"{home}/*.jar"))
+    elif os.path.exists(DEBIAN_JAR):
+        jars = [DEBIAN_JAR]  # its manifest's Class-Path names the dependencies
+        # slf4j-simple so the server log says something (the package ships slf4j-nop).
+        jars += [j for j in ("/usr/share/java/slf4j-simple.jar",) if os.path.exists(j)]
+    if not jars:
+        raise LocalZkError(INSTALL_HINT)
+    if not java or not os.path.exists(java):
+        raise LocalZkError("ZooKeeper needs Java: install one (`apt-get install "
+                           "default-jre-headless`) or set JAVA_HOME")
+    return ZkInstall(java=java, classpath=os.pathsep.join(jars))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def four_letter(port: int, word: str, timeout: float = 1.0) -> str:
+    """Send a ZooKeeper four-letter command; '' when the server does not answer."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            s.sendall(word.encode())
+            chunks = []
+            while chunk := s.recv(4096):
+                chunks.append(chunk)
+            return b"".join(chunks).decode(errors="replace")
+    except OSError:
+        return ""
+
+
+class ZkServer:
+    """One ZooKeeper server process (standalone, or one member of a quorum)."""
+
+    def __init__(self, data_dir: str | os.PathLike[str], port: int = 0, *,
+                 server_id: int | None = None, peers: dict[int, tuple[int, int]] | None = None,
+                 tick_ms: int = 500, heap_mb: int = 256) -> None:
+        self.data_dir = Path(data_dir)
+        self.port = port or free_port()
+        self.server_id = server_id
+        self.peers = peers or {}
+        self.tick_ms = tick_ms
+        self.heap_mb = heap_mb
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "zookeeper.log"
+
+    @property
+    def pid_path(self) -> Path:
+        return self.data_dir / "zookeeper.pid"
+
+    @property
+    def hosts(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _write_config(self) -> Path:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        lines = [f"tickTime={self.tick_ms}", f"dataDir={self.data_dir / 'data'}",
+                 f"clientPort={self.port}", "clientPortAddress=127.0.0.1",
+                 "admin.enableServer=false", "4lw.commands.whitelist=ruok,srvr,mntr,stat",
+                 "initLimit=20", "syncLimit=10", "minSessionTimeout=1000",
+                 "maxSessionTimeout=60000", "maxClientCnxns=0",
+                 "autopurge.purgeInterval=1", "jute.maxbuffer=1048575"]
+        (self.data_dir / "data").mkdir(exist_ok=True)
+        if self.peers:
+            for sid, (quorum, election) in sorted(self.peers.items()):
+                lines.append(f"server.{sid}=127.0.0.1:{quorum}:{election}")
+            (self.data_dir / "data" / "myid").write_text(f"{self.server_id}\n")
+        cfg = self.data_dir / "zoo.cfg"
+        cfg.write_text("\n".join(lines) + "\n")
+        return cfg
+
+    def start(self, wait: float = 30.0, detach: bool = False) -> ZkServer:
+        """Start the JVM; with ``wait`` > 0 return once it serves (raise if it does not)."""
+        install = find_install()
+        cfg = self._write_config()
+        main = ("org.apache.zookeeper.server.quorum.QuorumPeerMain" if self.peers
+                else "org.apache.zookeeper.server.ZooKeeperServerMain")
+        cmd = [install.java, f"-Xmx{self.heap_mb}m", "-XX:+UseSerialGC",
+               "-XX:TieredStopAtLevel=1", "-Dzookeeper.jmx.log4j.disable=true",
+               "-Dorg.slf4j.simpleLogger.showDateTime=true",
+               f"-Dzookeeper.log.dir={self.data_dir}", "-cp", install.classpath, main, str(cfg)]
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=detach)
+        log.close()
+        self.pid_path.write_text(f"{self.proc.pid}\n")
+        if wait > 0 and not self.peers:
+            self.wait_serving(wait)
+        return self
+
+    def serving(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            return False
+        reply = four_letter(self.port, "srvr")
+        return "Mode:" in reply
+
+    def wait_serving(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.serving():
+                return
+            if self.proc is not None and self.proc.poll() is not None:
+                break
+            time.sleep(0.1)  # the server exposes no readiness event; bounded by timeout
+        raise LocalZkError(f"ZooKeeper on port {self.port} did not start within "
+                           f"{timeout:g}s; see {self.log_path}:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop this server's process (SIGTERM, then SIGKILL after ``timeout``)."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout)
+        self.proc = None
+        self.pid_path.unlink(missing_ok=True)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.proc = None
+
+
+class Ensemble:
+    """``n`` ZooKeeper servers forming a quorum on loopback ports."""
+
+    def __init__(self, base_dir: str | os.PathLike[str], n: int = 3) -> None:
+        peers = {i: (free_port(), free_port()) for i in range(1, n + 1)}
+        self.servers = [ZkServer(Path(base_dir) / f"zk{i}", server_id=i, peers=peers)
+                        for i in range(1, n + 1)]
+
+    @property
+    def hosts(self) -> str:
+        return ",".join(s.hosts for s in self.servers)
+
+    def start(self, wait: float = 60.0) -> Ensemble:
+        for s in self.servers:
+            s.start(wait=0)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if all(s.serving() for s in self.servers if s.proc is not None):
+                return self
+            time.sleep(0.2)  # quorum election has no event to wait on; bounded
+        raise LocalZkError("ensemble did not form within "
+                           f"{wait:g}s:\n" + "\n".join(s.log_tail(10) for s in self.servers))
+
+    def stop(self) -> None:
+        for s in self.servers:
+            s.stop()
+
+    def leader(self) -> ZkServer | None:
+        for s in self.servers:
+            if "Mode: leader" in four_letter(s.port, "srvr"):
+                return s
+        return None
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def read_pid(data_dir: Path) -> int | None:
+    try:
+        return int((data_dir / "zookeeper.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def stop_pid(data_dir: Path, timeout: float = 10.0) -> bool:
+    """Stop the server recorded in ``data_dir`` (that PID only); False if none ran."""
+    pid = read_pid(data_dir)
+    if pid is None or not pid_alive(pid):
+        (data_dir / "zookeeper.pid").unlink(missing_ok=True)
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)  # not our child: no wait() available; bounded
+    if pid_alive(pid):
+        os.kill(pid, signal.SIGKILL)
+    (data_dir / "zookeeper.pid").unlink(missing_ok=True)
+    return True

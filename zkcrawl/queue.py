@@ -1,0 +1,595 @@
+"""The ZooKeeper queue with leases: zkcrawl's one queue recipe.
+
+Layout (SPEC §2)::
+
+    <root>/queue/qn-NNNNNNNNNN   persistent sequential   the item (JSON, or a bare URL)
+    <root>/leases/qn-NNNNNNNNNN  ephemeral               {"consumer": id, "claimed_at": t}
+    <root>/dead/dl-NNNNNNNNNN    persistent sequential   an item that will not pass
+    <root>/offers/<token>        ephemeral               protected-create marker of a batch
+
+Guarantees
+----------
+* **At-least-once** (default). An item is *claimed* by creating its ephemeral lease in
+  the same transaction that checks the item still exists; it is *completed* by deleting
+  item and lease in one transaction, which the caller does only after the result is
+  durable. No item is ever lost: if the holder dies, is killed or loses its session,
+  its leases vanish with the session and the items are claimable again at once.
+  Duplicates can only come from items in flight at such a failure.
+* **At-most-once** (``delivery="at-most-once"``): the seed's behaviour, delete on take.
+  Faster; an item in flight when the process dies is lost.
+* **Offers** go in transactions of up to ``offer_batch`` items (well under the 1 MB
+  request limit). A transaction also creates an ephemeral marker ``offers/<token>``, so
+  an offer retried after ConnectionLoss first asks whether its first try committed
+  (Curator's ``withProtection`` idea): no silent double insert.
+* **Takes are O(1) amortised**: the children are listed once, sorted (wrap-safe), and
+  claimed from the cached list -- leases created ``claim_batch`` per transaction, falling
+  back to single pipelined transactions when a batch meets a taken item, data read with
+  pipelined async calls. The queue is re-listed only when the cached list is used up.
+  When nothing is claimable the caller blocks on children watches (queue and leases),
+  never in a polling loop.
+* **Fair sharing**: with ``n`` live consumers (``<root>/consumers``) consumer ``i`` first
+  walks the items whose ``seq % n == i``, then steals the others from their tail, so
+  consumers do not all fight for the head of the list.
+
+Why leases beat a timeout-based repair
+--------------------------------------
+The MongoDB queue in the seeds marks a job "processing" and repairs "stalled" jobs after
+a timeout: a slow job is duplicated, a dead worker's job waits for the timer. Here the
+lease is tied to the holder's ZooKeeper session: it vanishes exactly when the holder is
+gone (session expiry, ``session_timeout`` after the last heartbeat), and never while a
+slow but live holder works on it. No timer to tune, no clock to trust.
+
+What a LOST session means for items in flight
+---------------------------------------------
+When the session expires, every lease this process held is already gone on the server
+and other consumers may be working on those items. The queue forgets them (their
+completion would race the new holder) and reports them through :meth:`drain_lost`; work
+already written for them stays written, so such items may appear twice in the results
+-- the documented at-least-once duplicate. The client carries on with a new session.
+Kazoo callbacks only set flags here: they never block.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kazoo.exceptions import ConnectionLoss, KazooException, NoNodeError, SessionExpiredError
+
+from zkcrawl import items as wire
+from zkcrawl.errors import ZkCrawlError
+from zkcrawl.items import Item
+from zkcrawl.logs import get_logger
+from zkcrawl.zk import KazooState, ZkClient, gather, tx_ok
+
+AT_LEAST_ONCE = "at-least-once"
+AT_MOST_ONCE = "at-most-once"
+MAX_TX_BYTES = 256 * 1024  # far below ZooKeeper's 1 MB jute.maxbuffer per request
+
+log = get_logger(__name__)
+
+
+class QueueSuspended(ZkCrawlError):
+    """Not connected to ZooKeeper right now: hold completions and try again later."""
+
+
+@dataclass
+class Claimed:
+    """An item this process holds (a lease, or already taken in at-most-once mode)."""
+
+    name: str
+    seq: int
+    data: bytes
+    item: Item | None
+    error: str | None  # "malformed: ..." when the data is not an item
+    ctime: float  # znode creation, unix seconds (server clock)
+    claimed_at: float = field(default_factory=time.time)
+    claimed_mono: float = field(default_factory=time.monotonic)
+    session: int | None = None
+    bare: bool = False
+
+    @property
+    def url(self) -> str | None:
+        return self.item.url if self.item else None
+
+    @property
+    def attempt(self) -> int:
+        return self.item.attempt if self.item else 0
+
+    @property
+    def queue_ms(self) -> float:
+        return max(0.0, (self.claimed_at - self.ctime) * 1000.0)
+
+
+@dataclass
+class QueueStats:
+    """Counters for benchmarks and ``consumer.stats``."""
+
+    claimed: int = 0
+    requests: int = 0  # claim-side requests (transactions, creates, listings)
+    wasted: int = 0  # claim-side requests that won nothing
+    listings: int = 0
+    completed: int = 0
+
+
+@dataclass
+class CompleteResult:
+    done: list[Claimed]
+    lost: list[Claimed]  # the lease was gone: another consumer may be on it
+
+
+class LeaseQueue:
+    """A FIFO-ish work queue in ZooKeeper where a claim is an ephemeral lease."""
+
+    def __init__(self, zk: ZkClient, root: str, consumer_id: str = "anonymous", *,
+                 delivery: str = AT_LEAST_ONCE, claim_batch: int = 25,
+                 complete_batch: int = 50, offer_batch: int = 500) -> None:
+        if delivery not in (AT_LEAST_ONCE, AT_MOST_ONCE):
+            raise ValueError(f"unknown delivery {delivery!r}")
+        self.zk = zk
+        self.root = root.rstrip("/") or ""
+        self.queue_path = f"{self.root}/queue"
+        self.lease_path = f"{self.root}/leases"
+        self.dead_path = f"{self.root}/dead"
+        self.offer_path = f"{self.root}/offers"
+        self.consumers_path = f"{self.root}/consumers"
+        self.consumer_id = consumer_id
+        self.delivery = delivery
+        self.claim_batch = max(1, claim_batch)
+        self.complete_batch = max(1, complete_batch)
+        self.offer_batch = max(1, offer_batch)
+        self.stats = QueueStats()
+        self._lock = threading.RLock()
+        self._held: dict[str, Claimed] = {}
+        self._lost: list[Claimed] = []
+        self._cache: deque[tuple[int, str]] = deque()
+        self._changed = threading.Event()
+        self._connected = threading.Event()
+        self._lost_flag = threading.Event()
+        if zk.connected:
+            self._connected.set()
+        self._session = zk.session_id
+        for path in (self.queue_path, self.lease_path, self.dead_path, self.offer_path):
+            zk.ensure_path(path)
+        zk.add_listener(self._on_state)
+
+    # -- connection state (kazoo thread: set flags only) ---------------------
+    def _on_state(self, state: str) -> bool:
+        if state == KazooState.CONNECTED:
+            self._connected.set()
+        else:
+            self._connected.clear()
+            if state == KazooState.LOST:
+                self._lost_flag.set()
+        self._changed.set()
+        return False
+
+    def _check_session(self) -> None:
+        """Forget leases of an expired session (caller's thread, not kazoo's)."""
+        current = self.zk.session_id if self._connected.is_set() else self._session
+        if not self._lost_flag.is_set() and current == self._session:
+            return
+        if not self._connected.is_set():
+            return  # decide once the new session is there
+        with self._lock:
+            self._lost_flag.clear()
+            gone = [c for c in self._held.values() if c.session != current]
+            for c in gone:
+                del self._held[c.name]
+            self._lost.extend(gone)
+            self._session = current
+            self._cache.clear()
+        if gone:
+            log.warning("queue.session_lost", items=len(gone), consumer=self.consumer_id)
+
+    def drain_lost(self) -> list[Claimed]:
+        """Items this process no longer holds because its session was lost."""
+        self._check_session()
+        with self._lock:
+            lost, self._lost = self._lost, []
+        return lost
+
+    @property
+    def held(self) -> int:
+        with self._lock:
+            return len(self._held)
+
+    def wait_connected(self, timeout: float | None) -> bool:
+        return self._connected.wait(timeout)
+
+    def close(self) -> None:
+        self.zk.remove_listener(self._on_state)
+
+    # -- offers ----------------------------------------------------------
+    def offer(self, url: str, *, meta: dict[str, Any] | None = None,
+              producer: str | None = None) -> str:
+        return self.offer_many([Item(url=url, producer=producer, meta=meta or {})])[0]
+
+    def offer_many(self, items: Iterable[Item]) -> list[str]:
+        """Offer items in transactions; returns the created znode names in order."""
+        names: list[str] = []
+        chunk: list[bytes] = []
+        size = 0
+        token = uuid.uuid4().hex
+        for item in items:
+            data = item.encode(batch=token)
+            if chunk and (len(chunk) >= self.offer_batch or size + len(data) > MAX_TX_BYTES):
+                names.extend(self._offer_chunk(chunk, token))
+                token = uuid.uuid4().hex
+                chunk, size = [], 0
+                data = item.encode(batch=token)
+            chunk.append(data)
+            size += len(data) + 64
+        if chunk:
+            names.extend(self._offer_chunk(chunk, token))
+        return names
+
+    def _offer_chunk(self, chunk: list[bytes], token: str) -> list[str]:
+        marker = f"{self.offer_path}/{token}"
+        for attempt in range(5):
+            tx = self.zk.transaction()
+            tx.create(marker, b"", ephemeral=True)
+            for data in chunk:
+                tx.create(f"{self.queue_path}/{wire.PREFIX}", data, sequence=True)
+            try:
+                results = tx.commit()
+            except (ConnectionLoss, SessionExpiredError) as exc:
+                log.warning("queue.offer_retry", error=type(exc).__name__, attempt=attempt)
+                if not self._connected.wait(self.zk.zk_timeout):
+                    raise QueueSuspended("ZooKeeper unreachable while offering") from None
+                committed = self._find_committed(marker, token, len(chunk))
+                if committed is not None:
+                    return committed
+                continue
+            if tx_ok(results):
+                self.zk.kazoo.delete_async(marker)  # pipelined: no round trip waited for
+                return [r.rsplit("/", 1)[1] for r in results[1:]]
+            if isinstance(results[1], NoNodeError) or isinstance(results[0], NoNodeError):
+                self.zk.ensure_path(self.queue_path)  # a CONTAINER queue path was reaped
+                self.zk.ensure_path(self.offer_path)
+                continue
+            raise ZkCrawlError(f"offer failed: {next(r for r in results if isinstance(r, Exception))!r}")
+        raise ZkCrawlError("offer failed after 5 attempts")
+
+    def _find_committed(self, marker: str, token: str, n: int) -> list[str] | None:
+        """After ConnectionLoss: did the transaction commit? Exact while the session lives."""
+        if self.zk.exists(marker) is not None:
+            names = self._names_with_token(token)
+            self.zk.kazoo.delete_async(marker)
+            return names if len(names) == n else names + ["?"] * (n - len(names))
+        if self.zk.session_id == self._session:
+            return None  # same session and no marker: the transaction did not commit
+        # New session: the marker died with the old one; fall back to the data token.
+        names = self._names_with_token(token)
+        return names or None
+
+    def _names_with_token(self, token: str) -> list[str]:
+        names = [n for _, n in wire.sort_names(self.zk.get_children(self.queue_path))]
+        datas = gather([self.zk.get_async(f"{self.queue_path}/{n}") for n in names])
+        found = []
+        for name, res in zip(names, datas, strict=True):
+            if not isinstance(res, Exception) and wire.decode(res[0]).batch == token:
+                found.append(name)
+        return found
+
+    # -- depth -----------------------------------------------------------
+    def depth(self) -> int:
+        """Items in the queue (leased ones included), from the parent's stat: O(1)."""
+        stat = self.zk.exists(self.queue_path)
+        return int(stat.numChildren) if stat else 0
+
+    def wait_depth_below(self, low: int, timeout: float) -> int:
+        """Block until fewer than ``low`` items are queued, or ``timeout``; returns depth.
+
+        A children watch would fire on every completion and cost a full listing to
+        re-arm (O(n) per deletion); instead we watch the one item whose deletion
+        brings the depth to ``low`` (items leave roughly in sequence order) and
+        re-check the O(1) depth when it goes.
+        """
+        deadline = time.monotonic() + timeout
+        while (depth := self.depth()) >= low:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return depth
+            names = wire.sort_names(self.zk.get_children(self.queue_path))
+            if len(names) < low:
+                continue
+            gone = threading.Event()
+            target = f"{self.queue_path}/{names[len(names) - low][1]}"
+            if self.zk.exists(target, watch=lambda _e: gone.set()) is None:
+                continue
+            gone.wait(min(remaining, 5.0))
+        return depth
+
+    # -- claims ----------------------------------------------------------
+    def claim(self, max_items: int = 1, timeout: float | None = None) -> list[Claimed]:
+        """Claim up to ``max_items``; wait up to ``timeout`` s (None: forever) for one."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        relisted = False
+        while True:
+            self._check_session()
+            if not self._connected.wait(_remaining(deadline)):
+                return []
+            try:
+                got = self._claim_cached(max_items)
+                if got:
+                    return got
+                if not relisted:
+                    relisted = True
+                    self._relist(watch=False)
+                    continue
+                self._changed.clear()
+                self._relist(watch=True)
+                if self._cache:
+                    continue
+            except (ConnectionLoss, SessionExpiredError):
+                continue  # the state listener has the story; loop re-checks
+            remaining = _remaining(deadline)
+            if remaining is not None and remaining <= 0:
+                return []
+            self._changed.wait(remaining)
+            relisted = True  # a watch fired: the next round lists with a watch again
+            if deadline is not None and time.monotonic() >= deadline:
+                return []
+
+    def _relist(self, watch: bool) -> None:
+        cb = self._on_children if watch else None
+        q_res, l_res, c_res = gather([
+            self.zk.kazoo.get_children_async(self.queue_path, watch=cb),
+            self.zk.kazoo.get_children_async(self.lease_path, watch=cb),
+            self.zk.kazoo.get_children_async(self.consumers_path),
+        ])
+        self.stats.listings += 1
+        self.stats.requests += 1
+        if isinstance(q_res, NoNodeError):
+            # Curator makes the queue a CONTAINER node: an empty one is reaped by the
+            # server. A missing queue is an empty queue; re-create it and keep watching.
+            self.zk.ensure_path(self.queue_path)
+            q_res = self.zk.get_children(self.queue_path, watch=cb)
+        if isinstance(l_res, NoNodeError):
+            self.zk.ensure_path(self.lease_path)
+            l_res = []
+        for res in (q_res, l_res):
+            if isinstance(res, Exception):
+                raise res
+        leased = set(l_res)
+        pairs = [p for p in wire.sort_names(q_res) if p[1] not in leased]
+        consumers = [] if isinstance(c_res, Exception) else sorted(set(c_res))
+        if self.consumer_id not in consumers:
+            consumers = sorted([*consumers, self.consumer_id])
+        n, me = len(consumers), consumers.index(self.consumer_id)
+        own = [p for p in pairs if p[0] % n == me]
+        others = [p for p in pairs if p[0] % n != me]
+        others.reverse()  # steal from the tail, away from the owners walking the head
+        with self._lock:
+            self._cache = deque(own + others)
+
+    def _on_children(self, _event: Any) -> None:
+        self._changed.set()
+
+    def _claim_cached(self, max_items: int) -> list[Claimed]:
+        got: list[Claimed] = []
+        while len(got) < max_items:
+            with self._lock:
+                k = min(self.claim_batch, max_items - len(got), len(self._cache))
+                cands = [self._cache.popleft() for _ in range(k)]
+            if not cands:
+                break
+            if self.delivery == AT_MOST_ONCE:
+                got.extend(self._take(cands))
+            else:
+                got.extend(self._read(self._lease(cands)))
+        self.stats.claimed += len(got)
+        return got
+
+    def _lease_tx(self, batch: Sequence[tuple[int, str]], body: bytes) -> Any:
+        tx = self.zk.transaction()
+        for _, name in batch:
+            tx.check(f"{self.queue_path}/{name}", -1)  # -1: "exists, any version"
+            tx.create(f"{self.lease_path}/{name}", body, ephemeral=True)
+        return tx
+
+    def _lease(self, cands: list[tuple[int, str]]) -> list[tuple[int, str]]:
+        body = json.dumps({"consumer": self.consumer_id,
+                           "claimed_at": round(time.time(), 3)}).encode()
+        try:
+            self.stats.requests += 1
+            if tx_ok(self._lease_tx(cands, body).commit()):
+                return cands
+            self.stats.wasted += 1
+            if len(cands) == 1:
+                return []
+            asyncs = [self._lease_tx([c], body).commit_async() for c in cands]
+            results = gather(asyncs)
+        except (ConnectionLoss, SessionExpiredError):
+            return self._recover_leases(cands)
+        won = [c for c, r in zip(cands, results, strict=True)
+               if not isinstance(r, Exception) and tx_ok(r)]
+        self.stats.requests += len(cands)
+        self.stats.wasted += len(cands) - len(won)
+        return won
+
+    def _recover_leases(self, cands: list[tuple[int, str]]) -> list[tuple[int, str]]:
+        """ConnectionLoss mid-claim: keep the leases the server did give us."""
+        if not self._connected.wait(self.zk.zk_timeout):
+            return []
+        session = self.zk.session_id
+        stats = gather([self.zk.kazoo.exists_async(f"{self.lease_path}/{n}") for _, n in cands])
+        return [c for c, st in zip(cands, stats, strict=True)
+                if st is not None and not isinstance(st, Exception)
+                and st.ephemeralOwner == session]
+
+    def _read(self, won: list[tuple[int, str]]) -> list[Claimed]:
+        if not won:
+            return []
+        session = self.zk.session_id
+        results = gather([self.zk.get_async(f"{self.queue_path}/{n}") for _, n in won])
+        out = []
+        for (seq, name), res in zip(won, results, strict=True):
+            if isinstance(res, Exception):
+                self.zk.kazoo.delete_async(f"{self.lease_path}/{name}")
+                continue
+            out.append(self._claimed(seq, name, res, session))
+        with self._lock:
+            for c in out:
+                self._held[c.name] = c
+        return out
+
+    @staticmethod
+    def _claimed(seq: int, name: str, res: Any, session: int | None) -> Claimed:
+        data, stat = bytes(res[0] or b""), res[1]
+        dec = wire.decode(data)
+        return Claimed(name=name, seq=seq, data=data, item=dec.item, error=dec.error,
+                       ctime=stat.ctime / 1000.0, session=session, bare=dec.bare)
+
+    def _take(self, cands: list[tuple[int, str]]) -> list[Claimed]:
+        """At-most-once: read, then delete; whoever deletes first owns the item."""
+        paths = [f"{self.queue_path}/{n}" for _, n in cands]
+        reads = gather([self.zk.get_async(p) for p in paths])
+        live = [(c, r) for c, r in zip(cands, reads, strict=True) if not isinstance(r, Exception)]
+        tx = self.zk.transaction()
+        for (_, name), _ in live:
+            tx.delete(f"{self.queue_path}/{name}")
+        self.stats.requests += 1
+        if live and tx_ok(tx.commit()):
+            won = live
+        else:
+            self.stats.wasted += 1
+            dels = gather([self.zk.kazoo.delete_async(f"{self.queue_path}/{c[1]}")
+                           for c, _ in live])
+            won = [lr for lr, d in zip(live, dels, strict=True) if not isinstance(d, Exception)]
+        return [self._claimed(seq, name, r, None) for (seq, name), r in won]
+
+    # -- outcomes --------------------------------------------------------
+    def _owned(self, claimed: Sequence[Claimed]) -> tuple[list[Claimed], list[Claimed]]:
+        self._check_session()
+        if not self._connected.is_set():
+            raise QueueSuspended("not connected to ZooKeeper: completion held")
+        with self._lock:
+            mine = [c for c in claimed if c.name in self._held]
+        names = {c.name for c in mine}
+        return mine, [c for c in claimed if c.name not in names]
+
+    def _forget(self, claimed: Iterable[Claimed]) -> None:
+        with self._lock:
+            for c in claimed:
+                self._held.pop(c.name, None)
+
+    def _run_per_item(self, mine: list[Claimed], build: Any) -> CompleteResult:
+        """Commit one transaction for all, falling back to one per item."""
+        done: list[Claimed] = []
+        lost: list[Claimed] = []
+        for i in range(0, len(mine), self.complete_batch):
+            chunk = mine[i:i + self.complete_batch]
+            tx = self.zk.transaction()
+            for c in chunk:
+                build(tx, c)
+            try:
+                results = tx.commit()
+                if tx_ok(results):
+                    done.extend(chunk)
+                    continue
+                singles = []
+                for c in chunk:
+                    one = self.zk.transaction()
+                    build(one, c)
+                    singles.append(one.commit_async())
+                for c, res in zip(chunk, gather(singles), strict=True):
+                    (done if self._settled(c, res) else lost).append(c)
+            except (ConnectionLoss, SessionExpiredError):
+                raise QueueSuspended("connection lost while completing: held") from None
+        self._forget(done + lost)
+        return CompleteResult(done, lost)
+
+    def _settled(self, c: Claimed, res: Any) -> bool:
+        """Per-item outcome: done unless our lease was gone (another may hold the item)."""
+        if isinstance(res, Exception) or not tx_ok(res):
+            lease_res = res[-1] if isinstance(res, list) else res
+            if isinstance(lease_res, NoNodeError) and self.delivery == AT_LEAST_ONCE:
+                item_gone = self.zk.exists(f"{self.queue_path}/{c.name}") is None
+                return item_gone
+            self.zk.kazoo.delete_async(f"{self.lease_path}/{c.name}")
+        return True
+
+    def _drop_lease_ops(self, tx: Any, c: Claimed) -> None:
+        if self.delivery == AT_LEAST_ONCE:
+            tx.delete(f"{self.queue_path}/{c.name}")
+            tx.delete(f"{self.lease_path}/{c.name}")
+
+    def complete(self, claimed: Sequence[Claimed]) -> CompleteResult:
+        """Delete items and their leases (one transaction for up to ``complete_batch``)."""
+        if self.delivery == AT_MOST_ONCE:
+            self.stats.completed += len(claimed)
+            return CompleteResult(list(claimed), [])
+        mine, not_held = self._owned(claimed)
+        res = self._run_per_item(mine, self._drop_lease_ops)
+        self.stats.completed += len(res.done)
+        return CompleteResult(res.done, res.lost + not_held)
+
+    def release(self, claimed: Sequence[Claimed]) -> None:
+        """Give items back: claimable by anyone at once (at-most-once: re-offered)."""
+        if not claimed:
+            return
+        if self.delivery == AT_MOST_ONCE:
+            self.offer_many([c.item for c in claimed if c.item])
+            return
+        mine, _ = self._owned(claimed)
+        dels = gather([self.zk.kazoo.delete_async(f"{self.lease_path}/{c.name}") for c in mine])
+        del dels
+        self._forget(mine)
+
+    def retry(self, c: Claimed, error: str) -> CompleteResult:
+        """Re-offer at the tail with ``attempt + 1``; old item and lease go in the same tx."""
+        assert c.item is not None
+        meta = {**c.item.meta, "last_error": error}
+        new = Item(url=c.item.url, attempt=c.attempt + 1, producer=c.item.producer,
+                   meta=meta, enqueued_at=c.item.enqueued_at)
+
+        def build(tx: Any, cl: Claimed) -> None:
+            tx.create(f"{self.queue_path}/{wire.PREFIX}", new.encode(), sequence=True)
+            self._drop_lease_ops(tx, cl)
+
+        return self._outcome(c, build)
+
+    def dead_letter(self, c: Claimed, error: str) -> CompleteResult:
+        """Move to ``<root>/dead/`` with the reason (one transaction)."""
+        body = wire.dead_letter(c.name, c.url, error, c.attempt + 1, c.data)
+
+        def build(tx: Any, cl: Claimed) -> None:
+            tx.create(f"{self.dead_path}/{wire.DEAD_PREFIX}", body, sequence=True)
+            self._drop_lease_ops(tx, cl)
+
+        return self._outcome(c, build)
+
+    def _outcome(self, c: Claimed, build: Any) -> CompleteResult:
+        if self.delivery == AT_MOST_ONCE:
+            tx = self.zk.transaction()
+            build(tx, c)
+            tx.commit()
+            return CompleteResult([c], [])
+        mine, not_held = self._owned([c])
+        if not mine:
+            return CompleteResult([], not_held)
+        tx = self.zk.transaction()
+        build(tx, c)
+        try:
+            results = tx.commit()
+        except (ConnectionLoss, SessionExpiredError):
+            raise QueueSuspended("connection lost: outcome held") from None
+        ok = tx_ok(results) or self._settled(c, results)
+        self._forget([c])
+        return CompleteResult([c], []) if ok else CompleteResult([], [c])
+
+
+def _remaining(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+__all__ = ["AT_LEAST_ONCE", "AT_MOST_ONCE", "Claimed", "CompleteResult", "KazooException",
+           "LeaseQueue", "QueueStats", "QueueSuspended"]

@@ -1,0 +1,204 @@
+"""Typed, frozen settings with one precedence rule for every command.
+
+Each command declares a frozen dataclass whose fields carry their flag, help and
+default through :func:`opt`. :func:`add_options` turns the dataclass into
+argparse options and :func:`resolve` builds the instance with the precedence
+SPEC §4 fixes: **flag > environment (``ZKCRAWL_<FLAG>``) > TOML file
+(``--config``, key = flag name, dashes or underscores) > default**.
+
+Repeatable flags (``--start``, ``--field``...) take a newline-separated list
+from the environment and a TOML array (or string) from the file; the first
+source that sets them wins as a whole (they are not merged across sources).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+from zkcrawl.errors import UsageError
+
+T = TypeVar("T")
+
+_LIST_TYPES = (tuple, list)
+
+
+def opt(default: Any, help: str, *, repeat: bool = False, choices: Sequence[str] | None = None,
+        negatable: bool = False, metavar: str | None = None, short: str | None = None) -> Any:
+    """A settings field: its default and how it appears on the command line."""
+    meta = {"help": help, "repeat": repeat, "choices": choices, "negatable": negatable,
+            "metavar": metavar, "short": short}
+    if repeat:
+        return dataclasses.field(default=tuple(default), metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+@dataclasses.dataclass(frozen=True)
+class CommonSettings:
+    """Flags every command takes (SPEC §4)."""
+
+    zk: str = opt("127.0.0.1:2181", "ZooKeeper connect string, e.g. zk1:2181,zk2:2181,zk3:2181",
+                  metavar="HOSTS")
+    root: str = opt("/zkcrawl", "root znode of this crawl")
+    config: str | None = opt(None, "TOML file with settings (keys named like the flags)",
+                             metavar="FILE.toml")
+    log_format: str = opt("auto", "log format (auto: console on a TTY, JSON otherwise)",
+                          choices=("auto", "json", "console"))
+    log_level: str = opt("info", "log level",
+                         choices=("debug", "info", "warning", "error"))
+    zk_timeout: float = opt(10.0, "seconds to wait for ZooKeeper before giving up (exit 2)",
+                            metavar="S")
+    session_timeout: float = opt(10.0, "ZooKeeper session timeout in seconds: how fast the "
+                                 "leases of a dead process are released", metavar="S")
+
+    def validate(self) -> None:
+        """Raise :class:`UsageError` for values no command can work with."""
+        if not self.root.startswith("/") or self.root.endswith("/") and self.root != "/":
+            raise UsageError(f"--root must be an absolute znode path, got {self.root!r}")
+        if self.zk_timeout <= 0 or self.session_timeout <= 0:
+            raise UsageError("--zk-timeout and --session-timeout must be positive")
+
+
+def flag_name(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def env_name(field: str) -> str:
+    return "ZKCRAWL_" + field.upper()
+
+
+def _fields(cls: type) -> list[tuple[dataclasses.Field[Any], Any]]:
+    hints = typing.get_type_hints(cls)
+    return [(f, hints[f.name]) for f in dataclasses.fields(cls) if f.init]
+
+
+def _base_type(tp: Any) -> Any:
+    """``float | None`` -> float; ``tuple[str, ...]`` -> tuple."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _base_type(args[0])
+    return origin or tp
+
+
+def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
+    """Add one option per field of ``cls``; unset options stay absent from the namespace."""
+    for field, tp in _fields(cls):
+        meta = field.metadata
+        names = [flag_name(field.name)] + ([meta["short"]] if meta.get("short") else [])
+        kwargs: dict[str, Any] = {"dest": field.name, "default": argparse.SUPPRESS,
+                                  "help": _help(field)}
+        base = _base_type(tp)
+        if base is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        else:
+            if meta.get("repeat"):
+                kwargs["action"] = "append"
+            if meta.get("choices"):
+                kwargs["choices"] = meta["choices"]
+            if meta.get("metavar"):
+                kwargs["metavar"] = meta["metavar"]
+        parser.add_argument(*names, **kwargs)
+
+
+def _help(field: dataclasses.Field[Any]) -> str:
+    default = field.default
+    shown = "" if default in (None, (), "") else f" (default: {default})"
+    return f"{field.metadata['help']}{shown} [env {env_name(field.name)}]"
+
+
+def _convert(name: str, tp: Any, raw: Any, source: str) -> Any:
+    base = _base_type(tp)
+    try:
+        if base in _LIST_TYPES:
+            if isinstance(raw, str):
+                raw = [line.strip() for line in raw.splitlines() if line.strip()]
+            return tuple(str(v) for v in raw)
+        if base is bool:
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(f"not a boolean: {raw!r}")
+        if base is int:
+            if isinstance(raw, bool):
+                raise ValueError(f"not an integer: {raw!r}")
+            return int(raw)
+        if base is float:
+            return float(raw)
+        if base is str:
+            return str(raw)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"{flag_name(name)} from {source}: {exc}") from None
+    return raw
+
+
+def load_toml(path: str) -> dict[str, Any]:
+    """Read a TOML settings file; any problem is one clear :class:`UsageError`."""
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise UsageError(f"--config: no such file: {path}") from None
+    except OSError as exc:
+        raise UsageError(f"--config: cannot read {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"--config: {path} is not valid TOML: {exc}") from None
+    return {key.replace("-", "_"): value for key, value in data.items()}
+
+
+def resolve(cls: type[T], ns: argparse.Namespace, env: Mapping[str, str]) -> T:
+    """Build ``cls`` from parsed flags, the environment and the config file."""
+    given = vars(ns)
+    config_path = given.get("config") or env.get(env_name("config"))
+    file_values = load_toml(config_path) if config_path else {}
+    known = {f.name for f, _ in _fields(cls)}
+    unknown = sorted(set(file_values) - known)
+    if unknown:
+        raise UsageError(f"--config: unknown key {unknown[0]!r} in {config_path}")
+    values: dict[str, Any] = {}
+    for field, tp in _fields(cls):
+        name = field.name
+        if name in given:
+            raw: Any = given[name]
+            source = "the command line"
+        elif env_name(name) in env:
+            raw, source = env[env_name(name)], f"${env_name(name)}"
+        elif name in file_values:
+            raw, source = file_values[name], str(config_path)
+        else:
+            continue
+        value = _convert(name, tp, raw, source)
+        choices = field.metadata.get("choices")
+        if choices and value not in choices:
+            raise UsageError(f"{flag_name(name)} from {source}: {value!r} is not one of "
+                             f"{', '.join(choices)}")
+        values[name] = value
+    obj = cls(**values)
+    validate = getattr(obj, "validate", None)
+    if validate is not None:
+        validate()
+    return obj
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that raises :class:`UsageError` instead of printing usage and exiting."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def parse(cls: type[T], parser: argparse.ArgumentParser, argv: Sequence[str],
+          env: Mapping[str, str] | None = None) -> tuple[T, argparse.Namespace]:
+    """Parse ``argv`` with ``parser`` (already holding ``cls``'s options) and resolve."""
+    ns = parser.parse_args(list(argv))
+    return resolve(cls, ns, os.environ if env is None else env), ns

@@ -1,0 +1,159 @@
+"""A thin typed adapter around kazoo (which ships no type hints).
+
+It owns the connection policy:
+
+* **connect** waits at most ``zk_timeout`` seconds; an unreachable ensemble is a
+  :class:`~zkcrawl.errors.ZkUnavailable` (exit 2), never a hang.
+* **reconnect** (kazoo's ``connection_retry``) goes on while the process runs,
+  with capped exponential delays, and is interrupted by :meth:`ZkClient.close`.
+* **commands** (kazoo's ``command_retry``, used by :meth:`ZkClient.retry`) are
+  retried a bounded number of times within a deadline; kazoo's default would
+  retry forever with growing delays, and a shutdown would hang in it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import ZnodeStat
+from kazoo.retry import KazooRetry
+
+from zkcrawl.errors import ZkUnavailable
+
+T = TypeVar("T")
+
+__all__ = ["KazooState", "NoNodeError", "NodeExistsError", "ZkClient", "ZnodeStat",
+           "KazooException"]
+
+StateListener = Callable[[str], Any]
+
+
+class ZkClient:
+    """One ZooKeeper session and the typed calls zkcrawl makes on it."""
+
+    def __init__(self, hosts: str, *, zk_timeout: float = 10.0,
+                 session_timeout: float = 10.0, read_only: bool = False) -> None:
+        self.hosts = hosts
+        self.zk_timeout = zk_timeout
+        self._stopped = threading.Event()
+        conn_retry = KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=2.0,
+                                max_jitter=0.3)
+        cmd_retry = KazooRetry(max_tries=5, delay=0.05, backoff=2, max_delay=1.0,
+                               deadline=max(zk_timeout, 2.0), ignore_expire=False,
+                               interrupt=self._stopped.is_set)
+        self.kazoo: Any = KazooClient(hosts=hosts, timeout=session_timeout,
+                                      connection_retry=conn_retry, command_retry=cmd_retry,
+                                      read_only=read_only)
+
+    # -- lifecycle -------------------------------------------------------
+    def connect(self) -> ZkClient:
+        """Connect within ``zk_timeout`` or raise :class:`ZkUnavailable`."""
+        try:
+            self.kazoo.start(timeout=self.zk_timeout)
+        except (KazooTimeoutError, KazooException, OSError, ValueError) as exc:
+            self._stop_quietly()
+            why = "timed out" if isinstance(exc, KazooTimeoutError) else str(exc) or type(exc)
+            raise ZkUnavailable(f"cannot reach ZooKeeper at {self.hosts} within "
+                                f"{self.zk_timeout:g}s ({why}); check --zk / ZKCRAWL_ZK "
+                                "(start a local one with `zkcrawl local-zk start`)") from None
+        return self
+
+    def close(self) -> None:
+        """End the session (ephemeral nodes vanish now) and stop all retries."""
+        self._stopped.set()
+        self._stop_quietly()
+
+    def _stop_quietly(self) -> None:
+        try:
+            self.kazoo.stop()
+            self.kazoo.close()
+        except Exception:  # noqa: BLE001 - closing must never raise to the operator
+            pass
+
+    def __enter__(self) -> ZkClient:
+        return self.connect()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- state -----------------------------------------------------------
+    @property
+    def connected(self) -> bool:
+        return bool(self.kazoo.connected)
+
+    @property
+    def state(self) -> str:
+        return str(self.kazoo.state)
+
+    @property
+    def session_id(self) -> int | None:
+        cid = self.kazoo.client_id
+        return int(cid[0]) if cid else None
+
+    def add_listener(self, listener: StateListener) -> None:
+        """``listener(state)`` runs on kazoo's thread: it must not block."""
+        self.kazoo.add_listener(listener)
+
+    def remove_listener(self, listener: StateListener) -> None:
+        self.kazoo.remove_listener(listener)
+
+    # -- calls -----------------------------------------------------------
+    def retry(self, func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run ``func`` with the bounded command-retry policy."""
+        return self.kazoo.retry(func, *args, **kwargs)  # type: ignore[no-any-return]
+
+    def ensure_path(self, path: str) -> None:
+        self.retry(self.kazoo.ensure_path, path)
+
+    def exists(self, path: str, watch: Callable[[Any], Any] | None = None) -> ZnodeStat | None:
+        return self.kazoo.exists(path, watch=watch)  # type: ignore[no-any-return]
+
+    def get(self, path: str, watch: Callable[[Any], Any] | None = None
+            ) -> tuple[bytes, ZnodeStat]:
+        data, stat = self.kazoo.get(path, watch=watch)
+        return bytes(data or b""), stat
+
+    def get_children(self, path: str, watch: Callable[[Any], Any] | None = None) -> list[str]:
+        return list(self.kazoo.get_children(path, watch=watch))
+
+    def create(self, path: str, value: bytes = b"", *, ephemeral: bool = False,
+               sequence: bool = False, makepath: bool = False) -> str:
+        return str(self.kazoo.create(path, value, ephemeral=ephemeral, sequence=sequence,
+                                     makepath=makepath))
+
+    def set(self, path: str, value: bytes) -> ZnodeStat:
+        return self.kazoo.set(path, value)
+
+    def delete(self, path: str, recursive: bool = False) -> None:
+        self.kazoo.delete(path, recursive=recursive)
+
+    def get_async(self, path: str) -> Any:
+        return self.kazoo.get_async(path)
+
+    def get_children_async(self, path: str) -> Any:
+        return self.kazoo.get_children_async(path)
+
+    def transaction(self) -> Any:
+        """A kazoo transaction; ``commit()`` returns per-op results or exceptions."""
+        return self.kazoo.transaction()
+
+
+def gather(asyncs: Sequence[Any], timeout: float | None = None) -> list[Any]:
+    """Wait for pipelined kazoo async results; each slot is a value or the exception."""
+    out: list[Any] = []
+    for res in asyncs:
+        try:
+            out.append(res.get(timeout=timeout))
+        except Exception as exc:  # noqa: BLE001 - returned to the caller per slot
+            out.append(exc)
+    return out
+
+
+def tx_ok(results: Sequence[Any]) -> bool:
+    """True when a committed transaction's results hold no exception."""
+    return not any(isinstance(r, Exception) for r in results)
