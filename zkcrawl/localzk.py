@@ -126,10 +126,9 @@ class ZkServer:
                "-XX:TieredStopAtLevel=1", "-Dzookeeper.jmx.log4j.disable=true",
                "-Dorg.slf4j.simpleLogger.showDateTime=true",
                f"-Dzookeeper.log.dir={self.data_dir}", "-cp", install.classpath, main, str(cfg)]
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=detach)
-        log.close()
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=detach)
         self.pid_path.write_text(f"{self.proc.pid}\n")
         if wait > 0 and not self.peers:
             self.wait_serving(wait)

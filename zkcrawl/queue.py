@@ -60,7 +60,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kazoo.exceptions import ConnectionLoss, KazooException, NoNodeError, SessionExpiredError
+from kazoo.exceptions import (
+    ConnectionLoss,
+    KazooException,
+    NoNodeError,
+    RolledBackError,
+    RuntimeInconsistency,
+    SessionExpiredError,
+)
 
 from zkcrawl import items as wire
 from zkcrawl.errors import ZkCrawlError
@@ -148,7 +155,9 @@ class LeaseQueue:
         self._lock = threading.RLock()
         self._held: dict[str, Claimed] = {}
         self._lost: list[Claimed] = []
-        self._cache: deque[tuple[int, str]] = deque()
+        self._own: deque[tuple[int, str]] = deque()
+        self._steal: deque[tuple[int, str]] = deque()
+        self._steal_fresh = False
         self._changed = threading.Event()
         self._connected = threading.Event()
         self._lost_flag = threading.Event()
@@ -184,7 +193,8 @@ class LeaseQueue:
                 del self._held[c.name]
             self._lost.extend(gone)
             self._session = current
-            self._cache.clear()
+            self._own.clear()
+            self._steal.clear()
         if gone:
             log.warning("queue.session_lost", items=len(gone), consumer=self.consumer_id)
 
@@ -254,7 +264,8 @@ class LeaseQueue:
                 self.zk.ensure_path(self.queue_path)  # a CONTAINER queue path was reaped
                 self.zk.ensure_path(self.offer_path)
                 continue
-            raise ZkCrawlError(f"offer failed: {next(r for r in results if isinstance(r, Exception))!r}")
+            first = next(r for r in results if isinstance(r, Exception))
+            raise ZkCrawlError(f"offer failed: {first!r}")
         raise ZkCrawlError("offer failed after 5 attempts")
 
     def _find_committed(self, marker: str, token: str, n: int) -> list[str] | None:
@@ -302,7 +313,7 @@ class LeaseQueue:
                 continue
             gone = threading.Event()
             target = f"{self.queue_path}/{names[len(names) - low][1]}"
-            if self.zk.exists(target, watch=lambda _e: gone.set()) is None:
+            if self.zk.exists(target, watch=lambda _e, ev=gone: ev.set()) is None:
                 continue
             gone.wait(min(remaining, 5.0))
         return depth
@@ -326,7 +337,7 @@ class LeaseQueue:
                     continue
                 self._changed.clear()
                 self._relist(watch=True)
-                if self._cache:
+                if self._own or self._steal:
                     continue
             except (ConnectionLoss, SessionExpiredError):
                 continue  # the state listener has the story; loop re-checks
@@ -368,7 +379,9 @@ class LeaseQueue:
         others = [p for p in pairs if p[0] % n != me]
         others.reverse()  # steal from the tail, away from the owners walking the head
         with self._lock:
-            self._cache = deque(own + others)
+            self._own = deque(own)
+            self._steal = deque(others)
+            self._steal_fresh = not own  # steal only from a list made after own ran out
 
     def _on_children(self, _event: Any) -> None:
         self._changed.set()
@@ -377,14 +390,19 @@ class LeaseQueue:
         got: list[Claimed] = []
         while len(got) < max_items:
             with self._lock:
-                k = min(self.claim_batch, max_items - len(got), len(self._cache))
-                cands = [self._cache.popleft() for _ in range(k)]
+                if not self._own and self._steal and not self._steal_fresh:
+                    break  # own share used up: list again before stealing from a stale list
+                source = self._own if self._own else self._steal
+                k = min(self.claim_batch, max_items - len(got), len(source))
+                cands = [source.popleft() for _ in range(k)]
             if not cands:
                 break
-            if self.delivery == AT_MOST_ONCE:
-                got.extend(self._take(cands))
-            else:
-                got.extend(self._read(self._lease(cands)))
+            won = self._take(cands) if self.delivery == AT_MOST_ONCE else self._lease(cands)
+            got.extend(won)
+            if len(won) * 2 < len(cands):
+                with self._lock:  # mostly taken by others: the cached list is stale
+                    self._own.clear()
+                    self._steal.clear()
         self.stats.claimed += len(got)
         return got
 
@@ -395,44 +413,55 @@ class LeaseQueue:
             tx.create(f"{self.lease_path}/{name}", body, ephemeral=True)
         return tx
 
-    def _lease(self, cands: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    def _lease(self, cands: list[tuple[int, str]]) -> list[Claimed]:
+        """Lease a batch in one transaction; the items' data is read in the same flight."""
         body = json.dumps({"consumer": self.consumer_id,
                            "claimed_at": round(time.time(), 3)}).encode()
+        session = self.zk.session_id
         try:
             self.stats.requests += 1
-            if tx_ok(self._lease_tx(cands, body).commit()):
-                return cands
-            self.stats.wasted += 1
-            if len(cands) == 1:
-                return []
-            asyncs = [self._lease_tx([c], body).commit_async() for c in cands]
-            results = gather(asyncs)
+            pending = self._lease_tx(cands, body).commit_async()
+            # Pipelined behind the transaction on the same session (ZooKeeper keeps a
+            # session's requests in order), so no extra round trip is waited for.
+            reads = [self.zk.get_async(f"{self.queue_path}/{n}") for _, n in cands]
+            if tx_ok(pending.get()):
+                won = list(zip(cands, gather(reads), strict=True))
+            else:
+                self.stats.wasted += 1
+                won = self._lease_singles(cands, body, reads)
         except (ConnectionLoss, SessionExpiredError):
-            return self._recover_leases(cands)
-        won = [c for c, r in zip(cands, results, strict=True)
+            won = self._recover_leases(cands)
+        return self._hold(won, session)
+
+    def _lease_singles(self, cands: list[tuple[int, str]], body: bytes,
+                       reads: list[Any]) -> list[tuple[tuple[int, str], Any]]:
+        if len(cands) == 1:
+            return []
+        results = gather([self._lease_tx([c], body).commit_async() for c in cands])
+        datas = gather(reads)
+        won = [(c, d) for c, r, d in zip(cands, results, datas, strict=True)
                if not isinstance(r, Exception) and tx_ok(r)]
         self.stats.requests += len(cands)
         self.stats.wasted += len(cands) - len(won)
         return won
 
-    def _recover_leases(self, cands: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    def _recover_leases(self, cands: list[tuple[int, str]]) -> list[tuple[tuple[int, str], Any]]:
         """ConnectionLoss mid-claim: keep the leases the server did give us."""
         if not self._connected.wait(self.zk.zk_timeout):
             return []
         session = self.zk.session_id
         stats = gather([self.zk.kazoo.exists_async(f"{self.lease_path}/{n}") for _, n in cands])
-        return [c for c, st in zip(cands, stats, strict=True)
+        mine = [c for c, st in zip(cands, stats, strict=True)
                 if st is not None and not isinstance(st, Exception)
                 and st.ephemeralOwner == session]
+        datas = gather([self.zk.get_async(f"{self.queue_path}/{n}") for _, n in mine])
+        return list(zip(mine, datas, strict=True))
 
-    def _read(self, won: list[tuple[int, str]]) -> list[Claimed]:
-        if not won:
-            return []
-        session = self.zk.session_id
-        results = gather([self.zk.get_async(f"{self.queue_path}/{n}") for _, n in won])
+    def _hold(self, won: list[tuple[tuple[int, str], Any]], session: int | None
+              ) -> list[Claimed]:
         out = []
-        for (seq, name), res in zip(won, results, strict=True):
-            if isinstance(res, Exception):
+        for (seq, name), res in won:
+            if isinstance(res, Exception):  # vanished under our lease (a purge): let go
                 self.zk.kazoo.delete_async(f"{self.lease_path}/{name}")
                 continue
             out.append(self._claimed(seq, name, res, session))
@@ -503,18 +532,26 @@ class LeaseQueue:
                 for c, res in zip(chunk, gather(singles), strict=True):
                     (done if self._settled(c, res) else lost).append(c)
             except (ConnectionLoss, SessionExpiredError):
+                # Nothing forgotten: a retry finds completed items gone and counts them done.
                 raise QueueSuspended("connection lost while completing: held") from None
         self._forget(done + lost)
         return CompleteResult(done, lost)
 
     def _settled(self, c: Claimed, res: Any) -> bool:
-        """Per-item outcome: done unless our lease was gone (another may hold the item)."""
-        if isinstance(res, Exception) or not tx_ok(res):
-            lease_res = res[-1] if isinstance(res, list) else res
-            if isinstance(lease_res, NoNodeError) and self.delivery == AT_LEAST_ONCE:
-                item_gone = self.zk.exists(f"{self.queue_path}/{c.name}") is None
-                return item_gone
-            self.zk.kazoo.delete_async(f"{self.lease_path}/{c.name}")
+        """Per-item outcome of a failed transaction ending in [delete item, delete lease].
+
+        Done unless our lease was gone while the item still exists: then another
+        consumer may hold it and the item is *lost to us* (not to the queue).
+        """
+        if not isinstance(res, list):
+            return self.zk.exists(f"{self.queue_path}/{c.name}") is None
+        failed = _first_error(res)
+        if failed is None:
+            return True
+        if self.delivery == AT_LEAST_ONCE and failed == len(res) - 1:
+            return False  # the lease was gone; the item was not deleted (rolled back)
+        # Item already gone (completed by us before a ConnectionLoss, or purged).
+        self.zk.kazoo.delete_async(f"{self.lease_path}/{c.name}")
         return True
 
     def _drop_lease_ops(self, tx: Any, c: Claimed) -> None:
@@ -585,6 +622,14 @@ class LeaseQueue:
         ok = tx_ok(results) or self._settled(c, results)
         self._forget([c])
         return CompleteResult([c], []) if ok else CompleteResult([], [c])
+
+
+def _first_error(results: list[Any]) -> int | None:
+    """Index of the op that failed a transaction (the others are rolled back)."""
+    for i, r in enumerate(results):
+        if isinstance(r, Exception) and not isinstance(r, RolledBackError | RuntimeInconsistency):
+            return i
+    return None
 
 
 def _remaining(deadline: float | None) -> float | None:

@@ -59,7 +59,7 @@ class CommonSettings:
 
     def validate(self) -> None:
         """Raise :class:`UsageError` for values no command can work with."""
-        if not self.root.startswith("/") or self.root.endswith("/") and self.root != "/":
+        if not self.root.startswith("/") or (self.root.endswith("/") and self.root != "/"):
             raise UsageError(f"--root must be an absolute znode path, got {self.root!r}")
         if self.zk_timeout <= 0 or self.session_timeout <= 0:
             raise UsageError("--zk-timeout and --session-timeout must be positive")

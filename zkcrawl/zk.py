@@ -27,8 +27,14 @@ from zkcrawl.errors import ZkUnavailable
 
 T = TypeVar("T")
 
-__all__ = ["KazooState", "NoNodeError", "NodeExistsError", "ZkClient", "ZnodeStat",
-           "KazooException"]
+__all__ = [
+    "KazooException",
+    "KazooState",
+    "NoNodeError",
+    "NodeExistsError",
+    "ZkClient",
+    "ZnodeStat",
+]
 
 StateListener = Callable[[str], Any]
 
@@ -72,7 +78,7 @@ class ZkClient:
         try:
             self.kazoo.stop()
             self.kazoo.close()
-        except Exception:  # noqa: BLE001 - closing must never raise to the operator
+        except Exception:
             pass
 
     def __enter__(self) -> ZkClient:
@@ -149,7 +155,7 @@ def gather(asyncs: Sequence[Any], timeout: float | None = None) -> list[Any]:
     for res in asyncs:
         try:
             out.append(res.get(timeout=timeout))
-        except Exception as exc:  # noqa: BLE001 - returned to the caller per slot
+        except Exception as exc:
             out.append(exc)
     return out
 

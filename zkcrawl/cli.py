@@ -1,0 +1,59 @@
+"""``zkcrawl``: the admin command. ``main(argv, env) -> ExitStatus`` runs in-process."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from types import ModuleType
+
+from zkcrawl.commands import COMMANDS
+from zkcrawl.errors import ExitStatus
+from zkcrawl.runner import guarded
+from zkcrawl.settings import ArgumentParser, add_options, resolve
+
+PROG = "zkcrawl"
+
+
+def _load(name: str) -> ModuleType:
+    return importlib.import_module(f"zkcrawl.commands.{name}")
+
+
+def build_parser() -> tuple[ArgumentParser, dict[str, ModuleType]]:
+    parser = ArgumentParser(prog=PROG, description="Admin command of a zkcrawl cluster.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgumentParser)
+    modules = {}
+    for name in COMMANDS:
+        mod = _load(name)
+        p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.HELP)
+        add_options(p, mod.Settings)
+        mod.configure(p)
+        modules[mod.NAME] = mod
+    return parser, modules
+
+
+def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ExitStatus:
+    env = os.environ if env is None else env
+    state: dict[str, object] = {}
+
+    def work() -> ExitStatus:
+        parser, modules = build_parser()
+        ns = parser.parse_args(list(argv))
+        if not ns.command:
+            parser.print_help(sys.stderr)
+            return ExitStatus.USAGE
+        mod = modules[ns.command]
+        state["prog"] = f"{PROG} {ns.command}"
+        settings = resolve(mod.Settings, ns, env)
+        return ExitStatus(mod.execute(settings, ns, env))
+
+    return guarded(PROG, work)
+
+
+def run() -> None:
+    sys.exit(int(main(sys.argv[1:], os.environ)))
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,51 @@
+"""What every entry point shares: parse, configure logging once, connect, and turn
+errors into exactly one line on stderr and an exit status (httpie's
+``main(argv, env) -> ExitStatus`` shape, so each command runs in-process in tests)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import IO
+
+from zkcrawl import logs
+from zkcrawl.errors import ExitStatus, ZkCrawlError
+from zkcrawl.settings import CommonSettings
+from zkcrawl.zk import ZkClient
+
+Main = Callable[[Sequence[str], Mapping[str, str]], ExitStatus]
+
+
+def guarded(prog: str, func: Callable[[], ExitStatus], stderr: IO[str] | None = None
+            ) -> ExitStatus:
+    """Run ``func``; a :class:`ZkCrawlError` becomes one line and its exit status."""
+    err = stderr or sys.stderr
+    try:
+        return func()
+    except ZkCrawlError as exc:
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        print(f"{prog}: error: {message}", file=err)
+        return exc.exit_status
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=err)
+        return ExitStatus.FAILURE
+
+
+def setup_logging(settings: CommonSettings) -> None:
+    logs.configure(settings.log_format, settings.log_level)
+
+
+def connect(settings: CommonSettings) -> ZkClient:
+    """Connect to ``--zk`` within ``--zk-timeout`` (ZkUnavailable -> exit 2)."""
+    return ZkClient(settings.zk, zk_timeout=settings.zk_timeout,
+                    session_timeout=settings.session_timeout).connect()
+
+
+def entry(main: Main) -> Callable[[], None]:
+    """Console-script wrapper: ``sys.exit(main(sys.argv[1:], os.environ))``."""
+
+    def run() -> None:
+        sys.exit(int(main(sys.argv[1:], os.environ)))
+
+    return run
