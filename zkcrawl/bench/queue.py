@@ -247,6 +247,7 @@ def run_bench(hosts: str | None, n: int = 20_000) -> dict[str, Any]:
             zk = ZkClient(hosts, session_timeout=30).connect()
             try:
                 out: dict[str, Any] = {"n": n, "zk": hosts}
+                bench_lease(zk, min(n, 2000), AT_LEAST_ONCE)  # warm-up: JIT, caches
                 out["offer_single"], out["offer_batched"] = bench_offers(zk, n)
                 out["seed_take"] = bench_seed(zk, n)
                 out["kazoo_locking"] = bench_kazoo(zk, n)
