@@ -61,4 +61,6 @@ def configure(fmt: str = "auto", level: str = "info", stream: IO[str] | None = N
 
 def get_logger(name: str, **context: Any) -> Any:
     """A structlog logger with bound context (consumer id, producer id...)."""
-    return structlog.get_logger(name).bind(**context)
+    # Initial values, not .bind(): bind() would build the logger now, before
+    # configure() runs, and module-level loggers would keep structlog's defaults.
+    return structlog.get_logger(name, **context)

@@ -13,6 +13,7 @@ It owns the connection policy:
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -39,6 +40,18 @@ __all__ = [
 StateListener = Callable[[str], Any]
 
 
+class _QuietUntilConnected(logging.Filter):
+    """Drop kazoo's per-attempt connection warnings before the first connect:
+    an unreachable ZooKeeper must be exactly one line on stderr (ours)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.connected = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.connected or record.levelno >= logging.ERROR
+
+
 class ZkClient:
     """One ZooKeeper session and the typed calls zkcrawl makes on it."""
 
@@ -52,15 +65,19 @@ class ZkClient:
         cmd_retry = KazooRetry(max_tries=5, delay=0.05, backoff=2, max_delay=1.0,
                                deadline=max(zk_timeout, 2.0), ignore_expire=False,
                                interrupt=self._stopped.is_set)
+        self._quiet = _QuietUntilConnected()
+        logger = logging.getLogger("kazoo.client")
+        logger.addFilter(self._quiet)
         self.kazoo: Any = KazooClient(hosts=hosts, timeout=session_timeout,
                                       connection_retry=conn_retry, command_retry=cmd_retry,
-                                      read_only=read_only)
+                                      read_only=read_only, logger=logger)
 
     # -- lifecycle -------------------------------------------------------
     def connect(self) -> ZkClient:
         """Connect within ``zk_timeout`` or raise :class:`ZkUnavailable`."""
         try:
             self.kazoo.start(timeout=self.zk_timeout)
+            self._quiet.connected = True
         except (KazooTimeoutError, KazooException, OSError, ValueError) as exc:
             self._stop_quietly()
             why = "timed out" if isinstance(exc, KazooTimeoutError) else str(exc) or type(exc)
@@ -75,6 +92,7 @@ class ZkClient:
         self._stop_quietly()
 
     def _stop_quietly(self) -> None:
+        logging.getLogger("kazoo.client").removeFilter(self._quiet)
         try:
             self.kazoo.stop()
             self.kazoo.close()

@@ -1,0 +1,64 @@
+"""``zkcrawl queue list [--limit N] [--json]`` and ``zkcrawl queue purge --yes``.
+
+``list`` shows the items consumers take next (and who holds a lease on them); ``purge``
+deletes every queued item and refuses without ``--yes`` (a flag only: no environment
+variable or config key confirms it). Leases stay with their holders, which find their
+item gone on completion and move on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from collections.abc import Mapping
+
+from zkcrawl.admin import list_queue, purge_queue
+from zkcrawl.admin import session as zk_session
+from zkcrawl.errors import ExitStatus, UsageError
+from zkcrawl.runner import setup_logging
+from zkcrawl.settings import CommonSettings, opt
+
+NAME = "queue"
+HELP = "list the head of the queue, or purge every queued item (--yes)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings(CommonSettings):
+    json: bool = opt(False, "queue list: print a JSON array")
+    limit: int = opt(20, "queue list: how many items from the head", metavar="N")
+
+    def validate(self) -> None:
+        super().validate()
+        if self.limit < 0:
+            raise UsageError("--limit must be >= 0")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=("list", "purge"))
+    parser.add_argument("--yes", action="store_true", help="purge: confirm (required)")
+
+
+def execute(settings: Settings, ns: argparse.Namespace, env: Mapping[str, str]) -> ExitStatus:
+    if ns.action == "purge" and not ns.yes:
+        raise UsageError("queue purge deletes every queued item for good: add --yes to confirm")
+    setup_logging(settings)
+    with zk_session(settings) as zk:
+        if ns.action == "purge":
+            deleted, leased = purge_queue(zk, settings.root)
+            print(f"purged {deleted} item(s) from {settings.root}/queue"
+                  + (f" ({leased} were leased: their consumers finish and move on)"
+                     if leased else ""))
+            return ExitStatus.OK
+        rows = list_queue(zk, settings.root, settings.limit)
+        depth = zk.exists(f"{settings.root}/queue")
+    if settings.json:
+        print(json.dumps(rows, ensure_ascii=False))
+        return ExitStatus.OK
+    for r in rows:
+        held = f"  leased by {r['leased_by']}" if r["leased_by"] else ""
+        what = r["url"] or f"(malformed: {r['error']})"
+        print(f"{r['item']}  attempt={r['attempt']}  age={r['age_s']:.1f}s  {what}{held}")
+    total = depth.numChildren if depth else 0
+    print(f"{len(rows)} shown of {total} queued")
+    return ExitStatus.OK
