@@ -1,0 +1,297 @@
+"""The fetcher (zkcrawl.fetch) against real HTTP servers on 127.0.0.1 (tests/httpd.py)."""
+
+from __future__ import annotations
+
+import email.utils
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.httpd import (
+    TestServer,
+    chunked,
+    delayed,
+    gzip_bomb,
+    gzipped,
+    html,
+    redirect,
+    sequence,
+    trickle,
+)
+from tests.test_decode import GBK_TEXT, GBK_TITLE
+from zkcrawl.extract import extract_record
+from zkcrawl.fetch import Fetcher, FetchSettings, parse_retry_after
+from zkcrawl.politeness import LocalPoliteness
+from zkcrawl.urls import host_of
+
+PAGE = "<html><head><title>Hello</title></head><body>hi</body></html>"
+FAST = FetchSettings(robots=False, timeout=2.0, backoff=0.05)
+
+
+@pytest.fixture
+def srv() -> Iterator[TestServer]:
+    with TestServer({"/": html(PAGE)}) as server:
+        yield server
+
+
+def fetch(settings: FetchSettings, url: str, **kw: object):  # type: ignore[no-untyped-def]
+    fetcher = Fetcher(settings, **kw)  # type: ignore[arg-type]
+    try:
+        return fetcher.fetch(url)
+    finally:
+        fetcher.close()
+
+
+def test_200(srv: TestServer) -> None:
+    res = fetch(FAST, srv.url("/"))
+    assert (res.status, res.error, res.retryable, res.redirects) == (200, None, False, 0)
+    assert res.body == PAGE.encode() and res.ok
+    assert res.content_type == "text/html; charset=utf-8"
+    assert res.final_url == res.url == srv.url("/")
+    assert res.elapsed_ms > 0 and res.attempts == 1
+    (req,) = srv.requests_for("/")
+    assert req.headers["User-Agent"] == FAST.user_agent
+    assert "text/html" in req.headers["Accept"]
+    assert "gzip" in req.headers["Accept-Encoding"]
+
+
+def test_404_is_not_retried(srv: TestServer) -> None:
+    res = fetch(FetchSettings(robots=False, retries=3, backoff=0.05), srv.url("/missing"))
+    assert (res.status, res.error, res.retryable, res.retry_after) == (404, "http-404", False, None)
+    assert res.attempts == 1 and len(srv.requests_for("/missing")) == 1
+
+
+def test_500_then_200_with_one_retry(srv: TestServer) -> None:
+    srv.route("/flaky", sequence((500, {}, b"oops"), html(PAGE)))
+    res = fetch(FetchSettings(robots=False, retries=1, backoff=0.05), srv.url("/flaky"))
+    assert (res.status, res.error, res.attempts) == (200, None, 2)
+    assert len(srv.requests_for("/flaky")) == 2
+
+
+def test_5xx_retries_are_bounded(srv: TestServer) -> None:
+    srv.route("/down", (503, {}, b"down"))
+    res = fetch(FetchSettings(robots=False, retries=2, backoff=0.01), srv.url("/down"))
+    assert (res.error, res.retryable, res.attempts) == ("http-503", True, 3)
+    assert len(srv.requests_for("/down")) == 3
+
+
+def test_429_retry_after_is_parsed_and_capped(srv: TestServer) -> None:
+    srv.route("/busy", (429, {"Retry-After": "3600"}, b""))
+    pol = LocalPoliteness(0.0)
+    settings = FetchSettings(robots=False, retry_after_cap=5.0)
+    res = fetch(settings, srv.url("/busy"), politeness=pol)
+    assert (res.error, res.retryable, res.retry_after) == ("http-429", True, 5.0)
+    # the host is held back for everyone, not just this request
+    assert pol.reserve(host_of(srv.url("/"))) - time.monotonic() > 4.0
+
+
+def test_429_retry_after_honoured_between_attempts(srv: TestServer) -> None:
+    srv.route("/busy", sequence((429, {"Retry-After": "1"}, b""), html(PAGE)))
+    res = fetch(FetchSettings(robots=False, retries=1), srv.url("/busy"))
+    assert (res.status, res.error, res.attempts) == (200, None, 2)
+    (gap,) = srv.gaps("/busy")
+    assert 1.0 <= gap < 3.0  # waited Retry-After, not the 0.5 s default backoff
+    assert res.waited_ms >= 1000
+
+
+def test_parse_retry_after() -> None:
+    now = 1_700_000_000.0
+    date = email.utils.formatdate(now + 30, usegmt=True)
+    assert parse_retry_after(date, cap=120, now=now) == pytest.approx(30, abs=1)
+    assert parse_retry_after(email.utils.formatdate(now - 30, usegmt=True), 120, now) == 0
+    assert parse_retry_after("7", cap=120) == 7
+    assert parse_retry_after("99999", cap=120) == 120
+    assert parse_retry_after("-3", cap=120) == 0
+    for bad in (None, "", "soon", "nan", "inf"):
+        assert parse_retry_after(bad, cap=120) is None
+
+
+def test_timeout_when_server_is_slow_to_answer(srv: TestServer) -> None:
+    srv.route("/slow", delayed(5.0, html(PAGE)))
+    started = time.monotonic()
+    res = fetch(FetchSettings(robots=False, timeout=0.3), srv.url("/slow"))
+    assert (res.error, res.retryable, res.status) == ("timeout", True, None)
+    assert time.monotonic() - started < 2.0  # not the 5 s the server takes
+
+
+def test_trickling_server_is_cut_at_total_budget(srv: TestServer) -> None:
+    srv.route("/drip", trickle(b"x" * 1000, interval=0.2, chunk=1))
+    settings = FetchSettings(robots=False, timeout=1.0, total_timeout=1.0)
+    started = time.monotonic()
+    res = fetch(settings, srv.url("/drip"))
+    elapsed = time.monotonic() - started
+    assert (res.error, res.retryable, res.status) == ("timeout", True, 200)
+    assert 0.9 <= elapsed < 2.5  # the budget, not the 200 s the whole body would take
+    assert 0 < len(res.body) < 10
+
+
+def test_stalled_body_is_cut_at_budget_not_at_read_timeout(srv: TestServer) -> None:
+    srv.route("/stall", trickle(b"xy", interval=10.0))  # one byte, then silence
+    settings = FetchSettings(robots=False, timeout=10.0, total_timeout=0.5)
+    started = time.monotonic()
+    res = fetch(settings, srv.url("/stall"))
+    assert res.error == "timeout" and res.body == b"x"
+    assert time.monotonic() - started < 3.0  # the 0.5 s budget, not the 10 s read timeout
+
+
+def test_max_bytes(srv: TestServer) -> None:
+    srv.route("/big", html(b"<p>" + b"a" * 200_000))
+    res = fetch(FetchSettings(robots=False, max_bytes=50_000), srv.url("/big"))
+    assert (res.error, res.retryable, res.status) == ("too-large", False, 200)
+    assert len(res.body) == 50_000
+
+
+def test_gzip_is_decoded_and_bomb_is_capped(srv: TestServer) -> None:
+    srv.route("/gz", gzipped(PAGE))
+    srv.route("/bomb", gzip_bomb(20_000_000))
+    assert fetch(FAST, srv.url("/gz")).body == PAGE.encode()
+    started = time.monotonic()
+    res = fetch(FetchSettings(robots=False, max_bytes=1_000_000), srv.url("/bomb"))
+    assert res.error == "too-large" and len(res.body) == 1_000_000
+    assert time.monotonic() - started < 5.0
+
+
+def test_chunked_body(srv: TestServer) -> None:
+    srv.route("/chunked", chunked([b"<title>", b"chunks", b"</title>"]))
+    assert fetch(FAST, srv.url("/chunked")).body == b"<title>chunks</title>"
+
+
+def test_redirect_chain(srv: TestServer) -> None:
+    srv.route("/a", redirect("/b", 301))
+    srv.route("/b", redirect(srv.url("/c", host="localhost"), 302))  # absolute, other host
+    srv.route("/c", redirect("/", 307))
+    res = fetch(FAST, srv.url("/a"))
+    assert (res.status, res.error, res.redirects) == (200, None, 3)
+    assert res.final_url == srv.url("/", host="localhost")
+    assert res.url == srv.url("/a")
+
+
+def test_redirect_loop_and_too_many(srv: TestServer) -> None:
+    srv.route("/loop1", redirect("/loop2"))
+    srv.route("/loop2", redirect("/loop1"))
+    res = fetch(FAST, srv.url("/loop1"))
+    assert (res.error, res.retryable, res.status) == ("redirects", False, 302)
+    for i in range(5):
+        srv.route(f"/hop{i}", redirect(f"/hop{i + 1}"))
+    srv.route("/hop5", html(PAGE))
+    assert fetch(FetchSettings(robots=False, max_redirects=5), srv.url("/hop0")).ok
+    res = fetch(FetchSettings(robots=False, max_redirects=4), srv.url("/hop0"))
+    assert res.error == "redirects" and res.redirects == 5
+
+
+def test_content_type(srv: TestServer) -> None:
+    srv.route("/img", (200, {"Content-Type": "image/png"}, b"\x89PNG" * 1000))
+    srv.route("/xhtml", (200, {"Content-Type": "application/xhtml+xml"}, PAGE.encode()))
+    srv.route("/untyped", (200, {}, PAGE.encode()))
+    res = fetch(FAST, srv.url("/img"))
+    assert (res.error, res.retryable, res.body, res.content_type) == (
+        "content-type",
+        False,
+        b"",
+        "image/png",
+    )
+    assert fetch(FAST, srv.url("/xhtml")).ok
+    assert fetch(FAST, srv.url("/untyped")).ok
+
+
+@pytest.mark.parametrize("url", ["mailto:a@b.c", "ftp://example.com/", "not a url", "http://"])
+def test_bad_url(url: str) -> None:
+    res = fetch(FAST, url)
+    assert (res.error, res.retryable) == ("bad-url", False)
+
+
+def test_redirect_to_non_http_is_bad_url(srv: TestServer) -> None:
+    srv.route("/ftp", redirect("ftp://example.com/file"))
+    assert fetch(FAST, srv.url("/ftp")).error == "bad-url"
+
+
+def test_connection_refused() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again when the block ends: nothing listens there
+    res = fetch(FetchSettings(robots=False, retries=1, backoff=0.01), f"http://127.0.0.1:{port}/")
+    assert (res.error, res.retryable, res.status) == ("connection", True, None)
+    assert res.attempts == 1  # urllib3 already retried the connect; not multiplied
+
+
+def test_connections_are_reused(srv: TestServer) -> None:
+    srv.route("/404", (404, {}, b"small error body"))
+    fetcher = Fetcher(FAST)
+    for path in ("/", "/404", "/", "/"):
+        fetcher.fetch(srv.url(path))
+    fetcher.close()
+    assert len({r.client_port for r in srv.requests}) == 1
+
+
+def test_robots_disallow_and_crawl_delay() -> None:
+    routes = {
+        "/robots.txt": (
+            200,
+            {"Content-Type": "text/plain"},
+            b"User-agent: *\nDisallow: /private\nCrawl-delay: 0.3\n",
+        ),
+        "/*": html(PAGE),
+    }
+    with TestServer(routes) as srv:
+        pol = LocalPoliteness(0.0)
+        fetcher = Fetcher(FetchSettings(), politeness=pol)
+        res = fetcher.fetch(srv.url("/private/page"))
+        assert (res.error, res.retryable, res.status) == ("robots", False, None)
+        assert not srv.requests_for("/private/page")
+        assert fetcher.crawl_delay(srv.url("/")) == 0.3
+        assert fetcher.robots_allowed(srv.url("/public"))
+        assert not fetcher.robots_allowed(srv.url("/private"))
+        # Crawl-delay becomes the host's minimum gap
+        assert fetcher.fetch(srv.url("/a")).ok and fetcher.fetch(srv.url("/b")).ok
+        gap = srv.times("/b")[0] - srv.times("/a")[0]
+        assert gap >= 0.3 - 0.05  # scheduling jitter, see test_politeness
+        # a redirect into a disallowed path is stopped too
+        srv.route("/go", redirect("/private/x"))
+        assert fetcher.fetch(srv.url("/go")).error == "robots"
+        fetcher.close()
+        assert len(srv.requests_for("/robots.txt")) == 1
+
+
+def test_robots_5xx_is_a_temporary_disallow() -> None:
+    with TestServer({"/robots.txt": (503, {}, b""), "/": html(PAGE)}) as srv:
+        res = fetch(FetchSettings(), srv.url("/"))
+        assert (res.error, res.retryable) == ("robots", True)
+        assert not srv.requests_for("/")
+
+
+def test_robots_redirect_is_followed_and_missing_robots_allows() -> None:
+    routes = {
+        "/robots.txt": redirect("/real-robots.txt", 301),
+        "/real-robots.txt": (200, {}, b"User-agent: *\nDisallow: /x\n"),
+        "/*": html(PAGE),
+    }
+    with TestServer(routes) as srv:
+        assert fetch(FetchSettings(), srv.url("/x")).error == "robots"
+    with TestServer({"/": html(PAGE)}) as srv:  # robots.txt -> 404
+        assert fetch(FetchSettings(), srv.url("/")).ok
+
+
+def test_close_cancels_a_politeness_wait(srv: TestServer) -> None:
+    pol = LocalPoliteness(0.0)
+    pol.back_off(host_of(srv.url("/")), 30)
+    fetcher = Fetcher(FAST, politeness=pol)
+    results = []
+    worker = threading.Thread(target=lambda: results.append(fetcher.fetch(srv.url("/"))))
+    started = time.monotonic()
+    worker.start()
+    threading.Timer(0.2, fetcher.close).start()
+    worker.join(timeout=10)
+    assert results[0].error == "cancelled" and results[0].retryable
+    assert time.monotonic() - started < 5
+    assert not srv.requests_for("/")
+
+
+def test_fetch_then_extract_gbk_page_without_declared_charset(srv: TestServer) -> None:
+    title = GBK_TITLE
+    page = f"<html><head><title>{title}</title></head><body><p>{GBK_TEXT}</p></body></html>"
+    srv.route("/gbk", (200, {"Content-Type": "text/html"}, page.encode("gbk")))
+    res = fetch(FAST, srv.url("/gbk"))
+    assert extract_record(res.body, res.final_url, content_type=res.content_type).title == title

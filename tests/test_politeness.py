@@ -1,0 +1,179 @@
+"""Per-host politeness (zkcrawl.politeness): pure units on a fake clock, plus one real-server
+test measuring the gaps the server sees."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import threading
+import time
+
+import pytest
+
+from tests.httpd import TestServer, html
+from zkcrawl.fetch import Fetcher, FetchSettings
+from zkcrawl.politeness import LocalPoliteness, Politeness, wait_for_slot
+
+
+class FakeClock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            return self.now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self.now += seconds
+
+
+def test_is_a_politeness() -> None:
+    assert isinstance(LocalPoliteness(1.0), Politeness)
+
+
+def test_reservations_for_one_host_are_delay_apart() -> None:
+    clock = FakeClock()
+    pol = LocalPoliteness(2.0, clock=clock)
+    assert [pol.reserve("a.com") for _ in range(4)] == [1000.0, 1002.0, 1004.0, 1006.0]
+    clock.advance(100)  # long idle: the next slot is now, not in the past
+    assert pol.reserve("a.com") == 1100.0
+    assert pol.reserve("a.com") == 1102.0
+
+
+def test_slot_is_delay_after_previous_start_not_after_now() -> None:
+    clock = FakeClock()
+    pol = LocalPoliteness(2.0, clock=clock)
+    pol.reserve("a.com")
+    clock.advance(0.5)
+    assert pol.reserve("a.com") == 1002.0
+    clock.advance(3.0)  # now 1003.5, next free 1004
+    assert pol.reserve("a.com") == 1004.0
+
+
+def test_hosts_are_independent() -> None:
+    clock = FakeClock()
+    pol = LocalPoliteness(5.0, clock=clock)
+    assert pol.reserve("a.com") == 1000.0
+    assert pol.reserve("b.com") == 1000.0
+    assert pol.reserve("a.com:8080") == 1000.0
+    assert pol.reserve("a.com") == 1005.0
+    pol.back_off("b.com", 30)
+    assert pol.reserve("a.com") == 1010.0
+    assert pol.reserve("b.com") == 1030.0
+
+
+def test_back_off_is_honoured_never_shortens_and_is_capped() -> None:
+    clock = FakeClock()
+    pol = LocalPoliteness(1.0, clock=clock, max_delay=60.0)
+    pol.back_off("a.com", 10)
+    assert pol.reserve("a.com") == 1010.0
+    assert pol.reserve("a.com") == 1011.0
+    pol.back_off("a.com", 0.5)  # shorter than what is scheduled: no effect
+    assert pol.reserve("a.com") == 1012.0
+    pol.back_off("b.com", 100_000)
+    assert pol.reserve("b.com") == 1000.0 + 3600.0
+    for bad in (-5.0, 0.0, math.nan, math.inf):
+        pol.back_off("c.com", bad)
+    assert pol.reserve("c.com") == 1000.0
+
+
+def test_set_min_delay() -> None:
+    clock = FakeClock()
+    pol = LocalPoliteness(1.0, clock=clock, max_delay=10.0)
+    pol.set_min_delay("a.com", 3.0)
+    assert pol.delay_for("a.com") == 3.0
+    assert [pol.reserve("a.com") for _ in range(3)] == [1000.0, 1003.0, 1006.0]
+    pol.set_min_delay("b.com", 0.2)  # below the default: the default holds
+    assert pol.delay_for("b.com") == 1.0
+    pol.set_min_delay("c.com", 3600)  # capped
+    assert pol.delay_for("c.com") == 10.0
+    pol.set_min_delay("a.com", math.nan)  # ignored
+    assert pol.delay_for("a.com") == 3.0
+
+
+def test_zero_delay_and_bad_delay() -> None:
+    clock = FakeClock()
+    pol = LocalPoliteness(0.0, clock=clock)
+    assert pol.reserve("a") == pol.reserve("a") == 1000.0
+    with pytest.raises(ValueError):
+        LocalPoliteness(-1)
+
+
+def test_concurrent_reservations_never_share_a_slot() -> None:
+    clock = FakeClock()
+    pol = LocalPoliteness(0.5, clock=clock)
+    results: list[float] = []
+    lock = threading.Lock()
+
+    def worker() -> None:
+        mine = [pol.reserve("a.com") for _ in range(50)]
+        with lock:
+            results.extend(mine)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    assert len(results) == 400
+    assert sorted(results) == [1000.0 + 0.5 * i for i in range(400)]
+
+
+def test_wait_for_slot_waits_and_can_be_cancelled() -> None:
+    pol = LocalPoliteness(0.2)
+    assert wait_for_slot(pol, "a") == 0.0
+    started = time.monotonic()
+    waited = wait_for_slot(pol, "a")
+    assert 0.1 < waited <= 0.2
+    assert time.monotonic() - started >= waited - 0.01
+    cancel = threading.Event()
+    pol.back_off("a", 30)
+    threading.Timer(0.1, cancel.set).start()
+    started = time.monotonic()
+    wait_for_slot(pol, "a", cancel)
+    assert cancel.is_set() and time.monotonic() - started < 5
+
+
+def test_server_sees_gaps_of_at_least_delay_from_four_threads() -> None:
+    delay = 0.3
+    # Tolerance: slots are exactly `delay` apart, but a thread wakes for its slot a little late
+    # when the CPU is busy (a loaded CI box: tens of ms), and the server stamps a request when
+    # it has parsed it, so two stamps can be closer than their slots by that jitter.
+    tolerance = 0.05
+    with TestServer({"/*": html("<title>x</title>")}) as srv:
+        fetcher = Fetcher(FetchSettings(robots=False), politeness=LocalPoliteness(delay))
+        errors: list[str | None] = []
+        counter = itertools.count()
+
+        def worker() -> None:
+            for _ in range(2):
+                result = fetcher.fetch(srv.url(f"/page/{next(counter)}"))
+                errors.append(result.error)
+
+        threads = [threading.Thread(target=worker) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=15)
+        fetcher.close()
+        srv.wait_for_requests(8, timeout=5)
+        gaps = srv.gaps()
+    assert errors == [None] * 8
+    assert len(gaps) == 7
+    assert min(gaps) >= delay - tolerance, gaps
+    assert sum(gaps) / len(gaps) >= delay - 0.01, gaps  # jitter does not accumulate
+
+
+def test_idle_hosts_are_pruned_but_pending_slots_kept() -> None:
+    clock = FakeClock()
+    pol = LocalPoliteness(1.0, clock=clock)
+    pol._PRUNE_AT = 10  # type: ignore[misc]
+    pol._prune_at = 10
+    for i in range(10):
+        pol.reserve(f"h{i}")
+    clock.advance(5)  # all idle now
+    pol.reserve("busy")  # 11 entries: prune the idle ones
+    assert list(pol._next_free) == ["busy"]
+    assert pol.reserve("busy") == clock.now + 1.0  # the pending slot survived
