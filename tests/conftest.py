@@ -20,7 +20,7 @@ _SERVERS: list[ZkServer] = []
 
 @pytest.fixture(scope="session")
 def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZkServer]:
-    server = ZkServer(tmp_path_factory.mktemp("zk")).start(wait=60)
+    server = ZkServer(tmp_path_factory.mktemp("zk"), quick_jit=True).start(wait=60)
     _SERVERS.append(server)
     yield server
     server.stop()

@@ -282,7 +282,7 @@ class LeaseQueue:
 
     def _names_with_token(self, token: str) -> list[str]:
         names = [n for _, n in wire.sort_names(self.zk.get_children(self.queue_path))]
-        datas = gather([self.zk.get_async(f"{self.queue_path}/{n}") for n in names])
+        datas = self.zk.get_many([f"{self.queue_path}/{n}" for n in names])
         found = []
         for name, res in zip(names, datas, strict=True):
             if not isinstance(res, Exception) and wire.decode(res[0]).batch == token:
@@ -421,11 +421,11 @@ class LeaseQueue:
         try:
             self.stats.requests += 1
             pending = self._lease_tx(cands, body).commit_async()
-            # Pipelined behind the transaction on the same session (ZooKeeper keeps a
-            # session's requests in order), so no extra round trip is waited for.
-            reads = [self.zk.get_async(f"{self.queue_path}/{n}") for _, n in cands]
+            # Sent right behind the transaction on the same session (ZooKeeper keeps a
+            # session's requests in order): one multiRead, no extra round trip waited for.
+            reads = self.zk.get_many([f"{self.queue_path}/{n}" for _, n in cands])
             if tx_ok(pending.get()):
-                won = list(zip(cands, gather(reads), strict=True))
+                won = list(zip(cands, reads, strict=True))
             else:
                 self.stats.wasted += 1
                 won = self._lease_singles(cands, body, reads)
@@ -438,8 +438,7 @@ class LeaseQueue:
         if len(cands) == 1:
             return []
         results = gather([self._lease_tx([c], body).commit_async() for c in cands])
-        datas = gather(reads)
-        won = [(c, d) for c, r, d in zip(cands, results, datas, strict=True)
+        won = [(c, d) for c, r, d in zip(cands, results, reads, strict=True)
                if not isinstance(r, Exception) and tx_ok(r)]
         self.stats.requests += len(cands)
         self.stats.wasted += len(cands) - len(won)
@@ -454,7 +453,7 @@ class LeaseQueue:
         mine = [c for c, st in zip(cands, stats, strict=True)
                 if st is not None and not isinstance(st, Exception)
                 and st.ephemeralOwner == session]
-        datas = gather([self.zk.get_async(f"{self.queue_path}/{n}") for _, n in mine])
+        datas = self.zk.get_many([f"{self.queue_path}/{n}" for _, n in mine])
         return list(zip(mine, datas, strict=True))
 
     def _hold(self, won: list[tuple[tuple[int, str], Any]], session: int | None
@@ -480,7 +479,7 @@ class LeaseQueue:
     def _take(self, cands: list[tuple[int, str]]) -> list[Claimed]:
         """At-most-once: read, then delete; whoever deletes first owns the item."""
         paths = [f"{self.queue_path}/{n}" for _, n in cands]
-        reads = gather([self.zk.get_async(p) for p in paths])
+        reads = self.zk.get_many(paths)
         live = [(c, r) for c, r in zip(cands, reads, strict=True) if not isinstance(r, Exception)]
         tx = self.zk.transaction()
         for (_, name), _ in live:

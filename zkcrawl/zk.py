@@ -19,8 +19,16 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import EXCEPTIONS, KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.serialization import (
+    GetData,
+    MultiHeader,
+    int_struct,
+    multiheader_struct,
+    read_buffer,
+    stat_struct,
+)
 from kazoo.protocol.states import ZnodeStat
 from kazoo.retry import KazooRetry
 
@@ -38,6 +46,46 @@ __all__ = [
 ]
 
 StateListener = Callable[[str], Any]
+
+
+class MultiRead:
+    """ZooKeeper 3.6+ ``multiRead`` (opcode 22): many getData in ONE request.
+
+    kazoo has no multiRead, and its pipelined ``get_async`` costs a full trip through
+    its connection loop per item (~0.5 ms here), which dominated a 25-item claim.
+    Written by hand for that reason; it uses only kazoo's public serialization
+    helpers and the documented wire format (MultiHeader + GetDataResponse/ErrorResponse).
+    """
+
+    type = 22
+
+    def __init__(self, paths: Sequence[str]) -> None:
+        self.paths = list(paths)
+
+    def serialize(self) -> bytearray:
+        b = bytearray()
+        for path in self.paths:
+            b.extend(MultiHeader(GetData.type, False, -1).serialize())
+            b.extend(GetData(path, None).serialize())
+        b.extend(multiheader_struct.pack(-1, True, -1))
+        return b
+
+    @classmethod
+    def deserialize(cls, data: bytes, offset: int) -> list[Any]:
+        results: list[Any] = []
+        header, offset = MultiHeader.deserialize(data, offset)
+        while not header.done:
+            if header.type == GetData.type:
+                value, offset = read_buffer(data, offset)
+                stat = ZnodeStat._make(stat_struct.unpack_from(data, offset))
+                offset += stat_struct.size
+                results.append((bytes(value or b""), stat))
+            else:
+                err = int_struct.unpack_from(data, offset)[0]
+                offset += int_struct.size
+                results.append(EXCEPTIONS[err]())
+            header, offset = MultiHeader.deserialize(data, offset)
+        return results
 
 
 class _QuietUntilConnected(logging.Filter):
@@ -65,6 +113,7 @@ class ZkClient:
         cmd_retry = KazooRetry(max_tries=5, delay=0.05, backoff=2, max_delay=1.0,
                                deadline=max(zk_timeout, 2.0), ignore_expire=False,
                                interrupt=self._stopped.is_set)
+        self._multiread = True
         self._quiet = _QuietUntilConnected()
         logger = logging.getLogger("kazoo.client")
         logger.addFilter(self._quiet)
@@ -158,6 +207,23 @@ class ZkClient:
 
     def get_async(self, path: str) -> Any:
         return self.kazoo.get_async(path)
+
+    def get_many(self, paths: Sequence[str]) -> list[Any]:
+        """Data of many znodes in one round trip: per path ``(bytes, stat)`` or the
+        exception (NoNodeError...). Falls back to pipelined gets on servers < 3.6."""
+        if not paths:
+            return []
+        if self._multiread:
+            chroot = self.kazoo.chroot or ""
+            result = self.kazoo.handler.async_result()
+            self.kazoo._call(MultiRead([chroot + p for p in paths]), result)
+            try:
+                return list(result.get())
+            except KazooException as exc:
+                if type(exc).__name__ not in ("UnimplementedError", "MarshallingError"):
+                    raise
+                self._multiread = False  # an old server: pipelined gets from now on
+        return gather([self.kazoo.get_async(p) for p in paths])
 
     def get_children_async(self, path: str) -> Any:
         return self.kazoo.get_children_async(path)

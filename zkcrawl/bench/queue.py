@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -120,20 +122,57 @@ def bench_kazoo(zk: ZkClient, n: int) -> dict[str, float]:
     return res
 
 
+def drain(q: LeaseQueue, n: int, stamps: list[float] | None = None,
+          idle_timeout: float = 2.0, stop_when_empty: bool = False) -> int:
+    """Claim and complete like the consumer does: one thread claims, another completes
+    (the consumer completes after its grouped fsync), so the two round trips overlap."""
+    pending: queue.Queue[list[Any] | None] = queue.Queue(maxsize=4)
+    errors: list[BaseException] = []
+
+    def completer() -> None:
+        batch: list[Any] = []
+        while True:
+            got = pending.get()
+            if got is not None:
+                batch.extend(got)
+            if batch and (got is None or len(batch) >= q.complete_batch or pending.empty()):
+                try:
+                    q.complete(batch)
+                except BaseException as exc:  # surfaced after join
+                    errors.append(exc)
+                batch = []
+            if got is None:
+                return
+
+    t = threading.Thread(target=completer, name="completer")
+    t.start()
+    done = 0
+    try:
+        while done < n:
+            got = q.claim(25, timeout=idle_timeout)
+            if not got:
+                if not stop_when_empty or q.depth() == 0:
+                    break
+                continue
+            pending.put(got)
+            done += len(got)
+            if stamps is not None:
+                stamps.extend([time.perf_counter()] * len(got))
+    finally:
+        pending.put(None)
+        t.join()
+    if errors:
+        raise errors[0]
+    return done
+
+
 def bench_lease(zk: ZkClient, n: int, delivery: str) -> dict[str, float]:
     root = f"/bench-{uuid.uuid4().hex[:8]}"
     _fill(zk, root, n)
     q = LeaseQueue(zk, root, "solo", delivery=delivery)
     stamps: list[float] = []
     t0 = time.perf_counter()
-    done = 0
-    while done < n:
-        got = q.claim(25, timeout=2)
-        if not got:
-            break
-        q.complete(got)
-        done += len(got)
-        stamps.extend([time.perf_counter()] * len(got))
+    done = drain(q, n, stamps)
     elapsed = time.perf_counter() - t0
     tenth = max(1, n // 10)
     first = (stamps[tenth - 1] - t0) / tenth * 1000
@@ -191,8 +230,6 @@ def _pythonpath() -> str:
 
 def _worker(hosts: str, root: str, wid: str, _procs: str) -> None:
     """One bench consumer process: register, wait for the go node, drain, report."""
-    import threading
-
     zk = ZkClient(hosts, session_timeout=10).connect()
     q = LeaseQueue(zk, root, wid, delivery=AT_LEAST_ONCE)
     zk.create(f"{root}/consumers/{wid}", b"{}", ephemeral=True, makepath=True)
@@ -201,15 +238,7 @@ def _worker(hosts: str, root: str, wid: str, _procs: str) -> None:
         go.set()
     go.wait(60)
     start = time.time()
-    done = 0
-    while True:
-        got = q.claim(25, timeout=0.5)
-        if not got:
-            if q.depth() == 0:
-                break
-            continue
-        q.complete(got)
-        done += len(got)
+    done = drain(q, 1 << 62, idle_timeout=0.5, stop_when_empty=True)
     end = time.time()
     print(json.dumps({"items": done, "start": start, "end": end,
                       "wasted": q.stats.wasted, "requests": q.stats.requests}))
