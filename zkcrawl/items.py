@@ -19,6 +19,7 @@ from typing import Any
 PREFIX = "qn-"
 DEAD_PREFIX = "dl-"
 DEAD_DATA_LIMIT = 4096
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 _BARE_URL = re.compile(r"^https?://[^\s/?#]+[^\s]*$", re.IGNORECASE)
 
 
@@ -45,7 +46,7 @@ class Item:
             # The protected-create token: lets an offer retried after ConnectionLoss
             # find out whether its first try committed (see queue.LeaseQueue.offer_many).
             doc["batch"] = batch
-        return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        return _ENCODER.encode(doc).encode("utf-8")
 
 
 @dataclass(frozen=True)

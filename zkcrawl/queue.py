@@ -222,33 +222,51 @@ class LeaseQueue:
         return self.offer_many([Item(url=url, producer=producer, meta=meta or {})])[0]
 
     def offer_many(self, items: Iterable[Item]) -> list[str]:
-        """Offer items in transactions; returns the created znode names in order."""
+        """Offer items in transactions; returns the created znode names in order.
+
+        Two transactions are in flight at once (ZooKeeper applies a session's requests
+        in order, so the sequence order is kept): encoding the next batch overlaps the
+        server's work on the previous one.
+        """
         names: list[str] = []
+        inflight: deque[tuple[str, list[bytes], Any]] = deque()
+        for token, chunk in self._chunks(items):
+            inflight.append((token, chunk, self._offer_tx(token, chunk).commit_async()))
+            if len(inflight) >= 2:
+                names.extend(self._offer_result(*inflight.popleft()))
+        while inflight:
+            names.extend(self._offer_result(*inflight.popleft()))
+        return names
+
+    def _chunks(self, items: Iterable[Item]) -> Iterable[tuple[str, list[bytes]]]:
         chunk: list[bytes] = []
         size = 0
         token = uuid.uuid4().hex
         for item in items:
             data = item.encode(batch=token)
             if chunk and (len(chunk) >= self.offer_batch or size + len(data) > MAX_TX_BYTES):
-                names.extend(self._offer_chunk(chunk, token))
+                yield token, chunk
                 token = uuid.uuid4().hex
                 chunk, size = [], 0
                 data = item.encode(batch=token)
             chunk.append(data)
             size += len(data) + 64
         if chunk:
-            names.extend(self._offer_chunk(chunk, token))
-        return names
+            yield token, chunk
 
-    def _offer_chunk(self, chunk: list[bytes], token: str) -> list[str]:
+    def _offer_tx(self, token: str, chunk: list[bytes]) -> Any:
+        tx = self.zk.transaction()
+        tx.create(f"{self.offer_path}/{token}", b"", ephemeral=True)
+        path = f"{self.queue_path}/{wire.PREFIX}"
+        for data in chunk:
+            tx.create(path, data, sequence=True)
+        return tx
+
+    def _offer_result(self, token: str, chunk: list[bytes], pending: Any) -> list[str]:
         marker = f"{self.offer_path}/{token}"
         for attempt in range(5):
-            tx = self.zk.transaction()
-            tx.create(marker, b"", ephemeral=True)
-            for data in chunk:
-                tx.create(f"{self.queue_path}/{wire.PREFIX}", data, sequence=True)
             try:
-                results = tx.commit()
+                results = pending.get()
             except (ConnectionLoss, SessionExpiredError) as exc:
                 log.warning("queue.offer_retry", error=type(exc).__name__, attempt=attempt)
                 if not self._connected.wait(self.zk.zk_timeout):
@@ -256,13 +274,15 @@ class LeaseQueue:
                 committed = self._find_committed(marker, token, len(chunk))
                 if committed is not None:
                     return committed
+                pending = self._offer_tx(token, chunk).commit_async()
                 continue
             if tx_ok(results):
                 self.zk.kazoo.delete_async(marker)  # pipelined: no round trip waited for
                 return [r.rsplit("/", 1)[1] for r in results[1:]]
-            if isinstance(results[1], NoNodeError) or isinstance(results[0], NoNodeError):
+            if any(isinstance(r, NoNodeError) for r in results):
                 self.zk.ensure_path(self.queue_path)  # a CONTAINER queue path was reaped
                 self.zk.ensure_path(self.offer_path)
+                pending = self._offer_tx(token, chunk).commit_async()
                 continue
             first = next(r for r in results if isinstance(r, Exception))
             raise ZkCrawlError(f"offer failed: {first!r}")
