@@ -1,0 +1,85 @@
+"""Settings of ``zkcrawl-consumer`` (SPEC §4): every flag, its env variable and TOML key."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from zkcrawl.errors import UsageError
+from zkcrawl.fetch import FetchSettings
+from zkcrawl.queue import AT_LEAST_ONCE, AT_MOST_ONCE
+from zkcrawl.settings import CommonSettings, opt
+
+DEFAULT_USER_AGENT = "zkcrawl/0.1 (+https://github.com/zkcrawl/zkcrawl)"
+# robots.txt Crawl-delay above --domain-delay wins, up to this (a typo of "3600" must not
+# stall a host for an hour).
+CRAWL_DELAY_CAP = 30.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ConsumerSettings(CommonSettings):
+    """``zkcrawl-consumer`` flags; names are the stable surface of SPEC §4."""
+
+    id: str | None = opt(None, "consumer id, unique in the cluster (default: host-pid)",
+                         metavar="NAME")
+    threads: int = opt(16, "worker threads fetching in parallel", metavar="N")
+    backlog: int = opt(32, "capacity of the capped queue in front of the pool; a consumer "
+                       "never holds more than threads + backlog leases", metavar="N")
+    out: str = opt("-", "JSON Lines sink ('-' = stdout)", metavar="PATH|-")
+    field: tuple[str, ...] = opt((), "extra record field NAME=XPATH (repeatable; title is "
+                                 "always recorded)", repeat=True, metavar="NAME=XPATH")
+    timeout: float = opt(15.0, "read timeout of a fetch in seconds; the whole fetch gets "
+                         "twice that", metavar="S")
+    max_attempts: int = opt(3, "tries before an item goes to the dead letters", metavar="N")
+    domain_delay: float = opt(1.0, "minimum gap in seconds between two requests to one host",
+                              metavar="S")
+    robots: bool = opt(True, "obey robots.txt (cached per host for an hour)")
+    user_agent: str = opt(DEFAULT_USER_AGENT, "User-Agent header, also the robots.txt agent")
+    max_bytes: int = opt(10_000_000, "stop reading a body there; the record gets error "
+                         "too-large", metavar="N")
+    delivery: str = opt(AT_LEAST_ONCE, "at-least-once (no item lost) or at-most-once "
+                        "(delete on take, lossy)", choices=(AT_LEAST_ONCE, AT_MOST_ONCE))
+    exit_when_idle: float | None = opt(None, "exit 0 after S seconds with nothing in flight "
+                                       "and nothing claimable (default: run forever)",
+                                       metavar="S")
+    metrics_port: int = opt(0, "serve Prometheus /metrics and /healthz on this port "
+                            "(0 = off)", metavar="P")
+    metrics_host: str = opt("0.0.0.0", "address the metrics server binds to")
+    grace: float = opt(30.0, "seconds running fetches get to finish after SIGTERM",
+                       metavar="S")
+    stats_interval: float = opt(10.0, "seconds between consumer.stats events", metavar="S")
+
+    def validate(self) -> None:
+        super().validate()
+        positive = {"--threads": self.threads, "--max-attempts": self.max_attempts,
+                    "--max-bytes": self.max_bytes}
+        for flag, value in positive.items():
+            if value < 1:
+                raise UsageError(f"{flag} must be at least 1, got {value}")
+        if self.backlog < 0:
+            raise UsageError(f"--backlog must be >= 0, got {self.backlog}")
+        seconds = {"--timeout": (self.timeout, False), "--stats-interval": (self.stats_interval,
+                   False), "--domain-delay": (self.domain_delay, True),
+                   "--grace": (self.grace, True),
+                   "--exit-when-idle": (self.exit_when_idle or 1.0, False)}
+        for flag, (value, zero_ok) in seconds.items():
+            if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+                raise UsageError(f"{flag} must be a {'non-negative' if zero_ok else 'positive'}"
+                                 f" number of seconds, got {value:g}")
+        if not 0 <= self.metrics_port <= 65535:
+            raise UsageError(f"--metrics-port must be 0..65535, got {self.metrics_port}")
+        if self.id is not None and (not self.id or "/" in self.id):
+            raise UsageError(f"--id must be a non-empty name without '/', got {self.id!r}")
+
+    @property
+    def capacity(self) -> int:
+        """Most leases this consumer holds at once."""
+        return self.threads + self.backlog
+
+    def fetch_settings(self) -> FetchSettings:
+        """The shared HTTP layer's settings. Retries are the queue's job (the item goes to the
+        tail with attempt + 1), so the fetcher itself never sleeps on a worker thread."""
+        return FetchSettings(user_agent=self.user_agent,
+                             connect_timeout=min(5.0, self.timeout), timeout=self.timeout,
+                             total_timeout=2 * self.timeout, max_bytes=self.max_bytes,
+                             max_redirects=10, retries=0, robots=self.robots)

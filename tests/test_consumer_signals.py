@@ -1,0 +1,170 @@
+"""Signals and faults with real consumer processes, a real ZooKeeper and real HTTP servers."""
+
+from __future__ import annotations
+
+import json
+import resource
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from consumer.main import main
+from tests.conftest import wait_for
+from tests.httpd import TestServer, delayed
+from tests.test_consumer_support import Running, offer, records, settings_for, spawn
+from zkcrawl import items as wire
+
+
+def page(h):  # type: ignore[no-untyped-def]
+    return 200, {"Content-Type": "text/html"}, f"<title>T{h.path}</title>".encode()
+
+
+def args(zk_hosts: str, zk_root: str, out: Path, *extra: str) -> list[str]:
+    return ["--zk", zk_hosts, "--root", zk_root, "--out", str(out), "--no-robots",
+            "--domain-delay", "0", "--log-format", "json", "--session-timeout", "3", *extra]
+
+
+def queued_urls(zk, root: str) -> list[str]:  # type: ignore[no-untyped-def]
+    names = zk.get_children(f"{root}/queue")
+    return [wire.decode(zk.get(f"{root}/queue/{n}")[0]).item.url for n in names]
+
+
+def no_traceback(text: str) -> bool:
+    return "Traceback" not in text
+
+
+def test_sigterm_finishes_running_fetches_releases_the_rest_and_exits_0(zk, zk_hosts, zk_root,
+                                                                        tmp_path):
+    with TestServer({"/s/*": delayed(0.8, page)}) as srv:
+        urls = [srv.url(f"/s/{i}") for i in range(20)]
+        offer(zk, zk_root, urls)
+        out, err = tmp_path / "o.jsonl", tmp_path / "err.log"
+        proc = spawn(args(zk_hosts, zk_root, out, "--threads", "2", "--backlog", "4",
+                          "--grace", "10"), err)
+        srv.wait_for_requests(2, timeout=20)
+        wait_for(lambda: len(zk.get_children(f"{zk_root}/leases")) == 6, what="6 leases")
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+        assert time.monotonic() - t0 < 5  # the two running fetches (0.8 s), not the grace
+    done = {r["url"] for r in records(out)}
+    assert len(done) >= 2  # the fetches running at SIGTERM were finished and recorded
+    assert zk.get_children(f"{zk_root}/leases") == []
+    assert sorted(queued_urls(zk, zk_root)) == sorted(set(urls) - done)  # nothing lost
+    assert no_traceback(err.read_text())
+
+
+def test_a_second_signal_releases_everything_and_exits_at_once(zk, zk_hosts, zk_root,
+                                                               tmp_path):
+    with TestServer({"/h/*": delayed(30, page)}) as srv:
+        urls = [srv.url(f"/h/{i}") for i in range(8)]
+        offer(zk, zk_root, urls)
+        out, err = tmp_path / "o.jsonl", tmp_path / "err.log"
+        proc = spawn(args(zk_hosts, zk_root, out, "--id", "hang", "--threads", "2",
+                          "--backlog", "2", "--grace", "60"), err)
+        srv.wait_for_requests(2, timeout=20)
+        proc.send_signal(signal.SIGTERM)
+        wait_for(lambda: b'"draining"' in zk.get(f"{zk_root}/consumers/hang")[0],
+                 what="draining")
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=10) == 0
+        assert time.monotonic() - t0 < 3
+    assert zk.get_children(f"{zk_root}/leases") == []
+    assert sorted(queued_urls(zk, zk_root)) == sorted(urls) and records(out) == []
+    assert no_traceback(err.read_text())
+
+
+def test_sigkill_mid_crawl_every_url_is_still_recorded_at_least_once(zk, zk_hosts, zk_root,
+                                                                     tmp_path):
+    with TestServer({"/k/*": delayed(0.1, page)}) as srv:
+        urls = [srv.url(f"/k/{i}") for i in range(40)]
+        offer(zk, zk_root, urls)
+        out_a, out_b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+        a = spawn(args(zk_hosts, zk_root, out_a, "--id", "a", "--threads", "4", "--backlog",
+                       "4"), tmp_path / "a.log")
+        wait_for(lambda: len(records(out_a, strict=False)) >= 8, what="a under way")
+        a.send_signal(signal.SIGKILL)
+        a.wait(timeout=10)
+        # b starts while a's leases still stand; they vanish when a's session expires (3 s).
+        b = spawn(args(zk_hosts, zk_root, out_b, "--id", "b", "--threads", "4",
+                       "--exit-when-idle", "5"), tmp_path / "b.log")
+        assert b.wait(timeout=60) == 0
+    got = [r["url"] for r in records(out_a, strict=False) + records(out_b)]
+    assert set(got) == set(urls)
+    assert len(got) - len(urls) <= 8  # duplicates only from a's 8 leases at the kill
+    assert zk.get_children(f"{zk_root}/queue") == [] == zk.get_children(f"{zk_root}/leases")
+
+
+def test_a_sink_failure_stops_releases_and_exits_1_losing_nothing(zk, zk_hosts, zk_root,
+                                                                  tmp_path):
+    def small_files() -> None:  # the disk is "full" after ~3 KB: a real EFBIG on write
+        resource.setrlimit(resource.RLIMIT_FSIZE, (3000, 3000))
+
+    with TestServer({"/f/*": delayed(0.02, page)}) as srv:
+        urls = [srv.url(f"/f/{i}") for i in range(40)]
+        offer(zk, zk_root, urls)
+        out = tmp_path / "o.jsonl"
+        proc = spawn(args(zk_hosts, zk_root, out, "--threads", "4", "--exit-when-idle", "3"),
+                     subprocess.PIPE, preexec_fn=small_files)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    lines = err.decode().strip().splitlines()
+    assert lines[-1].startswith("zkcrawl-consumer: error: cannot write results to")
+    assert no_traceback(err.decode())
+    recorded = [r["url"] for r in records(out)]  # only whole lines: the partial one was cut
+    assert 0 < len(recorded) < len(urls)
+    assert zk.get_children(f"{zk_root}/leases") == []
+    assert set(recorded) | set(queued_urls(zk, zk_root)) == set(urls)  # nothing lost
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--field", "bad=//a[", "--zk", "127.0.0.1:1"], "--field: invalid XPath"),
+    (["--threads", "0"], "--threads must be at least 1"),
+    (["--zk", "127.0.0.1:1", "--zk-timeout", "1"], "cannot reach ZooKeeper"),
+    (["--out", "/nonexistent/dir/o.jsonl", "--zk", "127.0.0.1:1"], "--out: cannot open"),
+])
+def test_bad_usage_is_one_line_and_exit_2(capsys, extra: list[str], message: str):
+    assert main(["--log-format", "json", *extra], {}) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0] and err[0].startswith("zkcrawl-consumer: error:")
+
+
+def test_config_file_and_environment_follow_the_precedence(tmp_path, capsys):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('threads = 0\nzk = "127.0.0.1:1"\n')
+    assert main(["--config", str(cfg)], {}) == 2  # from the file
+    assert "--threads" in capsys.readouterr().err
+    env = {"ZKCRAWL_CONFIG": str(cfg), "ZKCRAWL_THREADS": "2", "ZKCRAWL_ZK_TIMEOUT": "0.5"}
+    assert main(["--log-format", "json"], env) == 2  # env beats the file: now ZK is the issue
+    assert "cannot reach ZooKeeper" in capsys.readouterr().err
+
+
+def test_out_dash_writes_only_records_to_stdout(zk, zk_hosts, zk_root, tmp_path):
+    with TestServer({"/o/*": page}) as srv:
+        urls = [srv.url(f"/o/{i}") for i in range(5)]
+        offer(zk, zk_root, urls)
+        proc = spawn(args(zk_hosts, zk_root, Path("-"), "--exit-when-idle", "1"),
+                     tmp_path / "err.log", stdout=subprocess.PIPE)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0
+    got = [json.loads(line) for line in out.decode().splitlines()]  # nothing but records
+    assert sorted(r["url"] for r in got) == sorted(urls)
+
+
+def test_an_id_held_by_a_live_consumer_is_a_usage_error(zk, zk_hosts, zk_root, tmp_path,
+                                                        capsys):
+    first = Running(settings_for(zk_hosts, zk_root, tmp_path / "a.jsonl", "--id", "dup"))
+    try:
+        wait_for(lambda: zk.exists(f"{zk_root}/consumers/dup"), what="first registered")
+        rc = main(args(zk_hosts, zk_root, tmp_path / "b.jsonl", "--id", "dup",
+                       "--session-timeout", "1"), {})
+        assert zk.exists(f"{zk_root}/consumers/dup") is not None  # the first one's, intact
+    finally:
+        first.stop()
+    err = capsys.readouterr().err.splitlines()  # the first consumer's logs are there too
+    assert rc == 2 and any(line.startswith("zkcrawl-consumer: error:")
+                           and "held by another live process" in line for line in err)

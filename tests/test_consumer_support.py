@@ -1,0 +1,97 @@
+"""Shared helpers of the consumer tests (no tests here): run a consumer in-process (a
+thread) or as a real process, offer items, read records."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from consumer.main import build_parser, open_consumer
+from consumer.settings import ConsumerSettings
+from consumer.sink import Sink
+from consumer.worker import Worker
+from zkcrawl.items import Item
+from zkcrawl.queue import LeaseQueue
+from zkcrawl.settings import parse
+from zkcrawl.zk import ZkClient
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def settings_for(zk_hosts: str, zk_root: str, out: Path, *extra: str) -> ConsumerSettings:
+    argv = ["--zk", zk_hosts, "--root", zk_root, "--out", str(out), "--no-robots",
+            "--domain-delay", "0", "--log-format", "json", "--session-timeout", "4", *extra]
+    settings, _ = parse(ConsumerSettings, build_parser(), argv, {})
+    return settings
+
+
+class Running:
+    """A consumer running on a thread of this process; ``stop()`` is a SIGTERM."""
+
+    def __init__(self, settings: ConsumerSettings) -> None:
+        self.settings = settings
+        self.sink = Sink(settings.out)
+        self._ctx = open_consumer(settings, self.sink)
+        self.worker: Worker = self._ctx.__enter__()
+        self.error: BaseException | None = None
+        self.status: Any = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.status = self.worker.run()
+        except BaseException as exc:
+            self.error = exc
+
+    def join(self, timeout: float) -> None:
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "consumer did not stop in time"
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if self.thread.is_alive():
+            self.worker.request_stop()
+            self.join(timeout)
+        self.close()
+
+    def close(self) -> None:
+        self._ctx.__exit__(None, None, None)
+        self.sink.close()
+
+
+def offer(zk: ZkClient, root: str, urls: Sequence[str]) -> list[str]:
+    return LeaseQueue(zk, root, "test-producer").offer_many(Item(url=u) for u in urls)
+
+
+def records(*paths: Path, strict: bool = True) -> list[dict[str, Any]]:
+    """Records of JSON Lines files; ``strict=False`` skips a line cut by a SIGKILL."""
+    out = []
+    for path in paths:
+        if not path.exists():
+            continue
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                if strict:
+                    raise
+    return out
+
+
+def spawn(args: Sequence[str], stderr: Path | int, **kw: Any) -> subprocess.Popen[bytes]:
+    """``python -m consumer.main ARGS`` as a real process (stderr to a file, or a pipe)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "consumer.main", *args]
+    kw.setdefault("stdout", subprocess.DEVNULL)
+    if not isinstance(stderr, Path):
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                                stderr=stderr, **kw)
+    with open(stderr, "wb") as err:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                                stderr=err, **kw)

@@ -1,0 +1,186 @@
+"""The consumer daemon in-process against a real ZooKeeper and real HTTP servers."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+
+from tests.conftest import expire_session, wait_for
+from tests.httpd import TestServer, delayed, html, sequence, static
+from tests.test_consumer_support import Running, offer, records, settings_for
+from zkcrawl import control
+
+
+def page(h):  # type: ignore[no-untyped-def]
+    return 200, {"Content-Type": "text/html"}, f"<title>T{h.path}</title>".encode()
+
+
+def test_two_consumers_record_every_item_exactly_once(zk, zk_hosts, zk_root, tmp_path):
+    with TestServer({"/a/*": delayed(0.02, page)}) as srv:
+        urls = [srv.url(f"/a/{i}", host="localhost" if i % 2 else None) for i in range(80)]
+        offer(zk, zk_root, urls)
+        outs = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
+        runs = [Running(settings_for(zk_hosts, zk_root, out, "--id", cid, "--threads", "4",
+                                     "--backlog", "4", "--exit-when-idle", "1"))
+                for cid, out in zip("ab", outs, strict=True)]
+        for r in runs:
+            r.join(60)
+            r.close()
+    recs = records(*outs)
+    assert sorted(r["url"] for r in recs) == sorted(urls)  # every item, once
+    assert all(r["error"] is None and r["title"] == f"T/a/{r['url'].rsplit('/', 1)[1]}"
+               for r in recs)
+    by_consumer = Counter(r["consumer"] for r in recs)
+    assert by_consumer["a"] > 0 and by_consumer["b"] > 0
+    assert zk.get_children(f"{zk_root}/queue") == [] == zk.get_children(f"{zk_root}/leases")
+    assert all(r.error is None and int(r.status) == 0 for r in runs)
+
+
+def test_domain_delay_holds_per_host_and_a_cooling_host_idles_no_thread(zk, zk_hosts, zk_root,
+                                                                       tmp_path):
+    delay = 0.3
+    with TestServer({"/p/*": page}) as srv:
+        urls = ([srv.url(f"/p/a{i}") for i in range(5)]
+                + [srv.url(f"/p/b{i}", host="localhost") for i in range(5)])
+        offer(zk, zk_root, urls)
+        run = Running(settings_for(zk_hosts, zk_root, tmp_path / "o.jsonl", "--threads", "1",
+                                   "--backlog", "9", "--domain-delay", str(delay),
+                                   "--exit-when-idle", "1"))
+        run.join(30)
+        run.close()
+        a_times, b_times = srv.times(host="127.0.0.1"), srv.times(host="localhost")
+        gaps = srv.gaps(host="127.0.0.1") + srv.gaps(host="localhost")
+    assert len(a_times) == len(b_times) == 5
+    assert min(gaps) >= delay  # measured by the server
+    # One thread, two hosts: while 127.0.0.1 cools down the thread serves localhost.
+    assert b_times[0] < a_times[1]
+    assert max(a_times + b_times) - min(a_times + b_times) < 5 * delay * 1.6
+    assert len(records(tmp_path / "o.jsonl")) == 10
+
+
+def test_failures_are_retried_at_the_tail_dead_lettered_or_recorded(zk, zk_hosts, zk_root,
+                                                                   tmp_path):
+    routes = {"/flaky": sequence((500, {}, b"oops"), html("<title>ok</title>")),
+              "/limited": sequence((429, {"Retry-After": "1"}, b""), html("<title>ok2</title>")),
+              "/gone": static(404, "no"), "/always": static(503, "down")}
+    with TestServer(routes) as srv:
+        urls = [srv.url(p) for p in routes]
+        offer(zk, zk_root, urls)
+        run = Running(settings_for(zk_hosts, zk_root, tmp_path / "o.jsonl", "--threads", "2",
+                                   "--max-attempts", "2", "--exit-when-idle", "1"))
+        run.join(40)
+        run.close()
+        limited_gaps = srv.gaps("/limited")
+    recs = {r["url"].rsplit("/", 1)[1]: r for r in records(tmp_path / "o.jsonl")}
+    assert set(recs) == {"flaky", "limited", "gone", "always"}  # one record each
+    assert recs["flaky"]["error"] is None and recs["flaky"]["attempt"] == 1
+    assert recs["limited"]["title"] == "ok2" and limited_gaps[0] >= 1.0  # Retry-After
+    assert recs["gone"]["error"] == "http-404" and recs["gone"]["attempt"] == 0
+    assert recs["always"]["error"] == "http-503" and recs["always"]["attempt"] == 1
+    [dead] = zk.get_children(f"{zk_root}/dead")
+    letter = json.loads(zk.get(f"{zk_root}/dead/{dead}")[0])
+    assert letter["url"] == srv.url("/always") and letter["error"] == "http-503"
+    assert zk.get_children(f"{zk_root}/queue") == []
+
+
+def test_malformed_and_bare_url_items_from_the_wire(zk, zk_hosts, zk_root, tmp_path):
+    with TestServer({"/bare": html("<title>Bare</title>")}) as srv:
+        zk.ensure_path(f"{zk_root}/queue")
+        zk.create(f"{zk_root}/queue/qn-", b"\xff\xfe\x00junk" * 2000, sequence=True)
+        zk.create(f"{zk_root}/queue/qn-", f" {srv.url('/bare')}\n".encode(), sequence=True)
+        run = Running(settings_for(zk_hosts, zk_root, tmp_path / "o.jsonl",
+                                   "--exit-when-idle", "1"))
+        run.join(30)
+        run.close()
+    recs = records(tmp_path / "o.jsonl")
+    assert {r["error"] for r in recs} == {None, "malformed: not UTF-8"}
+    assert [r["title"] for r in recs if r["error"] is None] == ["Bare"]
+    [dead] = zk.get_children(f"{zk_root}/dead")
+    data = zk.get(f"{zk_root}/dead/{dead}")[0]
+    assert json.loads(data)["error"] == "malformed: not UTF-8" and len(data) < 24_000
+    assert zk.get_children(f"{zk_root}/queue") == []
+
+
+def test_status_node_and_the_lease_bound(zk, zk_hosts, zk_root, tmp_path):
+    with TestServer({"/s/*": delayed(0.3, page)}) as srv:
+        offer(zk, zk_root, [srv.url(f"/s/{i}") for i in range(24)])
+        run = Running(settings_for(zk_hosts, zk_root, tmp_path / "o.jsonl", "--id", "st",
+                                   "--threads", "2", "--backlog", "3", "--exit-when-idle", "1"))
+        path = f"{zk_root}/consumers/st"
+        first = json.loads(wait_for(lambda: zk.exists(path) and zk.get(path)[0]))
+        leases = []
+        deadline = time.monotonic() + 2.5
+        while time.monotonic() < deadline:  # sample the lease count while it works
+            leases.append(len(zk.get_children(f"{zk_root}/leases")))
+            time.sleep(0.05)
+        later = json.loads(wait_for(
+            lambda: (d := json.loads(zk.get(path)[0]))["heartbeat_at"] > first["heartbeat_at"]
+            and json.dumps(d), timeout=6, what="a refreshed status node"))
+        run.join(30)
+        run.close()
+    assert max(leases) == 5  # threads + backlog, never more
+    for key in ("id", "host", "pid", "started_at", "state", "processed", "failed", "in_flight",
+                "items_per_s"):
+        assert key in later
+    assert later["id"] == "st" and later["state"] == "running" and later["processed"] > 0
+    assert zk.exists(path) is None  # deregistered on exit
+
+
+def test_pause_stops_every_consumer_within_a_second_and_resume_finishes(zk, zk_hosts, zk_root,
+                                                                        tmp_path):
+    with TestServer({"/q/*": delayed(0.1, page)}) as srv:
+        urls = [srv.url(f"/q/{i}") for i in range(60)]
+        offer(zk, zk_root, urls)
+        outs = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
+        runs = [Running(settings_for(zk_hosts, zk_root, out, "--id", cid, "--threads", "2",
+                                     "--backlog", "2", "--exit-when-idle", "1"))
+                for cid, out in zip("ab", outs, strict=True)]
+        wait_for(lambda: len(srv.requests) >= 6, what="crawl under way")
+        control.set_state(zk, zk_root, control.PAUSED)
+        time.sleep(1.2)  # the promise: no fetch starts later than 1 s (+ one in flight)
+        during = len(srv.requests)
+        states = {json.loads(zk.get(f"{zk_root}/consumers/{c}")[0])["state"] for c in "ab"}
+        time.sleep(1.0)  # observe a quiet window: nothing to await, absence is the point
+        assert len(srv.requests) == during < len(urls)
+        assert states == {"paused"}
+        control.set_state(zk, zk_root, control.RUNNING)
+        for r in runs:
+            r.join(60)
+            r.close()
+    assert sorted(r["url"] for r in records(*outs)) == sorted(urls)
+
+
+def test_session_expiry_mid_crawl_loses_nothing_and_re_registers(zk, zk_hosts, zk_root,
+                                                                 tmp_path):
+    with TestServer({"/x/*": delayed(0.2, page)}) as srv:
+        urls = [srv.url(f"/x/{i}") for i in range(16)]
+        offer(zk, zk_root, urls)
+        run = Running(settings_for(zk_hosts, zk_root, tmp_path / "o.jsonl", "--id", "ex",
+                                   "--threads", "2", "--backlog", "2", "--exit-when-idle", "1.5"))
+        wait_for(lambda: len(records(tmp_path / "o.jsonl")) >= 3, what="first records")
+        old = run.worker.zk.session_id
+        expire_session(run.worker.zk)
+        wait_for(lambda: run.worker.zk.connected and run.worker.zk.session_id != old,
+                 what="a new session")
+        wait_for(lambda: zk.exists(f"{zk_root}/consumers/ex"), timeout=10,
+                 what="re-registration")
+        run.join(60)
+        run.close()
+    recs = records(tmp_path / "o.jsonl")
+    assert set(r["url"] for r in recs) == set(urls)  # at least once; lost ones may repeat
+    assert run.error is None and int(run.status) == 0
+    assert zk.get_children(f"{zk_root}/queue") == []
+
+
+def test_at_most_once_deletes_on_take_and_still_records_everything(zk, zk_hosts, zk_root,
+                                                                   tmp_path):
+    with TestServer({"/m/*": page}) as srv:
+        urls = [srv.url(f"/m/{i}") for i in range(12)]
+        offer(zk, zk_root, urls)
+        run = Running(settings_for(zk_hosts, zk_root, tmp_path / "o.jsonl", "--delivery",
+                                   "at-most-once", "--threads", "2", "--exit-when-idle", "1"))
+        run.join(30)
+        run.close()
+    assert sorted(r["url"] for r in records(tmp_path / "o.jsonl")) == sorted(urls)
+    assert zk.get_children(f"{zk_root}/queue") == [] == zk.get_children(f"{zk_root}/leases")

@@ -1,0 +1,293 @@
+"""``zkcrawl bench crawl``: a whole crawl, zkcrawl against the seed's naive crawler, one run.
+
+The synthetic site (:mod:`zkcrawl.benchsite`) runs in its own process on loopback, every
+response delayed by ``latency_ms`` (asyncio: no thread per request); a throwaway ZooKeeper
+is started unless ``hosts`` is given. N article URLs are crawled three times:
+
+* ``seed_naive`` -- seed 002's ``threaded_crawler`` as written: threads popping a shared
+  list, one ``requests.get`` per URL (no Session, so a new connection each time), a
+  supervisor loop that tops the threads up and sleeps ``SLEEP_TIME = 1`` s;
+* ``zkcrawl_1``  -- one ``zkcrawl-consumer`` process with the same thread count, the queue
+  filled beforehand, at-least-once leases and the fsynced sink included;
+* ``zkcrawl_2``  -- two consumer processes on one queue.
+
+Every case runs in child processes; the parent samples them with psutil (CPU, RSS) and
+counts their output lines, so CPU per page is measured between the first and the last page
+(interpreter start-up excluded) and RSS is seen at the first and the last thousand pages.
+``pct_ideal`` compares pages/s with ``threads x processes / latency``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from zkcrawl.benchsite import start_benchsite, stop_benchsite
+from zkcrawl.items import Item
+from zkcrawl.localzk import ZkServer
+from zkcrawl.queue import LeaseQueue
+from zkcrawl.zk import ZkClient
+
+SLEEP_TIME = 1  # the seed's supervisor period
+SAMPLE_S = 0.05
+_ROOT = Path(__file__).resolve().parents[2]
+
+
+# -- the seed's crawler, as a child process ------------------------------------------------
+def naive_crawl(urls: list[str], max_threads: int, out: str) -> None:
+    """seed 002 ``threaded_crawler`` with a pre-filled ``crawl_queue`` (no politeness delay,
+    as for every case here); the scrape callback takes the title, like the consumer."""
+    import lxml.html
+    import requests
+
+    crawl_queue = list(reversed(urls))  # pop() takes from the end: crawl in order
+    sink = open(out, "w", buffering=1)  # noqa: SIM115 - one line per page, progress for the parent
+    lock = threading.Lock()
+
+    def process_queue() -> None:
+        while True:
+            try:
+                url = crawl_queue.pop()
+            except IndexError:
+                break  # crawl queue is empty
+            started = time.time()
+            html = requests.get(url, headers={"User-agent": "wswp"}, timeout=60).content
+            title = lxml.html.fromstring(html).findtext(".//title")
+            with lock:
+                sink.write(json.dumps({"url": url, "title": title, "start": started,
+                                       "end": time.time()}) + "\n")
+
+    threads: list[threading.Thread] = []
+    while threads or crawl_queue:
+        for thread in list(threads):
+            if not thread.is_alive():
+                threads.remove(thread)  # remove the stopped threads
+        while len(threads) < max_threads and crawl_queue:
+            thread = threading.Thread(target=process_queue, daemon=True)
+            thread.start()
+            threads.append(thread)
+        time.sleep(SLEEP_TIME)
+    sink.close()
+
+
+# -- child process sampling ---------------------------------------------------------------
+class Probe:
+    """Samples child processes: CPU seconds, RSS, and pages done (lines in their outputs)."""
+
+    def __init__(self, procs: list[subprocess.Popen[bytes]], outputs: list[Path]) -> None:
+        self.procs = procs
+        self.outputs = outputs
+        self.ps = [psutil.Process(p.pid) for p in procs]
+        self.cpu_first: float | None = None
+        self.pages_first = 0
+        self.cpu_last = 0.0
+        self.pages_last = 0
+        self.rss_peak: list[float] = [0.0] * len(procs)
+        self.rss_at: dict[int, float] = {}  # pages done -> max RSS (MB) of a child then
+
+    def _pages(self) -> int:
+        total = 0
+        for path in self.outputs:
+            with contextlib.suppress(OSError), open(path, "rb") as fh:
+                total += fh.read().count(b"\n")
+        return total
+
+    def sample(self) -> int:
+        cpu, rss = 0.0, []
+        for i, p in enumerate(self.ps):
+            with contextlib.suppress(psutil.Error):
+                t = p.cpu_times()
+                cpu += t.user + t.system
+                mb = p.memory_info().rss / 2**20
+                rss.append(mb)
+                self.rss_peak[i] = max(self.rss_peak[i], mb)
+        pages = self._pages()
+        if pages and self.cpu_first is None:
+            self.cpu_first, self.pages_first = cpu, pages
+        if pages > self.pages_last:
+            self.cpu_last, self.pages_last = cpu, pages
+        if rss:
+            self.rss_at[pages // 1000] = max(self.rss_at.get(pages // 1000, 0.0), max(rss))
+        return pages
+
+    def run(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            # Sampled until the children exit (the consumers' idle timer): CPU is only
+            # counted up to the last page, so the idle seconds cost nothing.
+            self.sample()
+            if all(p.poll() is not None for p in self.procs):
+                break
+            time.sleep(SAMPLE_S)
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+
+    def cpu_ms_per_page(self) -> float:
+        pages = self.pages_last - self.pages_first
+        if self.cpu_first is None or pages <= 0:
+            return 0.0
+        return round((self.cpu_last - self.cpu_first) * 1000 / pages, 3)
+
+
+def _env() -> dict[str, str]:
+    path = os.pathsep.join(p for p in (str(_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path}
+
+
+def _summary(probe: Probe, spans: list[tuple[float, float]], n: int, ideal: float
+             ) -> dict[str, Any]:
+    start = min(s for s, _ in spans)
+    end = max(e for _, e in spans)
+    rate = len(spans) / max(1e-9, end - start)
+    buckets = sorted(probe.rss_at)
+    return {"pages": len(spans), "expected": n, "seconds": round(end - start, 3),
+            "pages_per_s": round(rate, 1), "pct_ideal": round(100 * rate / ideal, 1),
+            "cpu_ms_per_page": probe.cpu_ms_per_page(),
+            "rss_mb": round(max(probe.rss_peak), 1),
+            "rss_mb_first_1000": round(probe.rss_at[buckets[0]], 1) if buckets else None,
+            "rss_mb_last_1000": round(probe.rss_at[buckets[-1]], 1) if buckets else None}
+
+
+def _read_lines(paths: list[Path]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for path in paths:
+        with open(path, "rb") as fh:
+            for line in fh:
+                with contextlib.suppress(ValueError):
+                    out.append(json.loads(line))
+    return out
+
+
+def _pct(values: list[float], pct: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[max(0, min(len(ordered) - 1, int(len(ordered) * pct / 100 + 0.999) - 1))]
+
+
+# -- cases --------------------------------------------------------------------------------
+def case_naive(urls: list[str], threads: int, latency_ms: float, tmp: Path) -> dict[str, Any]:
+    url_file, out = tmp / "naive-urls.txt", tmp / "naive.jsonl"
+    url_file.write_text("\n".join(urls) + "\n")
+    proc = subprocess.Popen([sys.executable, "-m", "zkcrawl.bench.crawl", "naive",
+                             str(threads), str(url_file), str(out)], env=_env(),
+                            stdin=subprocess.DEVNULL)
+    probe = Probe([proc], [out])
+    probe.run(timeout=60 + len(urls) * latency_ms / 1000)
+    recs = _read_lines([out])
+    spans = [(r["start"], r["end"]) for r in recs]
+    return _summary(probe, spans, len(urls), threads / (latency_ms / 1000))
+
+
+def case_zkcrawl(hosts: str, urls: list[str], threads: int, latency_ms: float, procs: int,
+                 tmp: Path) -> dict[str, Any]:
+    root = f"/bench-crawl-{uuid.uuid4().hex[:8]}"
+    with ZkClient(hosts, session_timeout=30).connect() as zk:
+        LeaseQueue(zk, root, "bench").offer_many(Item(url=u, producer="bench") for u in urls)
+    outs = [tmp / f"zk{procs}-{i}.jsonl" for i in range(procs)]
+    logs = [tmp / f"zk{procs}-{i}.log" for i in range(procs)]
+    children = []
+    for i in range(procs):
+        with open(logs[i], "wb") as err:
+            children.append(subprocess.Popen(
+                [sys.executable, "-m", "consumer.main", "--zk", hosts, "--root", root,
+                 "--id", f"bench-{i}", "--threads", str(threads), "--backlog", str(threads * 2),
+                 "--out", str(outs[i]), "--exit-when-idle", "2", "--domain-delay", "0",
+                 "--no-robots", "--log-format", "json", "--stats-interval", "5"],
+                env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err))
+    probe = Probe(children, outs)
+    probe.run(timeout=60 + len(urls) * latency_ms / 1000)
+    recs = _read_lines(outs)
+    spans = []
+    for r in recs:
+        end = datetime.fromisoformat(r["fetched_at"].replace("Z", "+00:00")).timestamp()
+        spans.append((end - r["process_ms"] / 1000, end))
+    out = _summary(probe, spans, len(urls), procs * threads / (latency_ms / 1000))
+    out["unique_urls"] = len({r["url"] for r in recs})
+    out["errors"] = sum(1 for r in recs if r.get("error"))
+    out["exit_codes"] = [c.returncode for c in children]
+    out["dispatch_p95_ms"] = round(_pct([r["dispatch_ms"] for r in recs], 95), 3)
+    out["process_p50_ms"] = round(_pct([r["process_ms"] for r in recs], 50), 3)
+    out["wait_p50_ms"] = round(_pct([r["wait_ms"] for r in recs], 50), 3)
+    return out
+
+
+@contextlib.contextmanager
+def _zookeeper(hosts: str | None, tmp: Path) -> Iterator[str]:
+    if hosts:
+        yield hosts
+        return
+    server = ZkServer(tmp / "zk", heap_mb=512).start(wait=60)
+    try:
+        yield server.hosts
+    finally:
+        server.stop()
+
+
+def run_bench(hosts: str | None, n: int = 2000, threads: int = 32, latency_ms: int = 50,
+              json_out: bool = False) -> dict[str, Any]:
+    """Run the three cases in one run; returns the figures (``json_out`` only changes what
+    the caller prints)."""
+    del json_out
+    with tempfile.TemporaryDirectory(prefix="zkcrawl-bench-crawl-") as name:
+        tmp = Path(name)
+        site, base = start_benchsite(latency_ms, n)
+        try:
+            with _zookeeper(hosts, tmp) as zk_hosts:
+                urls = [f"{base}/a/{i}.html" for i in range(1, n + 1)]
+                out: dict[str, Any] = {"n": n, "threads": threads, "latency_ms": latency_ms,
+                                       "cpus": os.cpu_count()}
+                out["seed_naive"] = case_naive(urls, threads, latency_ms, tmp)
+                out["zkcrawl_1"] = case_zkcrawl(zk_hosts, urls, threads, latency_ms, 1, tmp)
+                out["zkcrawl_2"] = case_zkcrawl(zk_hosts, urls, threads, latency_ms, 2, tmp)
+        finally:
+            stop_benchsite(site)
+    out["ratios"] = _ratios(out)
+    return out
+
+
+def _ratios(out: dict[str, Any]) -> dict[str, float]:
+    def r(a: float, b: float) -> float:
+        return round(a / b, 2) if b else 0.0
+
+    one, two, seed = out["zkcrawl_1"], out["zkcrawl_2"], out["seed_naive"]
+    return {"zkcrawl_1_vs_seed": r(one["pages_per_s"], seed["pages_per_s"]),
+            "zkcrawl_2_vs_1": r(two["pages_per_s"], one["pages_per_s"]),
+            "dispatch_p95_over_process_p50": r(one["dispatch_p95_ms"], one["process_p50_ms"])}
+
+
+def render(out: dict[str, Any]) -> str:
+    """A table for humans (``--json`` prints the dict instead)."""
+    lines = [f"crawl of {out['n']} articles, {out['threads']} threads per process, "
+             f"{out['latency_ms']} ms per response, {out['cpus']} CPUs",
+             f"{'case':<12}{'pages/s':>9}{'% ideal':>9}{'CPU ms/pg':>11}{'RSS MB':>8}"
+             f"{'disp p95':>10}{'proc p50':>10}"]
+    for key in ("seed_naive", "zkcrawl_1", "zkcrawl_2"):
+        c = out[key]
+        lines.append(f"{key:<12}{c['pages_per_s']:>9}{c['pct_ideal']:>9}"
+                     f"{c['cpu_ms_per_page']:>11}{c['rss_mb']:>8}"
+                     f"{c.get('dispatch_p95_ms', '-'):>10}{c.get('process_p50_ms', '-'):>10}")
+    rt = out["ratios"]
+    lines.append(f"zkcrawl_1 / seed = {rt['zkcrawl_1_vs_seed']}x, zkcrawl_2 / zkcrawl_1 = "
+                 f"{rt['zkcrawl_2_vs_1']}x, dispatch p95 / process p50 = "
+                 f"{rt['dispatch_p95_over_process_p50']}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__" and len(sys.argv) == 5 and sys.argv[1] == "naive":
+    naive_crawl(Path(sys.argv[3]).read_text().split(), int(sys.argv[2]), sys.argv[4])
