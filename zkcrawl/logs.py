@@ -26,26 +26,54 @@ def _renderer(fmt: str, stream: IO[str]) -> Any:
     return structlog.processors.JSONRenderer()
 
 
+class _CurrentStderr:
+    """Whatever ``sys.stderr`` is at write time (tests and the demo swap it)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+    def isatty(self) -> bool:
+        return sys.stderr.isatty()
+
+
+class _NamedWriteLogger(structlog.WriteLogger):
+    """structlog's fast file logger, with the name ``add_logger_name`` reads."""
+
+    def __init__(self, file: IO[str], name: str | None) -> None:
+        super().__init__(file)
+        self.name = name or "zkcrawl"
+
+
 def configure(fmt: str = "auto", level: str = "info", stream: IO[str] | None = None) -> None:
-    """Configure structlog and stdlib logging to write to ``stream`` (stderr)."""
-    stream = stream or sys.stderr
+    """Configure structlog and stdlib logging to write to ``stream`` (stderr).
+
+    Our events take structlog's own path (a filtering bound logger writing lines:
+    ~4x cheaper per event than routing through stdlib logging, which matters on a
+    consumer logging every item); kazoo's and urllib3's stdlib records are rendered
+    by the same processors into the same stream.
+    """
+    stream = stream or _CurrentStderr()  # type: ignore[assignment]
+    lvl = _LEVELS.get(level, logging.INFO)
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
+    renderer = _renderer(fmt, stream)
     structlog.configure(
-        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
-        logger_factory=structlog.stdlib.LoggerFactory(),
-        wrapper_class=structlog.stdlib.BoundLogger,
+        processors=[*shared, structlog.processors.format_exc_info, renderer],
+        logger_factory=lambda *args: _NamedWriteLogger(stream, args[0] if args else None),
+        wrapper_class=structlog.make_filtering_bound_logger(lvl),
         cache_logger_on_first_use=True,
     )
     formatter = structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=shared,
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                    structlog.processors.format_exc_info,
-                    _renderer(fmt, stream)],
+                    structlog.processors.format_exc_info, renderer],
     )
     handler = logging.StreamHandler(stream)
     handler.setFormatter(formatter)
@@ -53,10 +81,10 @@ def configure(fmt: str = "auto", level: str = "info", stream: IO[str] | None = N
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)
-    root.setLevel(_LEVELS.get(level, logging.INFO))
+    root.setLevel(lvl)
     # kazoo is chatty at INFO about every reconnect attempt; keep its warnings.
-    logging.getLogger("kazoo.client").setLevel(max(root.level, logging.WARNING))
-    logging.getLogger("urllib3.connectionpool").setLevel(max(root.level, logging.WARNING))
+    logging.getLogger("kazoo.client").setLevel(max(lvl, logging.WARNING))
+    logging.getLogger("urllib3.connectionpool").setLevel(max(lvl, logging.WARNING))
 
 
 def get_logger(name: str, **context: Any) -> Any:

@@ -520,14 +520,17 @@ class LeaseQueue:
         if not self._connected.is_set():
             raise QueueSuspended("not connected to ZooKeeper: completion held")
         with self._lock:
-            mine = [c for c in claimed if c.name in self._held]
-        names = {c.name for c in mine}
-        return mine, [c for c in claimed if c.name not in names]
+            # Identity, not name: a stale claim from an expired session must not pass
+            # for the same item claimed again in the new one.
+            mine = [c for c in claimed if self._held.get(c.name) is c]
+        ids = {id(c) for c in mine}
+        return mine, [c for c in claimed if id(c) not in ids]
 
     def _forget(self, claimed: Iterable[Claimed]) -> None:
         with self._lock:
             for c in claimed:
-                self._held.pop(c.name, None)
+                if self._held.get(c.name) is c:
+                    del self._held[c.name]
 
     def _run_per_item(self, mine: list[Claimed], build: Any) -> CompleteResult:
         """Commit one transaction for all, falling back to one per item."""

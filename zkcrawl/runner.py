@@ -25,7 +25,7 @@ def guarded(prog: str, func: Callable[[], ExitStatus], stderr: IO[str] | None = 
         return func()
     except ZkCrawlError as exc:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        print(f"{prog}: error: {message}", file=err)
+        print(f"{getattr(exc, 'prog', None) or prog}: error: {message}", file=err)
         return exc.exit_status
     except SystemExit as exc:  # argparse's --help
         return ExitStatus.OK if exc.code in (0, None) else ExitStatus.USAGE

@@ -194,7 +194,9 @@ class ArgumentParser(argparse.ArgumentParser):
     """argparse that raises :class:`UsageError` instead of printing usage and exiting."""
 
     def error(self, message: str) -> typing.NoReturn:
-        raise UsageError(f"{self.prog}: {message}")
+        exc = UsageError(message)
+        exc.prog = self.prog  # type: ignore[attr-defined]  # "zkcrawl status", for the one line
+        raise exc
 
 
 def parse(cls: type[T], parser: argparse.ArgumentParser, argv: Sequence[str],

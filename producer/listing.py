@@ -1,0 +1,405 @@
+"""Where URLs come from: the walk over listing pages (``--start`` + ``--next``, or
+``--pages`` + ``--page-range``), or a URL list (``--from-file``), read without fetching.
+
+Pure apart from fetching through :class:`zkcrawl.fetch.Fetcher`. The walk yields one
+:class:`ListingPage` per listing URL it tried; the caller filters, de-duplicates and
+offers the links. Guarantees of the walk:
+
+* a listing URL is read at most once per run (compared normalized, and after redirects
+  too), so a "next" link pointing back -- a loop -- ends that walk instead of spinning;
+* at most ``max_pages`` pages are fetched in the run (0: no limit);
+* nothing here raises for network or HTTP trouble: a page that could not be read comes back
+  with ``error`` set (``failed``: the operator must hear about it, exit 1) or ``skipped``
+  (robots.txt disallow, not HTML: a warning);
+* a set ``stop`` event ends the walk before the next fetch.
+
+A URL list is read by a reader thread in chunks of lines; each chunk is decoded,
+normalized and filtered by :func:`check_chunk`, in worker processes once the list is
+long enough to pay for starting them (normalization is pure Python and is most of the
+CPU per URL; the producer process keeps de-duplication and the ZooKeeper transactions).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue as stdqueue
+import re
+import signal
+import threading
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import lxml.etree
+import structlog
+
+from zkcrawl.errors import UsageError
+from zkcrawl.extract import (
+    DEFAULT_LINKS_XPATH,
+    compile_css,
+    compile_xpath,
+    links_from_doc,
+    parse_html,
+)
+from zkcrawl.fetch import Fetcher, FetchResult
+from zkcrawl.urls import LinkFilter, normalize_url
+
+log = structlog.get_logger(__name__)  # lazy: bound after logs.configure()
+
+_PAGE_FIELD = re.compile(r"\{page(?::([^{}]*))?\}")
+MAX_RANGE = 1_000_000
+# Fetch outcomes that mean "not a listing we can read" rather than "the site is down".
+_SKIPPED = {"robots": "robots", "content-type": "not-html"}
+
+
+@dataclass(frozen=True)
+class Selectors:
+    """Compiled ``--links`` / ``--links-css`` and ``--next`` expressions."""
+
+    links: lxml.etree.XPath
+    next: lxml.etree.XPath | None = None
+
+
+@dataclass
+class ListingPage:
+    """What one listing URL gave: its links (absolute, not normalized) or why none."""
+
+    url: str
+    final_url: str
+    status: int | None = None
+    links: list[str] = field(default_factory=list)
+    next_url: str | None = None
+    error: str | None = None  # fetch error of a failed page (http-503, connection...)
+    skipped: str | None = None  # robots, not-html, loop
+    elapsed_ms: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.skipped is None
+
+
+def compile_selectors(links: str | None, links_css: str | None,
+                      next_xpath: str | None) -> Selectors:
+    """Compile the user's expressions once; a bad one is a :class:`UsageError` (exit 2)."""
+    if links_css is not None:
+        expr = compile_css(links_css, "--links-css")
+    else:
+        expr = compile_xpath(links or DEFAULT_LINKS_XPATH, "--links")
+    nxt = compile_xpath(next_xpath, "--next") if next_xpath else None
+    return Selectors(expr, nxt)
+
+
+def check_start_urls(urls: Iterable[str]) -> tuple[str, ...]:
+    """Each ``--start`` must be an absolute http(s) URL (else exit 2 now, not later)."""
+    checked = []
+    for url in urls:
+        if normalize_url(url) is None:
+            raise UsageError(f"--start: not an absolute http(s) URL: {url!r}")
+        checked.append(url.strip())
+    return tuple(checked)
+
+
+def parse_range(text: str) -> range:
+    """``"A-B"`` (inclusive, 0 <= A <= B) to a range; anything else is a UsageError."""
+    match = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", text)
+    if not match:
+        raise UsageError(f"--page-range: expected A-B (e.g. 1-50), got {text!r}")
+    first, last = int(match.group(1)), int(match.group(2))
+    if first > last:
+        raise UsageError(f"--page-range: {first} is after {last}")
+    if last - first + 1 > MAX_RANGE:
+        raise UsageError(f"--page-range: more than {MAX_RANGE} pages")
+    return range(first, last + 1)
+
+
+def expand_template(template: str, pages: range) -> list[str]:
+    """Listing URLs of ``--pages TEMPLATE`` for each page number.
+
+    ``{page}`` (optionally with a format spec, ``{page:03d}``) is the only placeholder;
+    other characters, braces included, are kept as they are. The result must be an
+    absolute http(s) URL for every page, else UsageError.
+    """
+    fields = _PAGE_FIELD.findall(template)
+    if not fields:
+        raise UsageError(f"--pages: template has no {{page}} placeholder: {template!r}")
+    urls = []
+    for page in pages:
+        try:
+            url = _PAGE_FIELD.sub(lambda m, p=page: format(p, m.group(1) or ""), template)
+        except ValueError as exc:
+            raise UsageError(f"--pages: bad format in {template!r}: {exc}") from None
+        if normalize_url(url) is None:
+            raise UsageError(f"--pages: template does not give an http(s) URL: {url!r}")
+        urls.append(url)
+    return urls
+
+
+def _key(url: str) -> str:
+    return normalize_url(url) or url
+
+
+def _first_http(links: list[str]) -> str | None:
+    for link in links:
+        try:
+            if urlsplit(link).scheme.lower() in ("http", "https"):
+                return link
+        except ValueError:
+            continue
+    return None
+
+
+def read_page(fetcher: Fetcher, url: str, selectors: Selectors) -> ListingPage:
+    """Fetch one listing page and extract its item links and next-page link."""
+    res: FetchResult = fetcher.fetch(url)
+    page = ListingPage(url=url, final_url=res.final_url or url, status=res.status,
+                       elapsed_ms=res.elapsed_ms)
+    if res.error in _SKIPPED and not res.retryable:
+        page.skipped = _SKIPPED[res.error]
+        return page
+    if res.error == "too-large":
+        # The first --max-bytes are still a listing: use them, but say so.
+        log.warning("listing.truncated", url=url, bytes=len(res.body))
+    elif res.error is not None:
+        page.error = "robots-unavailable" if res.error == "robots" else res.error
+        return page
+    if not _looks_like_html(res.body, res.content_type):
+        page.skipped = "not-html"
+        return page
+    doc = parse_html(res.body, page.final_url, res.content_type)
+    page.links = links_from_doc(doc, page.final_url, selectors.links)
+    if selectors.next is not None:
+        page.next_url = _first_http(links_from_doc(doc, page.final_url, selectors.next))
+    return page
+
+
+def _looks_like_html(body: bytes, content_type: str | None) -> bool:
+    """The fetcher rejects declared non-HTML types; an undeclared one must look like markup."""
+    if content_type and content_type.split(";", 1)[0].strip():
+        return True
+    return b"<" in body[:2048]
+
+
+class Walk:
+    """Iterate over listing pages without ever reading one URL twice."""
+
+    def __init__(self, fetcher: Fetcher, selectors: Selectors, max_pages: int,
+                 stop: threading.Event) -> None:
+        self.fetcher = fetcher
+        self.selectors = selectors
+        self.max_pages = max_pages
+        self.stop = stop
+        self.fetched = 0
+        self._visited: set[str] = set()
+
+    def _budget_left(self) -> bool:
+        return not self.stop.is_set() and (self.max_pages == 0 or self.fetched < self.max_pages)
+
+    def _visit(self, url: str) -> ListingPage:
+        """Read ``url``; one already read comes back unfetched, ``skipped="loop"``."""
+        key = _key(url)
+        if key in self._visited:
+            log.info("listing.loop", url=url, hint="this listing was already read in this run")
+            return ListingPage(url=url, final_url=url, skipped="loop")
+        self._visited.add(key)
+        self.fetched += 1
+        page = read_page(self.fetcher, url, self.selectors)
+        final = _key(page.final_url)
+        if final != key:
+            if final in self._visited:
+                # Redirected to a page we already read: its links are already offered.
+                page.links, page.next_url, page.skipped = [], None, "loop"
+            self._visited.add(final)
+        return page
+
+    def follow(self, starts: Iterable[str]) -> Iterator[ListingPage]:
+        """From each start, follow the next-page link until none, a loop or the budget."""
+        for start in starts:
+            url: str | None = start
+            while url is not None and self._budget_left():
+                page = self._visit(url)
+                yield page
+                url = page.next_url if page.ok else None
+        if not self._budget_left() and not self.stop.is_set():
+            log.info("listing.max_pages", max_pages=self.max_pages)
+
+    def template(self, urls: Iterable[str]) -> Iterator[ListingPage]:
+        """Each URL of an expanded ``--pages`` template, once."""
+        for url in urls:
+            if not self._budget_left():
+                if not self.stop.is_set():
+                    log.info("listing.max_pages", max_pages=self.max_pages)
+                return
+            yield self._visit(url)
+
+
+# -- URL lists (--from-file) ------------------------------------------------------------
+
+LINES_PER_CHUNK = 2000
+#: Lines checked in the producer thread before worker processes are worth starting
+#: (their start-up costs about a second); a file at least POOL_FILE_BYTES long gets
+#: them at once.
+POOL_AFTER_LINES = 20_000
+POOL_FILE_BYTES = 1_000_000
+_CHUNKS_IN_FLIGHT = 4
+
+Lines = list[tuple[int, bytes]]  # (line number, stripped line)
+#: (line number, normalized URL or None, drop reason or None, text of a rejected line)
+Checked = list[tuple[int, str | None, str | None, str]]
+
+_worker_filter: LinkFilter | None = None
+
+
+class LineReader:
+    """Lines of a URL list in chunks, from a reader thread of its own.
+
+    The thread exists because a read from stdin cannot be interrupted: on a stop the
+    producer stops taking chunks and the (daemon) thread ends with the process. A long
+    file arrives in full chunks; a slow stream (``tail -f urls | zkcrawl-producer
+    --from-file -``) is handed over line by line within ``_LINGER`` seconds.
+    """
+
+    _LINGER = 0.2
+
+    def __init__(self, stream: Iterable[bytes], stop: threading.Event) -> None:
+        self.stream = stream
+        self.stop = stop
+        self._full: stdqueue.Queue[Lines | None] = stdqueue.Queue(maxsize=8)
+        self._partial: Lines = []
+        # Held while a chunk is cut and queued, so chunks are handed over in line order.
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._read, name="reader", daemon=True)
+
+    def _read(self) -> None:
+        try:
+            for lineno, raw in enumerate(self.stream, 1):
+                line = raw.strip()
+                if not line or line.startswith(b"#"):
+                    continue
+                with self._lock:
+                    self._partial.append((lineno, line))
+                    if len(self._partial) >= LINES_PER_CHUNK:
+                        self._full.put(self._partial)
+                        self._partial = []
+                if self.stop.is_set():
+                    return
+        except (OSError, ValueError) as exc:
+            log.error("producer.read_failed", error=str(exc))
+        finally:
+            with self._lock:
+                if self._partial:
+                    self._full.put(self._partial)
+                    self._partial = []
+                self._full.put(None)
+
+    def chunks(self) -> Iterator[Lines]:
+        """Chunks in line order until the end of the input or a stop."""
+        self._thread.start()
+        while not self.stop.is_set():
+            try:
+                chunk = self._full.get(timeout=self._LINGER)
+            except stdqueue.Empty:
+                with self._lock:  # the input is slow: hand over what there is
+                    chunk, self._partial = self._partial, []
+                if not chunk:
+                    continue
+            if chunk is None:
+                return
+            yield chunk
+
+
+def check_chunk(link_filter: LinkFilter | None, chunk: Lines) -> Checked:
+    """Decode, normalize and filter lines (``None``: the worker's filter). Never raises."""
+    check = (link_filter or _worker_filter or LinkFilter()).check
+    out: Checked = []
+    for lineno, raw in chunk:
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            out.append((lineno, None, "not-utf8", raw.decode("utf-8", "backslashreplace")))
+            continue
+        norm, reason = check(text, "")
+        out.append((lineno, norm, reason, "" if norm else text))
+    return out
+
+
+def _init_worker(link_filter: LinkFilter) -> None:
+    # Ctrl-C reaches the whole process group; the producer process decides what it means.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    global _worker_filter
+    _worker_filter = link_filter
+
+
+def _pool_size() -> int:
+    """Leave one CPU to this process (de-duplication, transactions); at most two workers."""
+    try:
+        cpus = len(os.sched_getaffinity(0))  # what this process may use, not the host's
+    except AttributeError:
+        cpus = os.cpu_count() or 1
+    return min(2, cpus - 1)
+
+
+def checked_chunks(chunks: Iterable[Lines], link_filter: LinkFilter,
+                   stop: threading.Event, size_hint: int = 0) -> Iterator[Checked]:
+    """:func:`check_chunk` over ``chunks``, in order; worker processes for long lists.
+
+    If the worker processes cannot start or die, the rest is checked in this thread
+    (a warning says so): slower, never lost.
+    """
+    lines = POOL_AFTER_LINES if size_hint >= POOL_FILE_BYTES else 0
+    pending: deque[tuple[Lines, Future[Checked] | None]] = deque()
+    pool: ProcessPoolExecutor | None = None
+    broken = False
+    try:
+        for chunk in chunks:
+            if pool is None and not broken and lines >= POOL_AFTER_LINES and _pool_size() > 0:
+                pool = _start_pool(link_filter)
+            lines += len(chunk)
+            future = _submit(pool, chunk)
+            if pool is not None and future is None:  # unusable: go on without it
+                pool.shutdown(wait=False, cancel_futures=True)
+                pool, broken = None, True
+            pending.append((chunk, future))
+            if len(pending) >= _CHUNKS_IN_FLIGHT or pool is None:
+                yield _result(link_filter, *pending.popleft())
+            if stop.is_set():
+                break
+        while pending:  # already read, so extracted: offered too (the stop semantics)
+            yield _result(link_filter, *pending.popleft())
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+_POOL_ERRORS = (BrokenProcessPool, RuntimeError, OSError, EOFError)
+
+
+def _submit(pool: ProcessPoolExecutor | None, chunk: Lines) -> Future[Checked] | None:
+    if pool is None:
+        return None
+    try:
+        return pool.submit(check_chunk, None, chunk)
+    except _POOL_ERRORS as exc:
+        log.warning("producer.pool_failed", error=repr(exc), hint="checking in-process")
+        return None
+
+
+def _result(link_filter: LinkFilter, chunk: Lines, future: Future[Checked] | None) -> Checked:
+    if future is not None:
+        try:
+            return future.result()
+        except _POOL_ERRORS as exc:
+            log.warning("producer.pool_failed", error=repr(exc), hint="checking in-process")
+    return check_chunk(link_filter, chunk)
+
+
+def _start_pool(link_filter: LinkFilter) -> ProcessPoolExecutor:
+    # forkserver, not fork: this process runs kazoo and committer threads, and a fork
+    # could copy a lock that one of them holds.
+    ctx = multiprocessing.get_context("forkserver")
+    log.debug("producer.pool", workers=_pool_size())
+    return ProcessPoolExecutor(_pool_size(), mp_context=ctx, initializer=_init_worker,
+                               initargs=(link_filter,))

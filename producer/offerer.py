@@ -1,0 +1,250 @@
+"""De-duplicated, batched offers with back-pressure.
+
+:class:`Offerer` takes normalized URLs, skips the ones seen before (in this run or, with
+``--seen``, in earlier runs), and offers the rest through
+:meth:`zkcrawl.queue.LeaseQueue.offer_many` in transactions of ``batch`` items.
+
+Pipelining: the transactions are committed by ``_COMMITTERS`` threads while the caller
+goes on normalizing the next batch, so the ZooKeeper round trips overlap the CPU work and
+each other (the server's log fsync is shared by transactions that arrive together). At
+most ``_IN_FLIGHT`` batches wait; a caller that gets ahead blocks, which carries
+back-pressure all the way to the reader. Items of two batches in flight at once may
+interleave in the queue: order is kept within a batch, not across batches.
+
+Back-pressure: the queue never grows past ``max_depth`` because of this producer. A
+transaction carries at most ``max_depth - depth`` items; when the queue is full the
+committer blocks in :meth:`LeaseQueue.wait_depth_below` (a ZooKeeper watch, no polling)
+until the depth falls below the low-water mark (90 % of ``max_depth``), so it resumes
+in chunks rather than one item per deletion. Several producers may overshoot by up to
+one transaction each: depth is read, then written, without a lock.
+
+Why a URL enters the seen state only *after* its offer committed: the state then never
+names a URL that is not in the queue. A crash, a lost ZooKeeper, or a stop while the
+queue is full leaves URLs un-offered (logged and counted), and the next run offers them.
+The price is the opposite case: a crash between a commit and the next save of the state
+makes the next run offer that tail again -- duplicates, never losses (at-least-once).
+"""
+
+from __future__ import annotations
+
+import queue as stdqueue
+import threading
+import time
+from collections.abc import Callable
+
+import structlog
+
+from producer.summary import Counts
+from zkcrawl.items import Item
+from zkcrawl.queue import LeaseQueue
+from zkcrawl.seen import SeenSet
+
+log = structlog.get_logger(__name__)  # lazy: bound after logs.configure()
+
+LOW_WATER = 0.9
+# How often a held committer wakes to look at the stop flag; the wait itself is a watch.
+_WAIT_SLICE = 2.0
+# Batches handed over but not yet committed: enough to overlap, little to lose on a stop.
+_IN_FLIGHT = 2
+_COMMITTERS = 2
+# Save the seen state at most this often while running (and always at the end).
+CHECKPOINT_EVERY = 10.0
+
+Batch = list[tuple[str, str]]  # (url, source)
+
+
+def low_water(max_depth: int) -> int:
+    """Resume offering once the depth is below this (at least 1, below ``max_depth``)."""
+    return max(1, min(max_depth - 1, int(max_depth * LOW_WATER))) if max_depth > 1 else 1
+
+
+class Offerer:
+    """Buffer, de-duplicate and offer URLs; see the module docstring for the guarantees.
+
+    ``add`` and ``flush`` are called from one thread (the producer's); :meth:`close` must
+    be called at the end, it stops the committer thread.
+    """
+
+    def __init__(self, queue: LeaseQueue, seen: SeenSet, counts: Counts, *,
+                 producer_id: str, batch: int, max_depth: int, stop: threading.Event,
+                 on_state: Callable[[str], None] | None = None) -> None:
+        self.queue = queue
+        self.seen = seen
+        self.counts = counts
+        self.producer_id = producer_id
+        self.batch = batch
+        self.max_depth = max_depth
+        self.low = low_water(max_depth)
+        self.stop = stop
+        self.on_state = on_state or (lambda _s: None)
+        self._pending: dict[str, str] = {}  # url -> source, not yet handed over
+        # Handed to the committer, not yet in ``seen``. A URL leaves this set only after it
+        # entered ``seen``, so checking here first, then ``seen``, never misses it.
+        self._inflight: set[str] = set()
+        self._handoff: stdqueue.Queue[Batch | None] = stdqueue.Queue(maxsize=_IN_FLIGHT)
+        self._failure: BaseException | None = None
+        self._known_depth: int | None = None  # queue depth + our reservations
+        self._reserving = threading.Lock()  # one reservation at a time
+        self._cond = threading.Condition()  # guards _reserved and the shared counters
+        self._reserved = 0  # places reserved by transactions not yet committed
+        self._closing = threading.Event()
+        self._last_save = time.monotonic()
+        self._threads = [threading.Thread(target=self._commit_loop, name=f"committer-{i}",
+                                          daemon=True) for i in range(_COMMITTERS)]
+        for thread in self._threads:
+            thread.start()
+
+    @property
+    def pending(self) -> int:
+        """URLs accepted but not yet offered (buffered or in flight)."""
+        return len(self._pending) + len(self._inflight)
+
+    # -- producer thread -------------------------------------------------------
+    def add(self, url: str, source: str) -> bool:
+        """Accept ``url`` unless seen before; True if new. Hands over full batches."""
+        if url in self._pending or url in self._inflight or url in self.seen:
+            self.counts.duplicates += 1
+            return False
+        self._pending[url] = source
+        if len(self._pending) >= self.batch:
+            self._hand_over()
+        return True
+
+    def flush(self) -> None:
+        """Offer everything accepted so far; returns once it is committed (or abandoned)."""
+        if self._pending:
+            self._hand_over()
+        self._handoff.join()
+        self._raise_failure()
+        self._maybe_checkpoint()
+
+    def close(self) -> None:
+        """Stop the committers; what was never committed is counted and logged."""
+        self._closing.set()  # a committer held by back-pressure gives up now
+        for _ in self._threads:
+            self._put(None)
+        for thread in self._threads:
+            thread.join()
+        self._abandon(list(self._pending.items()))
+        self._pending.clear()
+
+    def _hand_over(self) -> None:
+        batch = list(self._pending.items())
+        self._inflight.update(self._pending)
+        self._pending.clear()
+        self._put(batch)
+        self._raise_failure()
+        self._maybe_checkpoint()
+
+    def _put(self, item: Batch | None) -> None:
+        # Bounded waits: the committers may be gone and never take it.
+        while any(t.is_alive() for t in self._threads):
+            try:
+                self._handoff.put(item, timeout=0.5)
+                return
+            except stdqueue.Full:
+                continue
+
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+
+    # -- committer thread --------------------------------------------------------
+    def _commit_loop(self) -> None:
+        while True:
+            batch = self._handoff.get()
+            try:
+                if batch is None:
+                    return
+                if self._failure is None:
+                    self._commit(batch)
+                else:
+                    self._abandon(batch)
+            finally:
+                self._handoff.task_done()
+
+    def _commit(self, batch: Batch) -> None:
+        done = 0
+        try:
+            while done < len(batch):
+                n = self._reserve(len(batch) - done)
+                if n <= 0:  # stopped while the queue was full
+                    break
+                try:
+                    self._offer(batch[done:done + n])
+                    done += n
+                finally:
+                    with self._cond:
+                        self._reserved -= n
+                        self._cond.notify_all()
+        except BaseException as exc:  # raised again in the producer thread
+            self._failure = exc
+        self._abandon(batch[done:])
+
+    def _reserve(self, want: int) -> int:
+        """Reserve up to ``want`` places in the queue; 0 when stopped while it is full.
+
+        One committer reserves at a time (a second one waiting for room waits here too).
+        The depth is measured again only when no reservation is in flight, so it never
+        misses items that are being committed: no overshoot from this producer.
+        """
+        with self._reserving:
+            if self._known_depth is None or self._known_depth + want > self.max_depth:
+                with self._cond:
+                    self._cond.wait_for(lambda: self._reserved == 0)
+                self._known_depth = self.queue.depth()  # consumers only ever lower it
+            if self._known_depth >= self.max_depth and not self._wait_for_room():
+                return 0
+            n = min(want, self.max_depth - self._known_depth)
+            self._known_depth += n
+            with self._cond:
+                self._reserved += n
+            return n
+
+    def _wait_for_room(self) -> bool:
+        """Block (on a ZooKeeper watch) until the depth is below the low-water mark."""
+        if self._given_up():
+            return False
+        self.counts.waits += 1
+        self.on_state("waiting")
+        log.info("producer.backpressure", depth=self._known_depth, max_depth=self.max_depth,
+                 resume_below=self.low)
+        while self._known_depth is None or self._known_depth >= self.low:
+            if self._given_up():
+                return False
+            self._known_depth = self.queue.wait_depth_below(self.low, _WAIT_SLICE)
+        log.info("producer.resumed", depth=self._known_depth)
+        self.on_state("offering")
+        return True
+
+    def _given_up(self) -> bool:
+        return self.stop.is_set() or self._closing.is_set()
+
+    def _offer(self, chunk: Batch) -> None:
+        now = time.time()
+        items = [Item(url=u, producer=self.producer_id, meta={"source": src}, enqueued_at=now)
+                 for u, src in chunk]
+        self.queue.offer_many(items)
+        urls = [u for u, _ in chunk]
+        self.seen.add_many(urls)  # only now are they in the queue
+        self._inflight.difference_update(urls)
+        with self._cond:
+            self.counts.offered += len(urls)
+
+    def _abandon(self, batch: Batch) -> None:
+        if not batch:
+            return
+        self._inflight.difference_update(u for u, _ in batch)
+        with self._cond:
+            self.counts.unoffered += len(batch)
+        log.warning("producer.unoffered", items=len(batch),
+                    reason="stopped while the queue was full" if self._failure is None
+                    else f"offer failed: {self._failure!r}",
+                    hint="not in the seen state: the next run offers them")
+
+    def _maybe_checkpoint(self) -> None:
+        if self.seen.path is None or time.monotonic() - self._last_save < CHECKPOINT_EVERY:
+            return
+        if self.seen.dirty:
+            self.seen.save()
+        self._last_save = time.monotonic()

@@ -1,0 +1,106 @@
+"""``zkcrawl-producer`` settings: one frozen dataclass, flags per SPEC §4.
+
+Every field is a flag (``--max-depth``), an environment variable (``ZKCRAWL_MAX_DEPTH``)
+and a TOML key (``max-depth`` / ``max_depth``); precedence flag > env > file > default.
+:meth:`ProducerSettings.validate` checks what can be checked without the network, so a
+bad value is one line and exit 2 before anything is fetched or offered.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from zkcrawl.errors import UsageError
+from zkcrawl.settings import CommonSettings, opt
+
+#: Tracking parameters stripped when no ``--strip-param`` is given (fnmatch globs).
+DEFAULT_STRIP = ("utm_*", "fbclid", "gclid", "dclid", "msclkid", "mc_cid", "mc_eid", "_ga")
+DEFAULT_USER_AGENT = "zkcrawl-producer/0.1 (+https://github.com/zkcrawl/zkcrawl)"
+#: Items per transaction: ~150 bytes each, so 500 stay far below the 1 MB request limit,
+#: and the measured offer rate stops improving beyond a few hundred.
+DEFAULT_BATCH = 500
+
+
+@dataclasses.dataclass(frozen=True)
+class ProducerSettings(CommonSettings):
+    """Flags of ``zkcrawl-producer`` (SPEC §4 plus the de-duplication and HTTP knobs)."""
+
+    start: tuple[str, ...] = opt((), "listing page to start from; repeatable", repeat=True,
+                                 metavar="URL")
+    pages: str | None = opt(None, "listing URL template with {page} (or {page:03d}); "
+                            "needs --page-range", metavar="TEMPLATE")
+    page_range: str | None = opt(None, "pages of --pages to read, inclusive", metavar="A-B")
+    links: str | None = opt(None, "XPath selecting item links (default //a/@href)",
+                            metavar="XPATH")
+    links_css: str | None = opt(None, "CSS selector of item link elements (instead of --links)",
+                                metavar="SELECTOR")
+    next: str | None = opt(None, "XPath of the next-page link (with --start)", metavar="XPATH")
+    max_pages: int = opt(1000, "read at most N listing pages in this run (0: no limit)",
+                         metavar="N")
+    allow: tuple[str, ...] = opt((), "offer only URLs matching one of these regexes; repeatable",
+                                 repeat=True, metavar="REGEX")
+    deny: tuple[str, ...] = opt((), "never offer URLs matching this regex; repeatable",
+                                repeat=True, metavar="REGEX")
+    same_host: bool = opt(False, "offer only links on the listing page's host[:port]")
+    strip_param: tuple[str, ...] = opt(DEFAULT_STRIP, "query parameter to remove (glob, e.g. "
+                                       "'utm_*'); repeatable; replaces the default list",
+                                       repeat=True, metavar="NAME")
+    from_file: str | None = opt(None, "offer the URLs in this file, one per line (- = stdin); "
+                                "nothing is fetched", metavar="PATH")
+    seen: str | None = opt(None, "de-duplication state file that survives restarts "
+                           "(default: this run only)", metavar="PATH")
+    expected: int = opt(1_000_000, "URLs the --seen state is sized for (when it is created)",
+                        metavar="N")
+    fp_rate: float = opt(0.001, "false-positive rate of the --seen Bloom filter: that share "
+                         "of new URLs is wrongly skipped", metavar="F")
+    max_depth: int = opt(10_000, "back-pressure: wait while the queue holds N items",
+                         metavar="N")
+    batch: int = opt(DEFAULT_BATCH, "items per ZooKeeper transaction", metavar="N")
+    delay: float = opt(1.0, "seconds between two listing fetches from one host", metavar="S")
+    robots: bool = opt(True, "obey robots.txt for listing pages")
+    user_agent: str = opt(DEFAULT_USER_AGENT, "User-Agent of listing fetches")
+    timeout: float = opt(15.0, "connect/read timeout of one listing fetch", metavar="S")
+    retries: int = opt(3, "retries of a listing fetch that may pass (connection, 429, 5xx)",
+                       metavar="N")
+    max_bytes: int = opt(10_000_000, "read at most N bytes of a listing page", metavar="N")
+    id: str | None = opt(None, "producer id in <root>/producers (default host-pid)",
+                         metavar="NAME")
+
+    def validate(self) -> None:
+        super().validate()
+        self._validate_mode()
+        self._validate_numbers()
+
+    def _validate_mode(self) -> None:
+        listing = bool(self.start or self.pages)
+        if not listing and not self.from_file:
+            raise UsageError("nothing to read: give --start URL, --pages TEMPLATE with "
+                             "--page-range, or --from-file PATH")
+        if listing and self.from_file:
+            raise UsageError("--from-file cannot be combined with --start/--pages")
+        if self.pages and not self.page_range:
+            raise UsageError("--pages needs --page-range A-B")
+        if self.page_range and not self.pages:
+            raise UsageError("--page-range needs --pages TEMPLATE")
+        if self.next and not self.start:
+            raise UsageError("--next follows next-page links from --start pages; "
+                             "give --start (with --pages, use --page-range)")
+        if self.links and self.links_css:
+            raise UsageError("give either --links or --links-css, not both")
+
+    def _validate_numbers(self) -> None:
+        positive = {"--batch": self.batch, "--max-depth": self.max_depth,
+                    "--expected": self.expected, "--max-bytes": self.max_bytes}
+        for flag, value in positive.items():
+            if value <= 0:
+                raise UsageError(f"{flag} must be a positive integer, got {value}")
+        if self.max_pages < 0 or self.retries < 0:
+            raise UsageError("--max-pages and --retries must be >= 0")
+        if not 0.0 < self.fp_rate < 1.0:
+            raise UsageError(f"--fp-rate must be between 0 and 1, got {self.fp_rate}")
+        for flag, value in (("--delay", self.delay), ("--timeout", self.timeout)):
+            if not math.isfinite(value) or value < 0 or (flag == "--timeout" and value == 0):
+                raise UsageError(f"{flag} must be a finite number of seconds, got {value}")
+        if self.id is not None and (not self.id or "/" in self.id):
+            raise UsageError(f"--id must be a non-empty name without '/', got {self.id!r}")

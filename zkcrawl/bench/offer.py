@@ -1,0 +1,216 @@
+"""``zkcrawl bench offer``: the producer's offer path against the seed's, in one run.
+
+Cases (same ZooKeeper, a fresh root each):
+
+* ``seed_offer``  the seed's ``queue.offer(url.getBytes())``: one PERSISTENT_SEQUENTIAL
+  create per URL, one round trip each, no normalization, no de-duplication. Timed on a
+  sample (default 5,000 URLs): its cost per URL does not depend on N.
+* ``producer``    ``zkcrawl-producer --from-file`` of N URLs, in-process, end to end:
+  reading, normalization (tracking parameters stripped), de-duplication against a
+  seen state, batched transactions. Back-pressure is set out of the way
+  (``--max-depth`` above N): this measures offering, not waiting for consumers.
+* ``seen``        memory of the de-duplication state sized for 1,000,000 URLs at a
+  0.1 % false-positive rate, filled to capacity; the false-positive rate is measured
+  on URLs never added.
+
+Without ``--zk`` a throwaway local ZooKeeper is started in a temporary directory and
+stopped at the end. The figures depend on the machine: compare ratios, not absolutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from zkcrawl import logs
+from zkcrawl.localzk import ZkServer
+from zkcrawl.seen import SeenSet
+from zkcrawl.zk import ZkClient, gather
+
+SEED_SAMPLE = 5_000
+SEEN_N = 1_000_000
+SEEN_FP = 0.001
+FP_PROBES = 100_000
+_HOSTS = 50
+
+
+def write_urls(path: Path, n: int, seed: int = 42) -> None:
+    """N distinct URLs as a crawler meets them: many hosts, tracking parameters, fragments,
+    upper-case hosts, default ports. They stay distinct after normalization."""
+    rnd = random.Random(seed)
+    with open(path, "w", encoding="utf-8") as fh:
+        for i in range(n):
+            host = f"site{i % _HOSTS}.example.com"
+            url = f"http://{host}/articles/{i // _HOSTS}/{rnd.randrange(10**6)}-{i}.html"
+            kind = i % 6
+            if kind == 1:
+                url += "?utm_source=feed&utm_medium=rss"
+            elif kind == 2:
+                url += "#comments"
+            elif kind == 3:
+                url = url.replace(host, host.upper() + ":80")
+            elif kind == 4:
+                url += f"?page={i % 7}&utm_campaign=spring"
+            fh.write(url + "\n")
+
+
+def bench_seed(zk: ZkClient, root: str, urls: list[str]) -> dict[str, Any]:
+    """The seed: ``create(path/qn-, url, PERSISTENT_SEQUENTIAL)`` once per URL."""
+    path = f"{root}/seed"
+    zk.ensure_path(path)
+    t0 = time.perf_counter()
+    for url in urls:
+        zk.kazoo.create(f"{path}/qn-", url.encode(), sequence=True)
+    elapsed = time.perf_counter() - t0
+    return {"urls_per_s": round(len(urls) / elapsed, 1), "sample": len(urls),
+            "elapsed_s": round(elapsed, 3), "round_trips_per_url": 1.0}
+
+
+def bench_producer(hosts: str, root: str, path: Path, n: int, batch: int) -> dict[str, Any]:
+    """The producer, in-process and end to end, from ``--from-file`` to committed items."""
+    import threading
+
+    from producer.main import execute, make_plan
+    from producer.settings import ProducerSettings
+
+    settings = ProducerSettings(zk=hosts, root=root, from_file=str(path), batch=batch,
+                                max_depth=n + 1, id="bench-producer")
+    settings.validate()
+    plan = make_plan(settings)
+    t0 = time.perf_counter()
+    status = execute(plan, stop=threading.Event())
+    elapsed = time.perf_counter() - t0
+    zk = ZkClient(hosts).connect()
+    try:
+        stat = zk.exists(f"{root}/queue")
+        offered = int(stat.numChildren) if stat else 0
+    finally:
+        zk.close()
+    return {"urls_per_s": round(n / elapsed, 1), "urls": n, "offered": offered,
+            "elapsed_s": round(elapsed, 3), "batch": batch, "exit_status": int(status),
+            "transactions": -(-offered // batch)}
+
+
+def bench_seen(n: int = SEEN_N, fp_rate: float = SEEN_FP,
+               probes: int = FP_PROBES) -> dict[str, Any]:
+    """Bytes per URL of a seen state for ``n`` URLs, filled to ``n``; measured fp rate."""
+    with tempfile.TemporaryDirectory(prefix="zkcrawl-seen-") as tmp:
+        path = Path(tmp) / "seen"
+        seen = SeenSet.open(path, n, fp_rate)
+        seen.add_many(f"https://fill.example.com/a/{i}" for i in range(n))
+        probes = min(probes, n)
+        false = sum(f"https://probe.example.com/b/{i}" in seen for i in range(probes))
+        seen.save()
+        file_bytes = path.stat().st_size
+    return {"urls": n, "fp_rate": fp_rate, "mode": seen.mode, "bytes": seen.nbytes,
+            "bytes_per_url": round(seen.nbytes / n, 3), "file_bytes": file_bytes,
+            "measured_fp_rate": round(false / probes, 5) if probes else None}
+
+
+def _drop(hosts: str, root: str) -> None:
+    """Remove a bench root with pipelined deletes (recursive delete is one trip per node)."""
+    zk = ZkClient(hosts).connect()
+    try:
+        for sub in ("queue", "seed"):
+            path = f"{root}/{sub}"
+            if zk.exists(path) is None:
+                continue
+            names = zk.get_children(path)
+            for i in range(0, len(names), 2000):
+                gather([zk.kazoo.delete_async(f"{path}/{n}") for n in names[i:i + 2000]])
+        zk.kazoo.delete(root, recursive=True)
+    finally:
+        zk.close()
+
+
+def run_bench(hosts: str | None, n: int = 100_000, json_out: bool = False, *,
+              seed_sample: int = SEED_SAMPLE, seen_n: int = SEEN_N, batch: int | None = None
+              ) -> dict[str, Any]:
+    """Run the three cases and return the figures (``json_out`` is accepted for the CLI,
+    which prints; :func:`render` gives the table)."""
+    del json_out
+    import structlog
+
+    from producer.settings import DEFAULT_BATCH
+
+    if not structlog.is_configured():
+        # Unconfigured structlog prints to stdout, which holds the table or the JSON.
+        logs.configure("auto", "warning")
+
+    batch = batch or DEFAULT_BATCH
+    with tempfile.TemporaryDirectory(prefix="zkcrawl-bench-offer-") as tmp:
+        server = None
+        if hosts is None:
+            # Room for N items in the heap: ZooKeeper keeps every znode in memory.
+            server = ZkServer(Path(tmp) / "zk", heap_mb=1024).start(wait=60)
+            hosts = server.hosts
+        root = f"/bench-offer-{uuid.uuid4().hex[:8]}"
+        try:
+            path = Path(tmp) / "urls.txt"
+            write_urls(path, n)
+            sample = path.read_text(encoding="utf-8").splitlines()[:min(seed_sample, n)]
+            zk = ZkClient(hosts).connect()
+            try:
+                seed = bench_seed(zk, root, sample)
+            finally:
+                zk.close()
+            prod = bench_producer(hosts, root, path, n, batch)
+        finally:
+            if server is not None:
+                server.stop()  # the data directory goes with the temporary directory
+            else:
+                _drop(hosts, root)
+    seen = bench_seen(seen_n)
+    return {"n": n, "zk": "throwaway local" if server is not None else hosts,
+            "seed_offer": seed, "producer": prod,
+            "speedup": round(prod["urls_per_s"] / seed["urls_per_s"], 1),
+            "seen_bytes_per_url": seen["bytes_per_url"], "seen": seen,
+            "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
+            "targets": {"producer_urls_per_s": 15_000, "speedup": 10,
+                        "seen_bytes_per_url": 4.0}}
+
+
+def render(out: dict[str, Any]) -> str:
+    """A readable table of :func:`run_bench`'s result."""
+    seed, prod, seen = out["seed_offer"], out["producer"], out["seen"]
+    rows = [
+        ("seed_offer (1 create/URL)", f"{seed['urls_per_s']:>10,.0f} URLs/s",
+         f"sample of {seed['sample']}"),
+        ("producer (end to end)", f"{prod['urls_per_s']:>10,.0f} URLs/s",
+         f"{prod['offered']} offered, batch {prod['batch']}, {prod['elapsed_s']} s"),
+        ("speedup", f"{out['speedup']:>10.1f} x", "target >= 10x"),
+        ("seen state", f"{out['seen_bytes_per_url']:>10.2f} B/URL",
+         f"{seen['urls']:,} URLs at fp {seen['fp_rate']} (measured {seen['measured_fp_rate']})"
+         ", target <= 4"),
+    ]
+    width = max(len(r[0]) for r in rows)
+    lines = [f"bench offer: N={out['n']:,}, ZooKeeper {out['zk']}, {out['cpus']} CPUs, "
+             f"load {out['load_avg_1m']}"]
+    lines += [f"  {a:<{width}}  {b}  ({c})" for a, b, c in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m zkcrawl.bench.offer [--zk HOSTS] [--items N] [--json]``."""
+    ap = argparse.ArgumentParser(prog="python -m zkcrawl.bench.offer")
+    ap.add_argument("--zk", default=None)
+    ap.add_argument("--items", type=int, default=100_000)
+    ap.add_argument("--batch", type=int, default=None)
+    ap.add_argument("--seen-n", type=int, default=SEEN_N)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    out = run_bench(args.zk, args.items, args.json, seen_n=args.seen_n, batch=args.batch)
+    print(json.dumps(out) if args.json else render(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
