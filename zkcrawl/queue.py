@@ -231,7 +231,7 @@ class LeaseQueue:
         names: list[str] = []
         inflight: deque[tuple[str, list[bytes], Any]] = deque()
         for token, chunk in self._chunks(items):
-            inflight.append((token, chunk, self._offer_tx(token, chunk).commit_async()))
+            inflight.append((token, chunk, self._offer_async(token, chunk)))
             if len(inflight) >= 2:
                 names.extend(self._offer_result(*inflight.popleft()))
         while inflight:
@@ -254,13 +254,10 @@ class LeaseQueue:
         if chunk:
             yield token, chunk
 
-    def _offer_tx(self, token: str, chunk: list[bytes]) -> Any:
-        tx = self.zk.transaction()
-        tx.create(f"{self.offer_path}/{token}", b"", ephemeral=True)
-        path = f"{self.queue_path}/{wire.PREFIX}"
-        for data in chunk:
-            tx.create(path, data, sequence=True)
-        return tx
+    def _offer_async(self, token: str, chunk: list[bytes]) -> Any:
+        """[create marker (ephemeral), create item (sequential) x n] as one transaction."""
+        return self.zk.create_many_async(f"{self.offer_path}/{token}",
+                                         f"{self.queue_path}/{wire.PREFIX}", chunk)
 
     def _offer_result(self, token: str, chunk: list[bytes], pending: Any) -> list[str]:
         marker = f"{self.offer_path}/{token}"
@@ -274,7 +271,7 @@ class LeaseQueue:
                 committed = self._find_committed(marker, token, len(chunk))
                 if committed is not None:
                     return committed
-                pending = self._offer_tx(token, chunk).commit_async()
+                pending = self._offer_async(token, chunk)
                 continue
             if tx_ok(results):
                 self.zk.kazoo.delete_async(marker)  # pipelined: no round trip waited for
@@ -282,7 +279,7 @@ class LeaseQueue:
             if any(isinstance(r, NoNodeError) for r in results):
                 self.zk.ensure_path(self.queue_path)  # a CONTAINER queue path was reaped
                 self.zk.ensure_path(self.offer_path)
-                pending = self._offer_tx(token, chunk).commit_async()
+                pending = self._offer_async(token, chunk)
                 continue
             first = next(r for r in results if isinstance(r, Exception))
             raise ZkCrawlError(f"offer failed: {first!r}")

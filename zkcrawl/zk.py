@@ -22,8 +22,10 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import EXCEPTIONS, KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.serialization import (
+    Create,
     GetData,
     MultiHeader,
+    Transaction,
     int_struct,
     multiheader_struct,
     read_buffer,
@@ -31,10 +33,12 @@ from kazoo.protocol.serialization import (
 )
 from kazoo.protocol.states import ZnodeStat
 from kazoo.retry import KazooRetry
+from kazoo.security import OPEN_ACL_UNSAFE
 
 from zkcrawl.errors import ZkUnavailable
 
 T = TypeVar("T")
+_OPEN_ACL = OPEN_ACL_UNSAFE
 
 __all__ = [
     "KazooException",
@@ -86,6 +90,40 @@ class MultiRead:
                 results.append(EXCEPTIONS[err]())
             header, offset = MultiHeader.deserialize(data, offset)
         return results
+
+
+class CreateMany:
+    """One ``multi`` transaction: an ephemeral marker, then many sequential creates
+    under one path prefix -- the producer's offer.
+
+    Same wire format as kazoo's Transaction (so its deserializer is reused), but the
+    bytes shared by every create (path prefix, ACL, flags) are built once: kazoo's
+    per-op validation and path normalisation cost more than the item itself.
+    """
+
+    type = Transaction.type
+
+    def __init__(self, marker: str, prefix: str, datas: Sequence[bytes], acl: Any) -> None:
+        self.marker = Create(marker, b"", acl, 1)  # 1: ephemeral
+        one = Create(prefix, b"", acl, 2).serialize()  # 2: sequential
+        path_len = 4 + len(prefix.encode("utf-8"))
+        self._head = MultiHeader(Create.type, False, -1).serialize() + one[:path_len]
+        self._tail = bytes(one[path_len + 4:])  # after the (empty) data: ACL + flags
+        self.datas = datas
+
+    def serialize(self) -> bytearray:
+        b = bytearray(MultiHeader(Create.type, False, -1).serialize())
+        b.extend(self.marker.serialize())
+        head, tail, pack = self._head, self._tail, int_struct.pack
+        for data in self.datas:
+            b.extend(head)
+            b.extend(pack(len(data)))
+            b.extend(data)
+            b.extend(tail)
+        b.extend(multiheader_struct.pack(-1, True, -1))
+        return b
+
+    deserialize = Transaction.deserialize
 
 
 class _QuietUntilConnected(logging.Filter):
@@ -224,6 +262,14 @@ class ZkClient:
                     raise
                 self._multiread = False  # an old server: pipelined gets from now on
         return gather([self.kazoo.get_async(p) for p in paths])
+
+    def create_many_async(self, marker: str, prefix: str, datas: Sequence[bytes]) -> Any:
+        """Commit :class:`CreateMany`; the result is like a transaction's commit()."""
+        chroot = self.kazoo.chroot or ""
+        result = self.kazoo.handler.async_result()
+        acl = self.kazoo.default_acl or _OPEN_ACL
+        self.kazoo._call(CreateMany(chroot + marker, chroot + prefix, datas, acl), result)
+        return result
 
     def get_children_async(self, path: str) -> Any:
         return self.kazoo.get_children_async(path)
