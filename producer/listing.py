@@ -32,7 +32,6 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
 import lxml.etree
 import structlog
@@ -42,6 +41,7 @@ from zkcrawl.extract import (
     DEFAULT_LINKS_XPATH,
     compile_css,
     compile_xpath,
+    first_http_link,
     links_from_doc,
     parse_html,
 )
@@ -142,14 +142,6 @@ def _key(url: str) -> str:
     return normalize_url(url) or url
 
 
-def _first_http(links: list[str]) -> str | None:
-    for link in links:
-        try:
-            if urlsplit(link).scheme.lower() in ("http", "https"):
-                return link
-        except ValueError:
-            continue
-    return None
 
 
 def read_page(fetcher: Fetcher, url: str, selectors: Selectors) -> ListingPage:
@@ -172,7 +164,7 @@ def read_page(fetcher: Fetcher, url: str, selectors: Selectors) -> ListingPage:
     doc = parse_html(res.body, page.final_url, res.content_type)
     page.links = links_from_doc(doc, page.final_url, selectors.links)
     if selectors.next is not None:
-        page.next_url = _first_http(links_from_doc(doc, page.final_url, selectors.next))
+        page.next_url = first_http_link(links_from_doc(doc, page.final_url, selectors.next))
     return page
 
 

@@ -208,7 +208,13 @@ def extract_next(
     does not send the producer back to a non-page.
     """
     doc = parse_html(body, url, content_type)
-    for link in links_from_doc(doc, url, _as_xpath(xpath, DEFAULT_LINKS_XPATH, "--next")):
+    return first_http_link(links_from_doc(doc, url,
+                                          _as_xpath(xpath, DEFAULT_LINKS_XPATH, "--next")))
+
+
+def first_http_link(links: Iterable[str]) -> str | None:
+    """The first link with an http(s) scheme, else ``None``."""
+    for link in links:
         try:
             if urlsplit(link).scheme.lower() in ("http", "https"):
                 return link

@@ -32,6 +32,8 @@ def guarded(prog: str, func: Callable[[], ExitStatus], stderr: IO[str] | None = 
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=err)
         return ExitStatus.FAILURE
+    finally:
+        logs.flush()
 
 
 def setup_logging(settings: CommonSettings) -> None:
