@@ -9,11 +9,13 @@ Layout (SPEC §2)::
 
 Guarantees
 ----------
-* **At-least-once** (default). An item is *claimed* by creating its ephemeral lease in
-  the same transaction that checks the item still exists; it is *completed* by deleting
-  item and lease in one transaction, which the caller does only after the result is
-  durable. No item is ever lost: if the holder dies, is killed or loses its session,
-  its leases vanish with the session and the items are claimable again at once.
+* **At-least-once** (default). An item is *claimed* by creating its ephemeral lease
+  (leases of a batch in one transaction) and reading the item right behind it: an item
+  that is gone by then (completed by its last holder) drops its lease at once. It is
+  *completed* by deleting item and lease in one transaction, which the caller does
+  only after the result is durable. No item is ever lost: if the holder dies, is killed
+  or loses its session, its leases vanish with the session and the items are claimable
+  again at once.
   Duplicates can only come from items in flight at such a failure.
 * **At-most-once** (``delivery="at-most-once"``): the seed's behaviour, delete on take.
   Faster; an item in flight when the process dies is lost.
@@ -22,9 +24,9 @@ Guarantees
   an offer retried after ConnectionLoss first asks whether its first try committed
   (Curator's ``withProtection`` idea): no silent double insert.
 * **Takes are O(1) amortised**: the children are listed once, sorted (wrap-safe), and
-  claimed from the cached list -- leases created ``claim_batch`` per transaction, falling
-  back to single pipelined transactions when a batch meets a taken item, data read with
-  pipelined async calls. The queue is re-listed only when the cached list is used up.
+  claimed from the cached list -- leases created ``claim_batch`` per transaction (a batch
+  that meets a taken item drops it and retries, then falls back to single creates), the
+  batch's data read with one multiRead. The queue is re-listed only when the cached list is used up.
   When nothing is claimable the caller blocks on children watches (queue and leases),
   never in a polling loop.
 * **Fair sharing**: with ``n`` live consumers (``<root>/consumers``) consumer ``i`` first
