@@ -20,9 +20,7 @@ Guarantees
 * **At-most-once** (``delivery="at-most-once"``): the seed's behaviour, delete on take.
   Faster; an item in flight when the process dies is lost.
 * **Offers** go in transactions of up to ``offer_batch`` items (well under the 1 MB
-  request limit). A transaction also creates an ephemeral marker ``offers/<token>``, so
-  an offer retried after ConnectionLoss first asks whether its first try committed
-  (Curator's ``withProtection`` idea): no silent double insert.
+  request limit), protected against double insert on retry: see :mod:`zkcrawl.offers`.
 * **Takes are O(1) amortised**: the children are listed once, sorted (wrap-safe), and
   claimed from the cached list -- leases created ``claim_batch`` per transaction (a batch
   that meets a taken item drops it and retries, then falls back to single creates), the
@@ -56,7 +54,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-import uuid
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -72,20 +69,15 @@ from kazoo.exceptions import (
 )
 
 from zkcrawl import items as wire
-from zkcrawl.errors import ZkCrawlError
 from zkcrawl.items import Item
 from zkcrawl.logs import get_logger
+from zkcrawl.offers import BatchOffers, QueueSuspended
 from zkcrawl.zk import KazooState, ZkClient, gather, tx_ok
 
 AT_LEAST_ONCE = "at-least-once"
 AT_MOST_ONCE = "at-most-once"
-MAX_TX_BYTES = 256 * 1024  # far below ZooKeeper's 1 MB jute.maxbuffer per request
 
 log = get_logger(__name__)
-
-
-class QueueSuspended(ZkCrawlError):
-    """Not connected to ZooKeeper right now: hold completions and try again later."""
 
 
 @dataclass
@@ -169,6 +161,8 @@ class LeaseQueue:
         for path in (self.queue_path, self.lease_path, self.dead_path, self.offer_path):
             zk.ensure_path(path)
         zk.add_listener(self._on_state)
+        self._offers = BatchOffers(zk, self.queue_path, self.offer_path, offer_batch,
+                                   self._connected, lambda: self._session)
 
     # -- connection state (kazoo thread: set flags only) ---------------------
     def _on_state(self, state: str) -> bool:
@@ -224,118 +218,19 @@ class LeaseQueue:
         return self.offer_many([Item(url=url, producer=producer, meta=meta or {})])[0]
 
     def offer_many(self, items: Iterable[Item]) -> list[str]:
-        """Offer items in transactions; returns the created znode names in order.
+        """Offer items in transactions; returns the created znode names in order."""
+        return self._offers.offer_many(items)
 
-        Two transactions are in flight at once (ZooKeeper applies a session's requests
-        in order, so the sequence order is kept): encoding the next batch overlaps the
-        server's work on the previous one.
-        """
-        names: list[str] = []
-        inflight: deque[tuple[str, list[bytes], Any]] = deque()
-        for token, chunk in self._chunks(items):
-            inflight.append((token, chunk, self._offer_async(token, chunk)))
-            if len(inflight) >= 2:
-                names.extend(self._offer_result(*inflight.popleft()))
-        while inflight:
-            names.extend(self._offer_result(*inflight.popleft()))
-        return names
-
-    def _chunks(self, items: Iterable[Item]) -> Iterable[tuple[str, list[bytes]]]:
-        chunk: list[bytes] = []
-        size = 0
-        token = uuid.uuid4().hex
-        for item in items:
-            data = item.encode(batch=token)
-            if chunk and (len(chunk) >= self.offer_batch or size + len(data) > MAX_TX_BYTES):
-                yield token, chunk
-                token = uuid.uuid4().hex
-                chunk, size = [], 0
-                data = item.encode(batch=token)
-            chunk.append(data)
-            size += len(data) + 64
-        if chunk:
-            yield token, chunk
-
-    def _offer_async(self, token: str, chunk: list[bytes]) -> Any:
-        """[create marker (ephemeral), create item (sequential) x n] as one transaction."""
-        return self.zk.create_many_async(f"{self.offer_path}/{token}",
-                                         f"{self.queue_path}/{wire.PREFIX}", chunk)
-
-    def _offer_result(self, token: str, chunk: list[bytes], pending: Any) -> list[str]:
-        marker = f"{self.offer_path}/{token}"
-        for attempt in range(5):
-            try:
-                results = pending.get()
-            except (ConnectionLoss, SessionExpiredError) as exc:
-                log.warning("queue.offer_retry", error=type(exc).__name__, attempt=attempt)
-                if not self._connected.wait(self.zk.zk_timeout):
-                    raise QueueSuspended("ZooKeeper unreachable while offering") from None
-                committed = self._find_committed(marker, token, len(chunk))
-                if committed is not None:
-                    return committed
-                pending = self._offer_async(token, chunk)
-                continue
-            if tx_ok(results):
-                self.zk.kazoo.delete_async(marker)  # pipelined: no round trip waited for
-                return [r.rsplit("/", 1)[1] for r in results[1:]]
-            if any(isinstance(r, NoNodeError) for r in results):
-                self.zk.ensure_path(self.queue_path)  # a CONTAINER queue path was reaped
-                self.zk.ensure_path(self.offer_path)
-                pending = self._offer_async(token, chunk)
-                continue
-            first = next(r for r in results if isinstance(r, Exception))
-            raise ZkCrawlError(f"offer failed: {first!r}")
-        raise ZkCrawlError("offer failed after 5 attempts")
-
-    def _find_committed(self, marker: str, token: str, n: int) -> list[str] | None:
-        """After ConnectionLoss: did the transaction commit? Exact while the session lives."""
-        if self.zk.exists(marker) is not None:
-            names = self._names_with_token(token)
-            self.zk.kazoo.delete_async(marker)
-            return names if len(names) == n else names + ["?"] * (n - len(names))
-        if self.zk.session_id == self._session:
-            return None  # same session and no marker: the transaction did not commit
-        # New session: the marker died with the old one; fall back to the data token.
-        names = self._names_with_token(token)
-        return names or None
-
-    def _names_with_token(self, token: str) -> list[str]:
-        names = [n for _, n in wire.sort_names(self.zk.get_children(self.queue_path))]
-        datas = self.zk.get_many([f"{self.queue_path}/{n}" for n in names])
-        found = []
-        for name, res in zip(names, datas, strict=True):
-            if not isinstance(res, Exception) and wire.decode(res[0]).batch == token:
-                found.append(name)
-        return found
-
-    # -- depth -----------------------------------------------------------
     def depth(self) -> int:
         """Items in the queue (leased ones included), from the parent's stat: O(1)."""
-        stat = self.zk.exists(self.queue_path)
-        return int(stat.numChildren) if stat else 0
+        return self._offers.depth()
 
     def wait_depth_below(self, low: int, timeout: float) -> int:
-        """Block until fewer than ``low`` items are queued, or ``timeout``; returns depth.
+        """Block until fewer than ``low`` items are queued, or ``timeout``; returns depth."""
+        return self._offers.wait_depth_below(low, timeout)
 
-        A children watch would fire on every completion and cost a full listing to
-        re-arm (O(n) per deletion); instead we watch the one item whose deletion
-        brings the depth to ``low`` (items leave roughly in sequence order) and
-        re-check the O(1) depth when it goes.
-        """
-        deadline = time.monotonic() + timeout
-        while (depth := self.depth()) >= low:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return depth
-            names = wire.sort_names(self.zk.get_children(self.queue_path))
-            if len(names) < low:
-                continue
-            gone = threading.Event()
-            target = f"{self.queue_path}/{names[len(names) - low][1]}"
-            if self.zk.exists(target, watch=lambda _e, ev=gone: ev.set()) is None:
-                continue
-            gone.wait(min(remaining, 5.0))
-        return depth
+    def _find_committed(self, marker: str, token: str, n: int) -> list[str] | None:
+        return self._offers.find_committed(marker, token, n)
 
     # -- claims ----------------------------------------------------------
     def claim(self, max_items: int = 1, timeout: float | None = None) -> list[Claimed]:
