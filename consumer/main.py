@@ -62,25 +62,11 @@ def stop_signals(worker: Worker) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def quiet_kazoo() -> Iterator[None]:
-    """While connecting, kazoo warns about every refused attempt; an unreachable ZooKeeper
-    must still be exactly one line on stderr (SPEC §4), so those warnings are held back."""
-    logger = logging.getLogger("kazoo.client")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
-@contextlib.contextmanager
 def open_consumer(settings: ConsumerSettings, sink: Sink) -> Iterator[Worker]:
     """Connect and assemble a consumer; closing ends the ZooKeeper session (any lease still
     held vanishes with it). Tests drive the yielded Worker directly."""
     fields = parse_field_specs(settings.field)
-    with quiet_kazoo():
-        zk = connect(settings)
+    zk = connect(settings)  # kazoo's per-attempt warnings are held back by ZkClient
     server: MetricsServer | None = None
     queue: LeaseQueue | None = None
     try:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import threading
 import time
 from collections import Counter
@@ -52,12 +51,7 @@ _RUNNING_STATES = ("running", "idle")
 def session(settings: CommonSettings) -> Iterator[ZkClient]:
     """A connected client for one admin command (unreachable -> exit 2); a ZooKeeper
     error in the middle of the command becomes one line and exit 1, not a traceback."""
-    if settings.log_level != "debug":
-        # kazoo logs every failed connection attempt; an admin command owes the operator
-        # one line (the ZkUnavailable below), so its chatter is for --log-level debug only.
-        for name in ("kazoo", "kazoo.client"):
-            logging.getLogger(name).setLevel(logging.CRITICAL)
-    zk = connect(settings)
+    zk = connect(settings)  # unreachable: one line (ZkClient holds kazoo's warnings back)
     try:
         yield zk
     except KazooException as exc:

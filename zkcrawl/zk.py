@@ -179,12 +179,13 @@ class ZkClient:
         self._stop_quietly()
 
     def _stop_quietly(self) -> None:
-        logging.getLogger("kazoo.client").removeFilter(self._quiet)
         try:
             self.kazoo.stop()
             self.kazoo.close()
-        except Exception:
+        except Exception:  # closing must never raise to the operator
             pass
+        # Removed only now: stopping a never-connected client logs its last attempts too.
+        logging.getLogger("kazoo.client").removeFilter(self._quiet)
 
     def __enter__(self) -> ZkClient:
         return self.connect()
