@@ -6,6 +6,7 @@ import email.utils
 import socket
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 
 import pytest
@@ -295,3 +296,38 @@ def test_fetch_then_extract_gbk_page_without_declared_charset(srv: TestServer) -
     srv.route("/gbk", (200, {"Content-Type": "text/html"}, page.encode("gbk")))
     res = fetch(FAST, srv.url("/gbk"))
     assert extract_record(res.body, res.final_url, content_type=res.content_type).title == title
+
+
+def test_deflate_is_decoded(srv: TestServer) -> None:
+    srv.route("/deflate", (200, {"Content-Type": "text/html", "Content-Encoding": "deflate"},
+                           zlib.compress(PAGE.encode())))
+    res = fetch(FAST, srv.url("/deflate"))
+    assert (res.error, res.body) == (None, PAGE.encode())
+
+
+def test_robots_redirect_loop_counts_as_unavailable_and_allows() -> None:
+    # RFC 9309 §2.3.1.2: after too many redirects robots.txt may be treated as a 4xx.
+    routes = {"/robots.txt": redirect("/r2.txt"), "/r2.txt": redirect("/robots.txt"),
+              "/*": html(PAGE)}
+    with TestServer(routes) as srv:
+        assert fetch(FetchSettings(), srv.url("/page")).ok
+        hops = len(srv.requests_for("/robots.txt")) + len(srv.requests_for("/r2.txt"))
+        assert hops == 6  # the first request and five redirects, then it stops
+
+
+def test_proxy_from_environment_and_no_proxy(srv: TestServer,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # The test server plays the forward proxy: it receives the absolute URL.
+    srv.route("/via-proxy", html(PAGE))
+    for name in ("http_proxy", "HTTP_PROXY", "no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("http_proxy", srv.url(""))
+    monkeypatch.setenv("no_proxy", "localhost,127.0.0.2")
+    res = fetch(FAST, "http://site.invalid/via-proxy")
+    assert (res.status, res.error, res.body) == (200, None, PAGE.encode())
+    (req,) = srv.requests_for("/via-proxy")
+    assert req.target == "http://site.invalid/via-proxy" and req.host == "site.invalid"
+    # no_proxy is honoured: this one goes direct, to a loopback address nobody listens on.
+    port = srv.url("").rsplit(":", 1)[1]
+    assert fetch(FAST, f"http://127.0.0.2:{port}/via-proxy").error == "connection"
+    assert len(srv.requests_for("/via-proxy")) == 1

@@ -23,12 +23,12 @@ from kazoo.exceptions import EXCEPTIONS, KazooException, NodeExistsError, NoNode
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.serialization import (
     Create,
+    Delete,
     GetData,
     MultiHeader,
     Transaction,
     int_struct,
     multiheader_struct,
-    read_buffer,
     stat_struct,
 )
 from kazoo.protocol.states import ZnodeStat
@@ -66,30 +66,31 @@ class MultiRead:
     def __init__(self, paths: Sequence[str]) -> None:
         self.paths = list(paths)
 
-    def serialize(self) -> bytearray:
-        b = bytearray()
-        for path in self.paths:
-            b.extend(MultiHeader(GetData.type, False, -1).serialize())
-            b.extend(GetData(path, None).serialize())
-        b.extend(multiheader_struct.pack(-1, True, -1))
-        return b
+    def serialize(self) -> bytes:
+        return b"".join([*(_GETDATA_HEAD + _string(p) + b"\x00" for p in self.paths),
+                         _MULTI_DONE])
 
     @classmethod
     def deserialize(cls, data: bytes, offset: int) -> list[Any]:
         results: list[Any] = []
-        header, offset = MultiHeader.deserialize(data, offset)
-        while not header.done:
-            if header.type == GetData.type:
-                value, offset = read_buffer(data, offset)
-                stat = ZnodeStat._make(stat_struct.unpack_from(data, offset))
-                offset += stat_struct.size
-                results.append((bytes(value or b""), stat))
+        unpack_header, unpack_int, unpack_stat = (multiheader_struct.unpack_from,
+                                                  int_struct.unpack_from, stat_struct.unpack_from)
+        while True:
+            kind, done, _ = unpack_header(data, offset)
+            offset += _HEADER_SIZE
+            if done:
+                return results
+            if kind == GetData.type:
+                (length,) = unpack_int(data, offset)
+                offset += 4
+                value = bytes(data[offset:offset + length]) if length > 0 else b""
+                offset += max(length, 0)
+                results.append((value, ZnodeStat._make(unpack_stat(data, offset))))
+                offset += _STAT_SIZE
             else:
-                err = int_struct.unpack_from(data, offset)[0]
-                offset += int_struct.size
+                (err,) = unpack_int(data, offset)
+                offset += 4
                 results.append(EXCEPTIONS[err]())
-            header, offset = MultiHeader.deserialize(data, offset)
-        return results
 
 
 class CreateMany:
@@ -124,6 +125,95 @@ class CreateMany:
         return b
 
     deserialize = Transaction.deserialize
+
+
+class Multi:
+    """A ``multi`` transaction of creates and deletes, committed in one round trip.
+
+    The same wire format and result deserializer as kazoo's ``TransactionRequest``, minus
+    its per-op path normalisation and validation, which cost more client CPU than the
+    server spends on the op (~9 µs per delete here, and a completion is two deletes per
+    item). Paths are ours and already absolute; the ACL bytes are built once.
+    ``commit()`` returns per-op results: the created path, ``True`` for a delete, or the
+    exception instance for a failed op (``RolledBackError`` for the ops it undid).
+    """
+
+    type = Transaction.type  # kazoo un-chroots the created paths of this type
+
+    @classmethod
+    def deserialize(cls, data: bytes, offset: int) -> list[Any]:
+        # kazoo's Transaction.deserialize, without a namedtuple per op header.
+        results: list[Any] = []
+        unpack_header, unpack_int = multiheader_struct.unpack_from, int_struct.unpack_from
+        while True:
+            kind, done, _ = unpack_header(data, offset)
+            offset += _HEADER_SIZE
+            if done:
+                return results
+            if kind == Create.type:
+                (length,) = unpack_int(data, offset)
+                offset += 4
+                results.append(data[offset:offset + length].decode("utf-8"))
+                offset += length
+            elif kind == -1:
+                (err,) = unpack_int(data, offset)
+                offset += 4
+                results.append(EXCEPTIONS[err]())
+            else:  # delete (and check): no body
+                results.append(True)
+
+    def __init__(self, kazoo: Any) -> None:
+        self._kazoo = kazoo
+        self._chroot = kazoo.chroot or ""
+        self._acl = _acl_bytes(kazoo.default_acl or _OPEN_ACL)
+        self._ops: list[bytes] = []
+
+    def __len__(self) -> int:
+        return len(self._ops)
+
+    def create(self, path: str, value: bytes = b"", ephemeral: bool = False,
+               sequence: bool = False) -> None:
+        if not isinstance(value, bytes):
+            raise TypeError(f"value must be bytes, not {type(value).__name__}")
+        flags = (1 if ephemeral else 0) | (2 if sequence else 0)
+        self._ops.append(b"".join((_CREATE_HEAD, _string(self._chroot + path),
+                                   int_struct.pack(len(value)), value, self._acl,
+                                   int_struct.pack(flags))))
+
+    def delete(self, path: str, version: int = -1) -> None:
+        self._ops.append(b"".join((_DELETE_HEAD, _string(self._chroot + path),
+                                   int_struct.pack(version))))
+
+    def serialize(self) -> bytes:
+        return b"".join((*self._ops, _MULTI_DONE))
+
+    def commit_async(self) -> Any:
+        result = self._kazoo.handler.async_result()
+        self._kazoo._call(self, result)
+        return result
+
+    def commit(self) -> list[Any]:
+        return list(self.commit_async().get())
+
+
+def _string(text: str) -> bytes:
+    data = text.encode("utf-8")
+    return int_struct.pack(len(data)) + data
+
+
+def _acl_bytes(acls: Sequence[Any]) -> bytes:
+    parts = [int_struct.pack(len(acls))]
+    for acl in acls:
+        parts += [int_struct.pack(acl.perms), _string(acl.id.scheme), _string(acl.id.id)]
+    return b"".join(parts)
+
+
+_HEADER_SIZE = multiheader_struct.size
+_STAT_SIZE = stat_struct.size
+_GETDATA_HEAD = multiheader_struct.pack(GetData.type, False, -1)
+_CREATE_HEAD = multiheader_struct.pack(Create.type, False, -1)
+_DELETE_HEAD = multiheader_struct.pack(Delete.type, False, -1)
+_MULTI_DONE = multiheader_struct.pack(-1, True, -1)
 
 
 class _QuietUntilConnected(logging.Filter):
@@ -275,9 +365,10 @@ class ZkClient:
     def get_children_async(self, path: str) -> Any:
         return self.kazoo.get_children_async(path)
 
-    def transaction(self) -> Any:
-        """A kazoo transaction; ``commit()`` returns per-op results or exceptions."""
-        return self.kazoo.transaction()
+    def transaction(self) -> Multi:
+        """A transaction of creates and deletes (:class:`Multi`); ``commit()`` returns
+        per-op results or exceptions, like kazoo's."""
+        return Multi(self.kazoo)
 
 
 def gather(asyncs: Sequence[Any], timeout: float | None = None) -> list[Any]:
