@@ -21,6 +21,7 @@ import json
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any
@@ -33,6 +34,9 @@ from zkcrawl.queue import Claimed, LeaseQueue, QueueSuspended
 
 # structlog.get_logger is a lazy proxy: it picks up the configuration made at start-up.
 log = structlog.get_logger(__name__)
+
+
+COMMIT_WINDOW = 0.01  # seconds a finished item may wait for others to be committed with it
 
 
 class Sink:
@@ -198,6 +202,11 @@ class GroupCommit:
                     self._cond.wait(0.5)
                 if not self._pending:
                     return
+            if not self._closed:
+                # Let the group gather (a database's commit_delay): one fsync and one
+                # transaction for the items of a few milliseconds, not for each item.
+                time.sleep(COMMIT_WINDOW)
+            with self._cond:
                 group, self._pending = self._pending, []
             self._commit(group)
 

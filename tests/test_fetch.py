@@ -215,7 +215,7 @@ def test_connection_refused() -> None:
         port = s.getsockname()[1]  # closed again when the block ends: nothing listens there
     res = fetch(FetchSettings(robots=False, retries=1, backoff=0.01), f"http://127.0.0.1:{port}/")
     assert (res.error, res.retryable, res.status) == ("connection", True, None)
-    assert res.attempts == 1  # urllib3 already retried the connect; not multiplied
+    assert res.attempts == 2  # one retry, as configured
 
 
 def test_connections_are_reused(srv: TestServer) -> None:

@@ -13,6 +13,7 @@ import logging
 import queue
 import sys
 import threading
+import time
 from typing import IO, Any
 
 import structlog
@@ -42,6 +43,9 @@ class _CurrentStderr:
         return sys.stderr.isatty()
 
 
+BATCH_WINDOW = 0.02  # seconds a line may wait for others to be written with it
+
+
 class _Writer:
     """One thread writes every log line, in batches.
 
@@ -68,6 +72,10 @@ class _Writer:
     def _run(self) -> None:
         while True:
             first = self._q.get()
+            if isinstance(first, str):
+                # Let a burst gather: one wake-up and one write per batch instead of a
+                # thread switch per line (a crawl logs hundreds of item.done a second).
+                time.sleep(BATCH_WINDOW)
             batch = [first]
             while len(batch) < 2000:
                 try:

@@ -24,12 +24,14 @@ def guarded(prog: str, func: Callable[[], ExitStatus], stderr: IO[str] | None = 
     try:
         return func()
     except ZkCrawlError as exc:
+        logs.flush()  # the events logged before the failure come before its verdict
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"{getattr(exc, 'prog', None) or prog}: error: {message}", file=err)
         return exc.exit_status
     except SystemExit as exc:  # argparse's --help
         return ExitStatus.OK if exc.code in (0, None) else ExitStatus.USAGE
     except KeyboardInterrupt:
+        logs.flush()
         print(f"{prog}: interrupted", file=err)
         return ExitStatus.FAILURE
     finally:

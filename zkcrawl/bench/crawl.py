@@ -35,6 +35,7 @@ from typing import Any
 
 import psutil
 
+from zkcrawl import control
 from zkcrawl.benchsite import start_benchsite, stop_benchsite
 from zkcrawl.items import Item
 from zkcrawl.localzk import ZkServer
@@ -97,13 +98,19 @@ class Probe:
         self.pages_last = 0
         self.rss_peak: list[float] = [0.0] * len(procs)
         self.rss_at: dict[int, float] = {}  # pages done -> max RSS (MB) of a child then
+        self._read = [0] * len(outputs)  # bytes of each output counted so far
+        self._lines = [0] * len(outputs)
 
     def _pages(self) -> int:
-        total = 0
-        for path in self.outputs:
+        # Only what was appended since the last sample is read: the parent's own CPU must
+        # not grow with the output while it shares the cores with what it measures.
+        for i, path in enumerate(self.outputs):
             with contextlib.suppress(OSError), open(path, "rb") as fh:
-                total += fh.read().count(b"\n")
-        return total
+                fh.seek(self._read[i])
+                new = fh.read()
+                self._read[i] += len(new)
+                self._lines[i] += new.count(b"\n")
+        return sum(self._lines)
 
     def sample(self) -> int:
         cpu, rss = 0.0, []
@@ -149,8 +156,8 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path}
 
 
-def _summary(probe: Probe, spans: list[tuple[float, float]], n: int, ideal: float
-             ) -> dict[str, Any]:
+def _summary(probe: Probe, spans: list[tuple[float, float]], n: int, ideal: float,
+             procs: int = 1) -> dict[str, Any]:
     start = min(s for s, _ in spans)
     end = max(e for _, e in spans)
     rate = len(spans) / max(1e-9, end - start)
@@ -158,6 +165,10 @@ def _summary(probe: Probe, spans: list[tuple[float, float]], n: int, ideal: floa
     return {"pages": len(spans), "expected": n, "seconds": round(end - start, 3),
             "pages_per_s": round(rate, 1), "pct_ideal": round(100 * rate / ideal, 1),
             "cpu_ms_per_page": probe.cpu_ms_per_page(),
+            # The rate at which that CPU per page fills one core per process (the GIL):
+            # near pages_per_s, the case is CPU-bound, not bound by threads / latency.
+            "cpu_bound_pages_per_s": round(procs * 1000 / probe.cpu_ms_per_page(), 1)
+            if probe.cpu_ms_per_page() else None,
             "rss_mb": round(max(probe.rss_peak), 1),
             "rss_mb_first_1000": round(probe.rss_at[buckets[0]], 1) if buckets else None,
             "rss_mb_last_1000": round(probe.rss_at[buckets[-1]], 1) if buckets else None}
@@ -197,8 +208,12 @@ def case_naive(urls: list[str], threads: int, latency_ms: float, tmp: Path) -> d
 def case_zkcrawl(hosts: str, urls: list[str], threads: int, latency_ms: float, procs: int,
                  tmp: Path) -> dict[str, Any]:
     root = f"/bench-crawl-{uuid.uuid4().hex[:8]}"
-    with ZkClient(hosts, session_timeout=30).connect() as zk:
-        LeaseQueue(zk, root, "bench").offer_many(Item(url=u, producer="bench") for u in urls)
+    zk = ZkClient(hosts, session_timeout=30).connect()
+    LeaseQueue(zk, root, "bench").offer_many(Item(url=u, producer="bench") for u in urls)
+    # Paused until every consumer is up (the operator's pause, SPEC §5): the processes
+    # start one after the other, and the first must not run alone while the others
+    # import -- the measured span would then hold a one-process stretch.
+    control.set_state(zk, root, control.PAUSED, by="bench")
     outs = [tmp / f"zk{procs}-{i}.jsonl" for i in range(procs)]
     logs = [tmp / f"zk{procs}-{i}.log" for i in range(procs)]
     children = []
@@ -210,6 +225,11 @@ def case_zkcrawl(hosts: str, urls: list[str], threads: int, latency_ms: float, p
                  "--out", str(outs[i]), "--exit-when-idle", "2", "--domain-delay", "0",
                  "--no-robots", "--log-format", "json", "--stats-interval", "5"],
                 env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err))
+    try:
+        _wait_registered(zk, root, procs, children, timeout=60)
+        control.set_state(zk, root, control.RUNNING, by="bench")
+    finally:
+        zk.close()
     probe = Probe(children, outs)
     probe.run(timeout=60 + len(urls) * latency_ms / 1000)
     recs = _read_lines(outs)
@@ -217,7 +237,7 @@ def case_zkcrawl(hosts: str, urls: list[str], threads: int, latency_ms: float, p
     for r in recs:
         end = datetime.fromisoformat(r["fetched_at"].replace("Z", "+00:00")).timestamp()
         spans.append((end - r["process_ms"] / 1000, end))
-    out = _summary(probe, spans, len(urls), procs * threads / (latency_ms / 1000))
+    out = _summary(probe, spans, len(urls), procs * threads / (latency_ms / 1000), procs)
     out["unique_urls"] = len({r["url"] for r in recs})
     out["errors"] = sum(1 for r in recs if r.get("error"))
     out["exit_codes"] = [c.returncode for c in children]
@@ -225,6 +245,16 @@ def case_zkcrawl(hosts: str, urls: list[str], threads: int, latency_ms: float, p
     out["process_p50_ms"] = round(_pct([r["process_ms"] for r in recs], 50), 3)
     out["wait_p50_ms"] = round(_pct([r["wait_ms"] for r in recs], 50), 3)
     return out
+
+
+def _wait_registered(zk: ZkClient, root: str, n: int, children: list[subprocess.Popen[bytes]],
+                     timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while len(zk.kazoo.get_children(f"{root}/consumers") if zk.exists(f"{root}/consumers")
+              else []) < n:
+        if time.monotonic() > deadline or any(c.poll() is not None for c in children):
+            raise RuntimeError("bench consumers did not start")
+        time.sleep(SAMPLE_S)
 
 
 @contextlib.contextmanager
