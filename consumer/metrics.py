@@ -61,6 +61,7 @@ class Metrics:
                               "ZooKeeper connection state", ["state"], registry=r)
         self.paused = Gauge("zkcrawl_consumer_paused", "1 while the cluster is paused",
                             registry=r)
+        self._by_outcome: dict[str, Any] = {}
         self.set_zk_state("CONNECTED")
 
     def set_zk_state(self, state: str) -> None:
@@ -69,7 +70,10 @@ class Metrics:
 
     def observe(self, outcome: str, dispatch_ms: float, wait_ms: float,
                 process_ms: float) -> None:
-        self.items.labels(outcome=outcome).inc()
+        child = self._by_outcome.get(outcome)
+        if child is None:  # labels() takes a lock and builds a key: once per outcome
+            child = self._by_outcome[outcome] = self.items.labels(outcome=outcome)
+        child.inc()
         self.dispatch.observe(dispatch_ms / 1000.0)
         self.wait.observe(wait_ms / 1000.0)
         self.fetch.observe(process_ms / 1000.0)

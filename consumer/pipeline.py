@@ -20,7 +20,6 @@ scheduler that never sleeps on a host needs -- see its docstring.
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 import threading
@@ -30,7 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from consumer.timing import ItemTiming
-from zkcrawl.decode import decode_html
+from zkcrawl.decode import html_encoding
 from zkcrawl.extract import parse_html as _parse_html
 from zkcrawl.extract import record_from_doc
 from zkcrawl.fetch import Fetcher, FetchResult
@@ -166,23 +165,6 @@ class HostGate:
                 self._busy.pop(host, None)
 
 
-@functools.lru_cache(maxsize=4096)
-def _host_of_origin(origin: str) -> str:
-    return host_of(origin)
-
-
-def host_key(url: str | None) -> str:
-    """``host_of(url)`` (the politeness key the Fetcher uses too), computed once per origin:
-    it depends only on the scheme and authority, and normalizing is not free."""
-    if not url:
-        return ""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return host_of(url)
-    authority = rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
-    return _host_of_origin(f"{scheme}://{authority}/")
-
-
 def iso_now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -254,7 +236,7 @@ class Pipeline:
             if end is not None:
                 # The encoding is decided on the whole body (detection needs it), the parse
                 # is done on the prefix only.
-                _, encoding = decode_html(body, res.content_type)
+                encoding, _ = html_encoding(body, res.content_type)
                 doc = _parse_html(body[:end.end()], res.final_url,
                                   f"text/html; charset={encoding}")
                 title = record_from_doc(doc).title

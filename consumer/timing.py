@@ -58,9 +58,13 @@ class ItemTiming:
         return self._ms(self.started, self.finished)
 
     def fields(self) -> dict[str, float]:
-        """The four record / log fields."""
+        """The four record / log fields (a new dict each call, same values once finished)."""
         return {"queue_ms": round(self.queue_ms, 3), "dispatch_ms": self.dispatch_ms,
                 "wait_ms": self.wait_ms, "process_ms": self.process_ms}
+
+    def durations(self) -> tuple[float, float, float]:
+        """``(dispatch_ms, wait_ms, process_ms)``."""
+        return self.dispatch_ms, self.wait_ms, self.process_ms
 
 
 def percentile(values: list[float], pct: float) -> float:
@@ -107,12 +111,15 @@ class Timings:
         self._rate = 0.0
         self._started = time.monotonic()
 
-    def record(self, timing: ItemTiming, outcome: str, final: bool, failed: bool) -> None:
-        """Account one processed item; ``outcome`` is ok / retry / dead / an error reason."""
+    def record(self, durations: tuple[float, float, float], outcome: str, final: bool,
+               failed: bool) -> None:
+        """Account one processed item: its ``(dispatch_ms, wait_ms, process_ms)``;
+        ``outcome`` is ok / retry / dead / an error reason."""
+        dispatch, wait, process = durations
         with self._lock:
-            self._dispatch.append(timing.dispatch_ms)
-            self._wait.append(timing.wait_ms)
-            self._process.append(timing.process_ms)
+            self._dispatch.append(dispatch)
+            self._wait.append(wait)
+            self._process.append(process)
             self.outcomes[outcome] += 1
             if final:
                 self.processed += 1

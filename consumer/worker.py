@@ -35,7 +35,7 @@ from typing import Any
 import structlog
 
 from consumer.metrics import Metrics
-from consumer.pipeline import COMPLETE, DEAD, EARLY, RETRY, Outcome, Pipeline, host_key
+from consumer.pipeline import COMPLETE, DEAD, EARLY, RETRY, Outcome, Pipeline
 from consumer.settings import ConsumerSettings
 from consumer.sink import GroupCommit, Settle, Sink
 from consumer.timing import ItemTiming, Timings
@@ -43,6 +43,7 @@ from zkcrawl import control
 from zkcrawl.errors import ExitStatus, SinkError
 from zkcrawl.queue import Claimed, LeaseQueue
 from zkcrawl.registry import Registration
+from zkcrawl.urls import host_key
 from zkcrawl.zk import ZkClient
 
 # structlog.get_logger is a lazy proxy: it picks up the configuration made at start-up.
@@ -313,12 +314,15 @@ class Worker:
         failed = outcome.error is not None
         label = outcome.kind if outcome.kind in (RETRY, DEAD) else outcome.error or "ok"
         t = task.timing
-        self.timings.record(t, label, final=outcome.kind in (COMPLETE, DEAD), failed=failed)
-        self.metrics.observe(label, t.dispatch_ms, t.wait_ms, t.process_ms)
+        dispatch, wait, process = durations = t.durations()
+        self.timings.record(durations, label, final=outcome.kind in (COMPLETE, DEAD),
+                            failed=failed)
+        self.metrics.observe(label, dispatch, wait, process)
         log.info("item.failed" if failed else "item.done", url=task.claimed.url,
                  item=task.name, status=outcome.status, attempt=task.claimed.attempt,
                  outcome=outcome.kind, error=outcome.error, polite_ms=round(t.polite_ms, 3),
-                 **t.fields())
+                 queue_ms=round(t.queue_ms, 3), dispatch_ms=dispatch, wait_ms=wait,
+                 process_ms=process)
 
     def _cool(self, task: Task, due: float) -> None:
         with self._lock:

@@ -256,7 +256,7 @@ def test_timings_and_the_verdict():
     for i in range(20):
         it = ItemTiming(claimed=0.0, queue_ms=1.0, submitted=0.001, started=0.002 + i * 0.001,
                         finished=0.05 + i * 0.001)
-        t.record(it, "ok", final=True, failed=False)
+        t.record(it.durations(), "ok", final=True, failed=False)
     snap = t.snapshot(in_flight=2, backlog=3, held=5)
     assert snap["processed"] == 20 and snap["dispatch_p95_ms"] == 1.0
     assert snap["dispatch_process_ratio"] < 0.05 and snap["verdict"].startswith("worker-bound")

@@ -9,7 +9,14 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from zkcrawl.errors import UsageError
-from zkcrawl.urls import LinkFilter, compile_patterns, drop_reason, host_of, normalize_url
+from zkcrawl.urls import (
+    LinkFilter,
+    compile_patterns,
+    drop_reason,
+    host_key,
+    host_of,
+    normalize_url,
+)
 
 BASE = "http://example.com/dir/page.html"
 
@@ -188,3 +195,13 @@ def test_normalize_url_like_idempotent(url: str, base: str | None) -> None:
 def test_normalize_relative_never_raises(base: str, rel: str) -> None:
     once = normalize_url(rel, base, strip_params=("utm_*", "a*"))
     assert once is None or normalize_url(once) == once
+
+
+@pytest.mark.parametrize("url", [
+    "http://Example.COM/a", "https://example.com:443/x?q#f", "http://example.com:8080/",
+    "http://user:pw@example.com/p", "http://bücher.example/ß", "HTTP://EXAMPLE.com",
+    "http://127.0.0.1:5000/a/1.html", "http://[::1]:80/", "not a url", "",
+])
+def test_host_key_is_host_of_for_every_url(url: str) -> None:
+    assert host_key(url) == (host_of(url) if url else "")
+    assert host_key(url) == host_key(url)  # the cached answer is the same

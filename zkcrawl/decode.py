@@ -18,11 +18,12 @@ windows-1252; so text in the wild that uses the superset's extra characters stil
 from __future__ import annotations
 
 import codecs
+import functools
 import re
 
 import charset_normalizer
 
-__all__ = ["charset_from_content_type", "decode_html", "normalize_encoding"]
+__all__ = ["charset_from_content_type", "decode_html", "html_encoding", "normalize_encoding"]
 
 _META_SCAN_BYTES = 4096
 # Detection cost grows with size; the first 64 KB say as much about the encoding as the rest.
@@ -82,6 +83,11 @@ def normalize_encoding(label: str | None) -> str | None:
     """Python codec name for an encoding label (widened to its superset), or ``None``."""
     if not label:
         return None
+    return _normalize(label)
+
+
+@functools.lru_cache(maxsize=512)  # a crawl meets a handful of labels, on every page
+def _normalize(label: str) -> str | None:
     label = label.strip().strip("\"'").lower()
     try:
         info = codecs.lookup(_ALIASES.get(label, label))
@@ -146,16 +152,26 @@ def _detect(body: bytes) -> str:
     return normalize_encoding(top.encoding) or "cp1252"
 
 
-def decode_html(body: bytes, content_type: str | None = None) -> tuple[str, str]:
-    """Decode an HTML body; returns ``(text, python_codec_name)``. Never raises."""
+def html_encoding(body: bytes, content_type: str | None = None) -> tuple[str, str]:
+    """The encoding :func:`decode_html` uses, without decoding: ``(label, codec)`` where
+    ``codec`` decodes the body after its BOM (if any) and ``label`` names the encoding.
+    Looks at the whole body only when nothing declares an encoding (detection)."""
     for bom, name, codec in _BOMS:
         if body.startswith(bom):
-            return body.decode(codec, errors="replace"), name
+            return name, codec
     enc = normalize_encoding(charset_from_content_type(content_type))
     if enc is None:
         enc = _from_meta(body[:_META_SCAN_BYTES])
     if enc is None:
         enc = _detect(body)
+    return enc, enc
+
+
+def decode_html(body: bytes, content_type: str | None = None) -> tuple[str, str]:
+    """Decode an HTML body; returns ``(text, python_codec_name)``. Never raises."""
+    name, enc = html_encoding(body, content_type)
+    if name != enc:  # a BOM: its codec consumes it
+        return body.decode(enc, errors="replace"), name
     try:
         return body.decode(enc, errors="replace"), enc
     except (LookupError, ValueError, TypeError):  # defensive: a codec refusing "replace"

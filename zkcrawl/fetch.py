@@ -31,16 +31,16 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urljoin
 
 import structlog
 
 from zkcrawl.politeness import Politeness, wait_for_slot
 from zkcrawl.robots import RobotsCache
 from zkcrawl.transfer import Response, Wire
-from zkcrawl.urls import host_of
+from zkcrawl.urls import host_key, host_of
 
 __all__ = ["FetchResult", "FetchSettings", "Fetcher", "parse_retry_after"]
 
@@ -118,11 +118,11 @@ def parse_retry_after(value: str | None, cap: float, now: float | None = None) -
 
 
 def _is_http(url: str) -> bool:
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return False
-    return parts.scheme.lower() in ("http", "https") and bool(parts.netloc)
+    # A prefix test, not urlsplit (this runs on every fetch): anything else wrong with the
+    # URL is libcurl's to refuse, which comes back as "bad-url" too.
+    head = url[:8].lower()
+    rest = url[7:] if head.startswith("http://") else url[8:] if head == "https://" else ""
+    return bool(rest) and rest[0] not in "/?#"
 
 
 class Fetcher:
@@ -207,12 +207,10 @@ class Fetcher:
             if self._closed.wait(delay):
                 break
             waited += delay
-        return replace(
-            result,
-            attempts=attempt,
-            waited_ms=waited * 1000,
-            elapsed_ms=(time.monotonic() - started) * 1000,
-        )
+        result.attempts = attempt
+        result.waited_ms = waited * 1000
+        result.elapsed_ms = (time.monotonic() - started) * 1000
+        return result
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -251,7 +249,7 @@ class Fetcher:
                 return done(error="cancelled", retryable=True)
             if not _is_http(current):
                 return done(error="bad-url")
-            host = host_of(current)
+            host = host_key(current)
             if self._robots is not None:
                 verdict = self._robots.decide(current)
                 if not verdict.allowed:

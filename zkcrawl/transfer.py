@@ -68,7 +68,7 @@ class _Sink:
     are complete: keep it (2xx, accepted type), drain it (status >= 300: read a little for
     connection reuse, keep nothing), or refuse it (another media type)."""
 
-    __slots__ = ("accept", "chunks", "head", "limit", "mode", "size", "verdict")
+    __slots__ = ("accept", "chunks", "head", "limit", "mode", "parsed", "size", "verdict")
 
     def __init__(self, limit: int, accept: tuple[str, ...]) -> None:
         self.head: list[bytes] = []
@@ -78,6 +78,13 @@ class _Sink:
         self.accept = accept
         self.mode = 0
         self.verdict: str | None = None  # why the transfer was cut short by us
+        self.parsed: tuple[int, tuple[int | None, dict[str, str]]] | None = None
+
+    def status_and_headers(self) -> tuple[int | None, dict[str, str]]:
+        """The head parsed (once, unless more header lines came since)."""
+        if self.parsed is None or self.parsed[0] != len(self.head):
+            self.parsed = (len(self.head), parse_head(self.head))
+        return self.parsed[1]
 
     def write(self, chunk: bytes) -> int | None:
         if not self.mode:
@@ -95,7 +102,7 @@ class _Sink:
         return None
 
     def _decide(self) -> None:
-        status, headers = parse_head(self.head)
+        status, headers = self.status_and_headers()
         self.mode = _KEEP if status is not None and 200 <= status < 300 else _DRAIN
         media = headers.get("content-type", "").split(";", 1)[0].strip().lower()
         if self.mode == _KEEP and self.accept and media and media not in self.accept:
@@ -174,7 +181,7 @@ class Wire:
         except pycurl.error as exc:
             code = exc.args[0] if exc.args else 0
             error, detail = _classify(code, sink), str(exc.args[-1] if exc.args else exc)
-        status, headers = parse_head(sink.head)
+        status, headers = sink.status_and_headers()
         if error is None and sink.verdict is not None:
             error = sink.verdict  # a body cut by us while libcurl saw no error
         if status is None and error is None:

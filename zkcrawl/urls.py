@@ -15,6 +15,7 @@ them changes what a server will answer (query parameter order, for instance, is 
 from __future__ import annotations
 
 import fnmatch
+import functools
 import ipaddress
 import re
 from collections.abc import Iterable, Sequence
@@ -29,6 +30,7 @@ __all__ = [
     "LinkFilter",
     "compile_patterns",
     "drop_reason",
+    "host_key",
     "host_of",
     "normalize_url",
 ]
@@ -284,3 +286,20 @@ class LinkFilter:
         if self.same_host and host_of(norm) != host_of(source):
             return None, "other-host"
         return norm, None
+
+
+@functools.lru_cache(maxsize=4096)
+def _host_of_origin(origin: str) -> str:
+    return host_of(origin)
+
+
+def host_key(url: str | None) -> str:
+    """``host_of(url)`` (the politeness key), computed once per origin:
+    it depends only on the scheme and authority, and normalizing is not free."""
+    if not url:
+        return ""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return host_of(url)
+    authority = rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+    return _host_of_origin(f"{scheme}://{authority}/")
