@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import gzip as _gzip
 import itertools
+import ssl
 import threading
 import time
 import zlib
@@ -122,9 +123,15 @@ class TestServer:
 
     __test__ = False  # not a pytest test class, despite the name
 
-    def __init__(self, routes: Mapping[str, Route] | None = None, host: str = "127.0.0.1"):
+    def __init__(self, routes: Mapping[str, Route] | None = None, host: str = "127.0.0.1",
+                 tls: ssl.SSLContext | None = None):
         self.routes: dict[str, Route] = dict(routes or {})
         self._httpd = _Server((host, 0), _RequestHandler)
+        self.scheme = "http"
+        if tls is not None:  # HTTPS; the handshake happens in the handler thread
+            self._httpd.socket = tls.wrap_socket(self._httpd.socket, server_side=True,
+                                                 do_handshake_on_connect=False)
+            self.scheme = "https"
         self._httpd.owner = self
         address = self._httpd.server_address
         self.host: str = str(address[0])
@@ -157,12 +164,12 @@ class TestServer:
 
     @property
     def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{self.scheme}://{self.host}:{self.port}"
 
     def url(self, path: str = "/", host: str | None = None) -> str:
         """Absolute URL of ``path``; ``host="localhost"`` gives a second host name for the same
         server (politeness keys are per host name)."""
-        return f"http://{host or self.host}:{self.port}{path}"
+        return f"{self.scheme}://{host or self.host}:{self.port}{path}"
 
     def route(self, path: str, handler: Route) -> None:
         self.routes[path] = handler

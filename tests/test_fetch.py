@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import email.utils
 import socket
+import ssl
+import subprocess
 import threading
 import time
 import zlib
@@ -26,6 +28,7 @@ from tests.test_decode import GBK_TEXT, GBK_TITLE
 from zkcrawl.extract import extract_record
 from zkcrawl.fetch import Fetcher, FetchSettings, parse_retry_after
 from zkcrawl.politeness import LocalPoliteness
+from zkcrawl.transfer import parse_head, wire_url
 from zkcrawl.urls import host_of
 
 PAGE = "<html><head><title>Hello</title></head><body>hi</body></html>"
@@ -331,3 +334,50 @@ def test_proxy_from_environment_and_no_proxy(srv: TestServer,
     port = srv.url("").rsplit(":", 1)[1]
     assert fetch(FAST, f"http://127.0.0.2:{port}/via-proxy").error == "connection"
     assert len(srv.requests_for("/via-proxy")) == 1
+
+
+@pytest.fixture(scope="module")
+def tls_cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """A self-signed certificate for 127.0.0.1 (Debian's openssl), as (cert, key) files."""
+    d = tmp_path_factory.mktemp("tls")
+    cert, key = str(d / "cert.pem"), str(d / "key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", key, "-out", cert], check=True, capture_output=True, timeout=60)
+    return cert, key
+
+
+def test_https_is_verified_and_a_ca_bundle_can_be_named(tls_cert: tuple[str, str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    cert, key = tls_cert
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"):
+        monkeypatch.delenv(name, raising=False)
+    with TestServer({"/": html(PAGE)}, tls=ctx) as srv:
+        assert srv.url("/").startswith("https://")
+        # Not signed by a CA we trust: refused, as a connection failure worth a retry.
+        res = fetch(FAST, srv.url("/"))
+        assert (res.error, res.retryable, res.status) == ("connection", True, None)
+        monkeypatch.setenv("SSL_CERT_FILE", cert)  # the operator trusts it
+        res = fetch(FAST, srv.url("/"))
+        assert (res.status, res.error, res.body) == (200, None, PAGE.encode())
+
+
+def test_wire_url_and_parse_head() -> None:
+    assert wire_url("http://example.com/a?b=c") == "http://example.com/a?b=c"  # as is
+    assert wire_url("http://bücher.example/päth q?x=ü#frag") == \
+        "http://xn--bcher-kva.example/p%C3%A4th%20q?x=%C3%BC"
+    assert wire_url("http://127.0.0.1:8080/ä") == "http://127.0.0.1:8080/%C3%A4"
+    head = [b"HTTP/1.1 200 Connection established\r\n", b"\r\n",
+            b"HTTP/1.1 404 Not Found\r\n", b"Content-Type: text/html\r\n",
+            b"X-Long:  a: b \r\n", b"\r\n"]
+    assert parse_head(head) == (404, {"content-type": "text/html", "x-long": "a: b"})
+    assert parse_head([]) == (None, {})
+
+
+def test_non_ascii_url_goes_out_percent_encoded(srv: TestServer) -> None:
+    srv.route("/p%C3%A4ge", html(PAGE))
+    res = fetch(FAST, srv.url("/päge"))
+    assert (res.status, res.error) == (200, None)
+    assert srv.requests_for("/p%C3%A4ge")[0].target == "/p%C3%A4ge"

@@ -18,13 +18,15 @@ Limits: ``budget`` bounds the whole transfer (a server trickling bytes is cut th
 the connection set-up; the decoded body is cut at ``limit`` bytes (a gzip bomb inflates
 no further than that). Proxies come from the environment the way libcurl reads it
 (``http_proxy``, ``https_proxy``, ``all_proxy``, ``no_proxy``; ``HTTP_PROXY`` in capitals is
-ignored, as libcurl does against httpoxy).
+ignored, as libcurl does against httpoxy). HTTPS peers are verified against certifi's CA bundle,
+or the one named by ``SSL_CERT_FILE`` / ``REQUESTS_CA_BUNDLE`` / ``CURL_CA_BUNDLE``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import os
 from dataclasses import dataclass, field
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -33,11 +35,20 @@ import pycurl
 try:  # the CA bundle requests would use; without it, libcurl's built-in default
     import certifi
 
-    _CA_CERTS: str | None = certifi.where()
+    _CERTIFI: str | None = certifi.where()
 except ImportError:  # pragma: no cover - certifi is a dependency
-    _CA_CERTS = None
+    _CERTIFI = None
+# Where operators name their own CA bundle (a private CA): the variables OpenSSL, requests
+# and curl read, in that order.
+_CA_ENV = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
 
-__all__ = ["DRAIN_BYTES", "Response", "Wire"]
+
+def ca_bundle() -> str | None:
+    """The CA bundle HTTPS peers are verified against: the first of ``SSL_CERT_FILE``,
+    ``REQUESTS_CA_BUNDLE``, ``CURL_CA_BUNDLE`` that is set, else certifi's."""
+    return next((os.environ[n] for n in _CA_ENV if os.environ.get(n)), _CERTIFI)
+
+__all__ = ["DRAIN_BYTES", "Response", "Wire", "ca_bundle", "parse_head", "wire_url"]
 
 DRAIN_BYTES = 64 * 1024  # error and redirect bodies up to this are read (connection reuse)
 _ACCEPT = "text/html,application/xhtml+xml;q=0.9,*/*;q=0.5"
@@ -158,8 +169,8 @@ class Wire:
         c.setopt(pycurl.HTTPHEADER, [f"Accept: {_ACCEPT}"])
         c.setopt(pycurl.MAXCONNECTS, max_connections)
         c.setopt(pycurl.LOW_SPEED_LIMIT, 1)
-        if _CA_CERTS:
-            c.setopt(pycurl.CAINFO, _CA_CERTS)
+        if cafile := ca_bundle():
+            c.setopt(pycurl.CAINFO, cafile)
 
     def get(self, url: str, *, connect: float, idle: float, budget: float, limit: int,
             accept: tuple[str, ...]) -> Response:
