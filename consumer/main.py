@@ -20,14 +20,16 @@ from consumer.pipeline import HostGate, Pipeline
 from consumer.settings import CRAWL_DELAY_CAP, ConsumerSettings
 from consumer.sink import Sink
 from consumer.worker import Worker
+from zkcrawl.clusterpoliteness import ClusterPoliteness
 from zkcrawl.errors import ExitStatus
 from zkcrawl.extract import parse_field_specs
 from zkcrawl.fetch import Fetcher
-from zkcrawl.politeness import LocalPoliteness
+from zkcrawl.politeness import LocalPoliteness, Politeness
 from zkcrawl.queue import LeaseQueue
 from zkcrawl.registry import default_id
 from zkcrawl.runner import connect, guarded, setup_logging
 from zkcrawl.settings import ArgumentParser, add_options, parse
+from zkcrawl.zk import ZkClient
 
 PROG = "zkcrawl-consumer"
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -69,11 +71,12 @@ def open_consumer(settings: ConsumerSettings, sink: Sink) -> Iterator[Worker]:
     zk = connect(settings)  # kazoo's per-attempt warnings are held back by ZkClient
     server: MetricsServer | None = None
     queue: LeaseQueue | None = None
+    politeness: Politeness | None = None
     try:
         consumer_id = settings.id or default_id()
         queue = LeaseQueue(zk, settings.root, consumer_id, delivery=settings.delivery)
         fetch_settings = settings.fetch_settings()
-        inner = LocalPoliteness(settings.domain_delay, max_delay=fetch_settings.retry_after_cap)
+        inner = politeness = _politeness(settings, zk, fetch_settings.retry_after_cap)
         gate = HostGate(inner, settings.domain_delay, CRAWL_DELAY_CAP)
         pipeline = Pipeline(Fetcher(fetch_settings, politeness=gate), gate, fields,
                             consumer_id, settings.max_attempts)
@@ -84,11 +87,22 @@ def open_consumer(settings: ConsumerSettings, sink: Sink) -> Iterator[Worker]:
                                    settings.metrics_host).start()
         yield worker
     finally:
+        if isinstance(politeness, ClusterPoliteness):
+            politeness.stop()
         if server is not None:
             server.stop()
         if queue is not None:
             queue.close()
         zk.close()
+
+
+def _politeness(settings: ConsumerSettings, zk: ZkClient, max_delay: float) -> Politeness:
+    # --domain-delay 0 asks for no gap: nothing to share, no ZooKeeper round trip per page
+    # (Crawl-delay and Retry-After are then honoured per consumer).
+    if settings.politeness == "cluster" and settings.domain_delay > 0:
+        return ClusterPoliteness(zk, settings.root, settings.domain_delay,
+                                 max_delay=max_delay).start_pruning()
+    return LocalPoliteness(settings.domain_delay, max_delay=max_delay)
 
 
 def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ExitStatus:

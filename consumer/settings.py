@@ -33,6 +33,9 @@ class ConsumerSettings(CommonSettings):
     max_attempts: int = opt(3, "tries before an item goes to the dead letters", metavar="N")
     domain_delay: float = opt(1.0, "minimum gap in seconds between two requests to one host",
                               metavar="S")
+    politeness: str = opt("cluster", "where --domain-delay holds: 'cluster' (every consumer "
+                          "of the root, through ZooKeeper) or 'local' (this consumer)",
+                          choices=("cluster", "local"))
     robots: bool = opt(True, "obey robots.txt (cached per host for an hour)")
     user_agent: str = opt(DEFAULT_USER_AGENT, "User-Agent header, also the robots.txt agent")
     max_bytes: int = opt(10_000_000, "stop reading a body there; the record gets error "
