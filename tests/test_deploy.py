@@ -33,7 +33,7 @@ COMMON_FLAGS = frozenset({"zk", "root", "config", "log-format", "log-level", "zk
 CONSUMER_FLAGS = frozenset({
     "id", "threads", "backlog", "out", "field", "timeout", "max-attempts", "domain-delay",
     "robots", "no-robots", "user-agent", "max-bytes", "delivery", "exit-when-idle",
-    "metrics-port", "grace",
+    "metrics-port", "grace", "politeness",
 })
 PRODUCER_FLAGS = frozenset({
     "start", "pages", "page-range", "links", "links-css", "next", "max-pages", "allow",
