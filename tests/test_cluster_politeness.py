@@ -84,5 +84,7 @@ def test_two_consumer_processes_keep_one_gap_between_them(zk, zk_hosts, zk_root,
     recs = records(*outs)
     assert sorted(r["url"] for r in recs) == sorted(urls)
     assert len({r["consumer"] for r in recs}) == 2 and len(gaps) == 7
-    # Measured by the server across both consumers; per-consumer gaps would allow half.
-    assert min(gaps) >= delay - 0.01
+    # Measured by the server across both consumers (per-consumer gaps measure ~0.06 s here).
+    # Across consumers the gap is between request *starts* (see zkcrawl.clusterpoliteness):
+    # a request that opens a new connection reaches the server a few ms after it started.
+    assert min(gaps) >= delay - 0.03

@@ -15,6 +15,9 @@ Limits, by design:
 
 * the gap is measured in wall-clock time across machines, so it holds up to their clock skew
   (keep NTP running; a skew of a few ms is nothing next to a 1 s gap);
+* it separates the *starts* of requests: one that opens a new connection reaches the server a
+  few ms after it started, so the server may see a gap that much shorter. (Within a consumer,
+  :class:`consumer.pipeline.HostGate` also counts the gap from the end of the previous request.)
 * a robots.txt ``Crawl-delay`` is known to each consumer from its own robots.txt cache (they all
   read the same file), and a ``Retry-After`` back-off is written to the host's node, so every
   consumer sees it at its next reservation;
