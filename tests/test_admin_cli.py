@@ -15,6 +15,7 @@ import pytest
 
 from tests.conftest import wait_for
 from zkcrawl.cli import main
+from zkcrawl.clusterpoliteness import ClusterPoliteness
 from zkcrawl.control import ControlWatch, read_state
 from zkcrawl.errors import ExitStatus
 from zkcrawl.items import Item
@@ -109,6 +110,21 @@ def test_status_json_has_every_documented_field(zk_factory, zk_hosts, zk_root, c
     assert rc == 0
     assert "5 items, 3 claimable" in out and "CONSUMER" in out and "p1" in out
     assert "1 dead letters" in out
+
+
+def test_status_shows_hosts_held_back_by_cluster_politeness(zk, zk_hosts, zk_root, capsys):
+    pol = ClusterPoliteness(zk, zk_root, 0.01)
+    pol.reserve("quick.example:80")
+    pol.back_off("busy.example:80", 120)  # a Retry-After: 2 minutes
+    pol.back_off("[::1]:8080", 30)
+    rc, out, err = run(capsys, "status", "--json", *common(zk_hosts, zk_root))
+    assert rc == 0, err
+    h = json.loads(out)["hosts"]
+    assert h["tracked"] == 3 and h["held_back"] == 2
+    assert [x["host"] for x in h["longest"]] == ["busy.example:80", "[::1]:8080"]
+    assert 110 < h["longest"][0]["next_slot_in_s"] <= 120
+    rc, out, _ = run(capsys, "status", *common(zk_hosts, zk_root))
+    assert "hosts     3 with a politeness slot, 2 held back: busy.example:80 (1" in out
 
 
 def test_status_of_an_empty_root_and_orphan_leases(zk_factory, zk_hosts, zk_root, capsys):

@@ -14,7 +14,12 @@ round trips, not one per consumer or lease.
                     "items_per_s", "heartbeat_age_s", "leases", "control_seen",
                     "acknowledged"}],
      "producers": [{"id", "host", "state", "heartbeat_age_s", ...as published}],
-     "dead": {"count"}, "control_pending": [ids that have not acknowledged yet]}
+     "dead": {"count"}, "control_pending": [ids that have not acknowledged yet],
+     "hosts": {"tracked", "held_back", "longest": [{"host", "next_slot_in_s"}]}}
+
+``hosts`` reads ``<root>/hosts`` (cluster politeness): hosts with a slot, and how many are
+held back more than 5 s (a ``Retry-After``, a retry's cool-down, a large ``Crawl-delay``),
+the ten longest first.
 
 A consumer *acknowledges* the control state when its status node reports it: the node's
 ``control`` key (the state its ControlWatch last saw) equals the cluster's; a node without
@@ -32,6 +37,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote
 
 from kazoo.exceptions import KazooException, NoNodeError
 
@@ -154,6 +160,32 @@ def _oldest_age(zk: ZkClient, queue: str, names: list[str], now: float) -> float
     return None
 
 
+BACKING_OFF_S = 5.0  # a host whose next slot is further away than this is shown as held back
+_HOSTS_SHOWN = 10
+
+
+def _hosts(zk: ZkClient, base: str, now: float) -> dict[str, Any]:
+    """``<root>/hosts`` (cluster politeness): how many hosts have a slot, and those held back
+    longest (a Retry-After, a retry's cool-down or a large Crawl-delay)."""
+    names = _children(zk, base)
+    held: list[tuple[float, str]] = []
+    for i in range(0, len(names), 1000):
+        chunk = names[i:i + 1000]
+        for name, res in zip(chunk, zk.get_many([f"{base}/{n}" for n in chunk]), strict=True):
+            if isinstance(res, Exception):
+                continue
+            try:
+                wait = float(res[0] or b"") - now
+            except ValueError:
+                continue
+            if wait > BACKING_OFF_S:
+                held.append((wait, unquote(name)))
+    held.sort(reverse=True)
+    return {"tracked": len(names), "held_back": len(held),
+            "longest": [{"host": h, "next_slot_in_s": round(w, 1)}
+                        for w, h in held[:_HOSTS_SHOWN]]}
+
+
 def cluster_status(zk: ZkClient, root: str, now: float | None = None) -> dict[str, Any]:
     """The ``zkcrawl status --json`` document for ``root`` (see the module docstring)."""
     p = _paths(root)
@@ -182,6 +214,7 @@ def cluster_status(zk: ZkClient, root: str, now: float | None = None) -> dict[st
         "consumers": consumers,
         "producers": producers,
         "dead": {"count": len(names["dead"])},
+        "hosts": _hosts(zk, f"{root}/hosts", now),
     }
 
 

@@ -62,6 +62,14 @@ def _table(head: list[str], rows: list[list[Any]]) -> list[str]:
             for r in cells]
 
 
+def _hosts_line(h: dict[str, Any]) -> str:
+    line = f"hosts     {h['tracked']} with a politeness slot, {h['held_back']} held back"
+    if h["longest"]:
+        line += ": " + ", ".join(f"{x['host']} ({x['next_slot_in_s']:g} s)"
+                                 for x in h["longest"][:5])
+    return line
+
+
 def render(doc: dict[str, Any], hosts: str) -> str:
     """The human-readable status: a header, a consumer table, a producer table."""
     q, leases = doc["queue"], doc["leases"]
@@ -75,7 +83,8 @@ def render(doc: dict[str, Any], hosts: str) -> str:
              f"oldest {_age(q['oldest_age_s'])}",
              f"leases    {leases['count']} in flight",
              f"dead      {doc['dead']['count']} dead letters"
-             + ("  (see `zkcrawl dead list`)" if doc["dead"]["count"] else ""), ""]
+             + ("  (see `zkcrawl dead list`)" if doc["dead"]["count"] else ""),
+             _hosts_line(doc["hosts"]), ""]
     if doc["consumers"]:
         rows = [[c["id"], c["host"], c["state"], c["processed"], c["failed"], c["in_flight"],
                  c["leases"], f"{c['items_per_s']:.1f}", _age(c["heartbeat_age_s"]),
