@@ -381,3 +381,28 @@ def test_non_ascii_url_goes_out_percent_encoded(srv: TestServer) -> None:
     res = fetch(FAST, srv.url("/päge"))
     assert (res.status, res.error) == (200, None)
     assert srv.requests_for("/p%C3%A4ge")[0].target == "/p%C3%A4ge"
+
+
+def _truncated(h) -> None:  # type: ignore[no-untyped-def]
+    h.send_response(200)
+    h.send_header("Content-Type", "text/html")
+    h.send_header("Content-Length", "1000")
+    h.end_headers()
+    h.wfile.write(b"<title>cut")
+    h.close_connection = True  # the server hangs up 990 bytes short
+
+
+def _nothing(h) -> None:  # type: ignore[no-untyped-def]
+    h.close_connection = True  # not even a status line
+
+
+def test_a_truncated_body_or_an_empty_reply_is_a_retryable_connection_error(srv: TestServer
+                                                                           ) -> None:
+    srv.route("/cut", _truncated)
+    srv.route("/empty", _nothing)
+    res = fetch(FAST, srv.url("/cut"))
+    assert (res.error, res.retryable, res.status, res.body) == ("connection", True, 200,
+                                                                 b"<title>cut")
+    res = fetch(FAST, srv.url("/empty"))
+    assert (res.error, res.retryable, res.status) == ("connection", True, None)
+    assert fetch(FAST, srv.url("/")).ok  # and the next fetch on that thread is fine
