@@ -125,7 +125,7 @@ class _NamedLogger:
 
 
 class _QueueHandler(logging.Handler):
-    """stdlib records (kazoo, urllib3) rendered by the same processors, same writer."""
+    """stdlib records (kazoo's, and any other library's) rendered by the same processors, same writer."""
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -139,7 +139,7 @@ def configure(fmt: str = "auto", level: str = "info", stream: IO[str] | None = N
 
     Our events take structlog's own path (a filtering bound logger writing lines:
     ~4x cheaper per event than routing through stdlib logging, which matters on a
-    consumer logging every item); kazoo's and urllib3's stdlib records are rendered
+    consumer logging every item); kazoo's stdlib records (and any other library's) are rendered
     by the same processors into the same stream.
     """
     _WRITER.flush()
