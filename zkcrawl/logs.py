@@ -1,7 +1,7 @@
 """Logging set up once at start-up: structlog for our events, stdlib merged in.
 
 Our code logs named events with key/value pairs (``item.done url=... process_ms=...``).
-kazoo and urllib3 log through the standard library; their records go through the
+kazoo (and the bench's requests) log through the standard library; their records go through the
 same processors and renderer, so an operator reads one stream: JSON lines when
 stderr is not a TTY (production, journald, Kubernetes), a console renderer on a TTY.
 """
@@ -125,7 +125,7 @@ class _NamedLogger:
 
 
 class _QueueHandler(logging.Handler):
-    """stdlib records (kazoo's, and any other library's) rendered by the same processors, same writer."""
+    """stdlib records (kazoo's, any library's) rendered by the same processors and writer."""
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
