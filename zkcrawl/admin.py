@@ -37,11 +37,11 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote
 
 from kazoo.exceptions import KazooException, NoNodeError
 
 from zkcrawl import items as wire
+from zkcrawl.clusterpoliteness import read_slots
 from zkcrawl.control import PAUSED, RUNNING, parse_state
 from zkcrawl.errors import UsageError, ZkCrawlError
 from zkcrawl.items import Item
@@ -167,21 +167,10 @@ _HOSTS_SHOWN = 10
 def _hosts(zk: ZkClient, base: str, now: float) -> dict[str, Any]:
     """``<root>/hosts`` (cluster politeness): how many hosts have a slot, and those held back
     longest (a Retry-After, a retry's cool-down or a large Crawl-delay)."""
-    names = _children(zk, base)
-    held: list[tuple[float, str]] = []
-    for i in range(0, len(names), 1000):
-        chunk = names[i:i + 1000]
-        for name, res in zip(chunk, zk.get_many([f"{base}/{n}" for n in chunk]), strict=True):
-            if isinstance(res, Exception):
-                continue
-            try:
-                wait = float(res[0] or b"") - now
-            except ValueError:
-                continue
-            if wait > BACKING_OFF_S:
-                held.append((wait, unquote(name)))
+    slots = read_slots(zk, base)
+    held = [(slot.time - now, slot.host) for slot in slots if slot.time - now > BACKING_OFF_S]
     held.sort(reverse=True)
-    return {"tracked": len(names), "held_back": len(held),
+    return {"tracked": len(slots), "held_back": len(held),
             "longest": [{"host": h, "next_slot_in_s": round(w, 1)}
                         for w, h in held[:_HOSTS_SHOWN]]}
 

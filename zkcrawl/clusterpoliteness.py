@@ -34,6 +34,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
 import structlog
@@ -43,7 +44,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from zkcrawl.politeness import LocalPoliteness
 from zkcrawl.zk import ZkClient
 
-__all__ = ["ClusterPoliteness"]
+__all__ = ["ClusterPoliteness", "HostSlot", "read_slots"]
 
 log = structlog.get_logger(__name__)
 
@@ -108,24 +109,17 @@ class ClusterPoliteness:
         """Delete the nodes of hosts whose next slot passed more than ``idle`` seconds ago
         (a node written meanwhile is kept: the delete is conditional on its version).
         Returns how many were deleted."""
-        try:
-            names = self.zk.kazoo.get_children(self.path)
-        except NoNodeError:
-            return 0
         horizon = time.time() - idle
+        stale = [slot for slot in read_slots(self.zk, self.path) if slot.time < horizon]
         deleted = 0
-        for i in range(0, len(names), _PRUNE_CHUNK):
-            chunk = names[i:i + _PRUNE_CHUNK]
-            reads = self.zk.get_many([f"{self.path}/{n}" for n in chunk])
-            stale = [(n, r[1].version) for n, r in zip(chunk, reads, strict=True)
-                     if not isinstance(r, Exception) and _time(r[0]) < horizon]
-            dels = [self.zk.kazoo.delete_async(f"{self.path}/{n}", version=v) for n, v in stale]
-            for res in dels:
-                try:
-                    res.get()
-                    deleted += 1
-                except (BadVersionError, NoNodeError):
-                    pass  # reserved meanwhile, or pruned by another consumer
+        dels = [self.zk.kazoo.delete_async(f"{self.path}/{slot.node}", version=slot.version)
+                for slot in stale]
+        for res in dels:
+            try:
+                res.get()
+                deleted += 1
+            except (BadVersionError, NoNodeError):
+                pass  # reserved meanwhile, or pruned by another consumer
         return deleted
 
     def start_pruning(self, every: float = 300.0) -> ClusterPoliteness:
@@ -192,6 +186,33 @@ class ClusterPoliteness:
                 was, self._degraded = self._degraded, False
             if was:
                 log.info("politeness.cluster_again")
+
+
+@dataclass(frozen=True)
+class HostSlot:
+    """One ``<root>/hosts/<node>``: the host, its next slot (Unix time; -inf when the data
+    is not a time) and the node's version (for a conditional delete)."""
+
+    node: str
+    host: str
+    time: float
+    version: int
+
+
+def read_slots(zk: ZkClient, path: str) -> list[HostSlot]:
+    """Every host's slot under ``path`` (``<root>/hosts``), read with multiRead in chunks;
+    a node deleted between the listing and the read is left out."""
+    try:
+        names = zk.kazoo.get_children(path)
+    except NoNodeError:
+        return []
+    slots: list[HostSlot] = []
+    for i in range(0, len(names), _PRUNE_CHUNK):
+        chunk = names[i:i + _PRUNE_CHUNK]
+        for name, res in zip(chunk, zk.get_many([f"{path}/{n}" for n in chunk]), strict=True):
+            if not isinstance(res, Exception):
+                slots.append(HostSlot(name, unquote(name), _time(res[0]), res[1].version))
+    return slots
 
 
 def _time(data: bytes | None) -> float:

@@ -72,32 +72,15 @@ class MultiRead:
 
     @classmethod
     def deserialize(cls, data: bytes, offset: int) -> list[Any]:
-        results: list[Any] = []
-        unpack_header, unpack_int, unpack_stat = (multiheader_struct.unpack_from,
-                                                  int_struct.unpack_from, stat_struct.unpack_from)
-        while True:
-            kind, done, _ = unpack_header(data, offset)
-            offset += _HEADER_SIZE
-            if done:
-                return results
-            if kind == GetData.type:
-                (length,) = unpack_int(data, offset)
-                offset += 4
-                value = bytes(data[offset:offset + length]) if length > 0 else b""
-                offset += max(length, 0)
-                results.append((value, ZnodeStat._make(unpack_stat(data, offset))))
-                offset += _STAT_SIZE
-            else:
-                (err,) = unpack_int(data, offset)
-                offset += 4
-                results.append(EXCEPTIONS[err]())
+        return _read_multi(data, offset, _getdata_result)
 
 
 class CreateMany:
     """One ``multi`` transaction: an ephemeral marker, then many sequential creates
     under one path prefix -- the producer's offer.
 
-    Same wire format as kazoo's Transaction (so its deserializer is reused), but the
+    Same wire format as kazoo's Transaction (and the same results, read by
+    :meth:`Multi.deserialize`), but the
     bytes shared by every create (path prefix, ACL, flags) are built once: kazoo's
     per-op validation and path normalisation cost more than the item itself.
     """
@@ -124,7 +107,9 @@ class CreateMany:
         b.extend(multiheader_struct.pack(-1, True, -1))
         return b
 
-    deserialize = Transaction.deserialize
+    @classmethod
+    def deserialize(cls, data: bytes, offset: int) -> list[Any]:
+        return Multi.deserialize(data, offset)
 
 
 class Multi:
@@ -143,24 +128,7 @@ class Multi:
     @classmethod
     def deserialize(cls, data: bytes, offset: int) -> list[Any]:
         # kazoo's Transaction.deserialize, without a namedtuple per op header.
-        results: list[Any] = []
-        unpack_header, unpack_int = multiheader_struct.unpack_from, int_struct.unpack_from
-        while True:
-            kind, done, _ = unpack_header(data, offset)
-            offset += _HEADER_SIZE
-            if done:
-                return results
-            if kind == Create.type:
-                (length,) = unpack_int(data, offset)
-                offset += 4
-                results.append(data[offset:offset + length].decode("utf-8"))
-                offset += length
-            elif kind == -1:
-                (err,) = unpack_int(data, offset)
-                offset += 4
-                results.append(EXCEPTIONS[err]())
-            else:  # delete (and check): no body
-                results.append(True)
+        return _read_multi(data, offset, _transaction_result)
 
     def __init__(self, kazoo: Any) -> None:
         self._kazoo = kazoo
@@ -194,6 +162,42 @@ class Multi:
 
     def commit(self) -> list[Any]:
         return list(self.commit_async().get())
+
+
+def _read_multi(data: bytes, offset: int,
+                op_result: Callable[[int, bytes, int], tuple[Any, int]]) -> list[Any]:
+    """The per-op results of a multi response (multi or multiRead): each op's header, then
+    ``op_result(kind, data, offset) -> (result, offset)`` for its body; a failed op gives the
+    exception instance (kazoo's own mapping of the error code)."""
+    results: list[Any] = []
+    while True:
+        kind, done, _ = multiheader_struct.unpack_from(data, offset)
+        offset += _HEADER_SIZE
+        if done:
+            return results
+        if kind == -1:
+            (err,) = int_struct.unpack_from(data, offset)
+            results.append(EXCEPTIONS[err]())
+            offset += 4
+        else:
+            result, offset = op_result(kind, data, offset)
+            results.append(result)
+
+
+def _transaction_result(kind: int, data: bytes, offset: int) -> tuple[Any, int]:
+    if kind == Create.type:  # the created path
+        (length,) = int_struct.unpack_from(data, offset)
+        return data[offset + 4:offset + 4 + length].decode("utf-8"), offset + 4 + length
+    return True, offset  # delete (and check): no body
+
+
+def _getdata_result(kind: int, data: bytes, offset: int) -> tuple[Any, int]:
+    (length,) = int_struct.unpack_from(data, offset)
+    offset += 4
+    value = bytes(data[offset:offset + length]) if length > 0 else b""
+    offset += max(length, 0)
+    stat = ZnodeStat._make(stat_struct.unpack_from(data, offset))
+    return (value, stat), offset + _STAT_SIZE
 
 
 def _string(text: str) -> bytes:
