@@ -40,6 +40,7 @@ from zkcrawl.urls import host_of
 COMPLETE, RETRY, DEAD, RELEASE = "complete", "retry", "dead", "release"
 BACKOFF_BASE = 1.0  # seconds; doubled per failed attempt
 BACKOFF_CAP = 60.0
+ABANDONED = "abandoned"  # SPEC §3: --max-attempts holders died with it
 EARLY = 0.002  # a slot this close is slept for on the worker thread; farther ones are queued
 _PRUNE_AT = 10_000
 _TITLE_END = re.compile(rb"</title\s*>", re.IGNORECASE)
@@ -204,6 +205,8 @@ class Pipeline:
         host whose gate slot this fetch holds (``""``: none; None: the item's own host)."""
         if c.item is None:
             return self._malformed(c, timing)
+        if c.abandoned(self.max_attempts):
+            return self._abandoned(c, timing)
         host = host_of(c.item.url) if host is None else host
         try:
             res = self.fetcher.fetch(c.item.url)
@@ -256,10 +259,18 @@ class Pipeline:
                 "attempt": c.attempt, "consumer": self.consumer_id, "fetched_at": iso_now(),
                 **timing.fields(), "error": res.error}
 
+    def _abandoned(self, c: Claimed, timing: ItemTiming) -> Outcome:
+        """SPEC §3: its holders died ``c.deaths`` times; no fetch (it may be what kills
+        them), a record and a dead letter ``abandoned``."""
+        return self._unfetched(c, timing, ABANDONED, c.url)
+
     def _malformed(self, c: Claimed, timing: ItemTiming) -> Outcome:
+        return self._unfetched(c, timing, c.error or "malformed", None)
+
+    def _unfetched(self, c: Claimed, timing: ItemTiming, error: str, url: str | None
+                   ) -> Outcome:
         timing.finished = time.monotonic()
-        error = c.error or "malformed"
-        record = {"url": None, "final_url": None, "status": None, "title": None,
+        record = {"url": url, "final_url": None, "status": None, "title": None,
                   "fields": dict.fromkeys(self.fields), "bytes": len(c.data), "item": c.name,
                   "attempt": c.attempt, "consumer": self.consumer_id, "fetched_at": iso_now(),
                   **timing.fields(), "error": error}

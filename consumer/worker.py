@@ -279,6 +279,8 @@ class Worker:
         if self.control.paused:
             self._cool(task, time.monotonic())  # the scheduler holds it until resumed
             return False
+        if task.claimed.abandoned(self.s.max_attempts):
+            task.host = ""  # no request will be made: no robots.txt, no politeness slot
         if task.host and (task.slot is not None
                           or self.pipeline.prepare(task.claimed.url or "", task.host)):
             start, due = self.pipeline.gate.admit(task.host, task.slot)

@@ -38,6 +38,7 @@ from producer.summary import Counts
 from zkcrawl.items import Item
 from zkcrawl.queue import LeaseQueue
 from zkcrawl.seen import SeenSet
+from zkcrawl.untrusted import URL_LIMIT
 
 log = structlog.get_logger(__name__)  # lazy: bound after logs.configure()
 
@@ -101,7 +102,11 @@ class Offerer:
 
     # -- producer thread -------------------------------------------------------
     def add(self, url: str, source: str) -> bool:
-        """Accept ``url`` unless seen before; True if new. Hands over full batches."""
+        """Accept ``url`` unless seen before or too long; True if new. Hands over full
+        batches."""
+        if len(url) > URL_LIMIT // 4 and len(url.encode("utf-8", "surrogatepass")) > URL_LIMIT:
+            self.counts.dropped["too-long"] += 1  # SPEC §2: a URL is at most 8 KiB
+            return False
         if url in self._pending or url in self._inflight or url in self.seen:
             self.counts.duplicates += 1
             return False

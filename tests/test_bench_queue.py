@@ -6,8 +6,8 @@ import json
 
 from zkcrawl.cli import main
 
-CASES = ("seed_take", "kazoo_locking", "zkcrawl_alo", "zkcrawl_amo", "zkcrawl_alo_4proc",
-         "offer_single", "offer_batched")
+CASES = ("seed_take", "kazoo_locking", "zkcrawl_alo", "zkcrawl_alo_uncounted", "zkcrawl_amo",
+         "zkcrawl_alo_4proc", "offer_single", "offer_batched")
 
 
 def test_bench_queue_json_has_every_case(zk_hosts, capsys, monkeypatch):
@@ -22,6 +22,7 @@ def test_bench_queue_json_has_every_case(zk_hosts, capsys, monkeypatch):
                 "wasted_requests_per_item"} <= set(out[case])
     assert out["zkcrawl_alo_4proc"]["items"] == 400
     assert out["zkcrawl_alo_4proc"]["left_in_queue"] == 0
+    assert out["ratios"]["alo_counted_vs_uncounted"] > 0
 
 
 def test_bench_rejects_unknown_case(capsys):

@@ -28,6 +28,9 @@ class Claimed:
     claimed_mono: float = field(default_factory=time.monotonic)
     session: int | None = None
     bare: bool = False
+    # Earlier claims of this znode whose holder died or lost its session (SPEC §3: a
+    # holder's death is an attempt); see zkcrawl.queue, "Counting claims".
+    deaths: int = 0
 
     @property
     def url(self) -> str | None:
@@ -35,7 +38,12 @@ class Claimed:
 
     @property
     def attempt(self) -> int:
-        return self.item.attempt if self.item else 0
+        """Attempts so far: failed tries recorded in the item plus holders that died."""
+        return (self.item.attempt if self.item else 0) + self.deaths
+
+    def abandoned(self, max_attempts: int) -> bool:
+        """Dead holders used up the attempts: dead-letter it (``abandoned``), no fetch."""
+        return self.deaths > 0 and self.attempt >= max_attempts
 
     @property
     def queue_ms(self) -> float:

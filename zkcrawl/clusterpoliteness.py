@@ -35,12 +35,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote, unquote
 
 import structlog
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
+from zkcrawl import untrusted
 from zkcrawl.politeness import LocalPoliteness
 from zkcrawl.zk import ZkClient
 
@@ -50,6 +52,7 @@ log = structlog.get_logger(__name__)
 
 _RACES = 32  # lost compare-and-sets before this reservation settles for the local gap
 _PRUNE_CHUNK = 500
+MAX_AHEAD = LocalPoliteness._MAX_BACK_OFF  # a host slot further ahead is not believed
 _ZK_TROUBLE = (KazooException, KazooTimeoutError, OSError)
 
 
@@ -157,7 +160,7 @@ class ClusterPoliteness:
         for _ in range(_RACES):
             try:
                 data, stat = kazoo.get(path)
-                free, version = _time(data), stat.version
+                free, version = _time(data, path, stat), stat.version
             except NoNodeError:
                 free, version = -math.inf, None
             now = time.time()
@@ -215,9 +218,21 @@ def read_slots(zk: ZkClient, path: str) -> list[HostSlot]:
     return slots
 
 
-def _time(data: bytes | None) -> float:
-    try:
-        value = float(data or b"")
-    except ValueError:
-        return -math.inf  # not ours, or empty: no constraint
-    return value if math.isfinite(value) else -math.inf
+def _time(data: bytes | None, path: str | None = None, stat: Any = None) -> float:
+    """The slot in a host node (untrusted, SPEC §2): a Unix time no further than
+    ``MAX_AHEAD`` from now. Anything else is no constraint (-inf) -- the next reservation
+    overwrites it -- and, given ``path``, a warning once per node version."""
+    why = None
+    if not data or len(data) > 64:
+        why = "not a time" if data else None
+        value = -math.inf
+    else:
+        try:
+            value = float(data)
+        except ValueError:
+            value, why = -math.inf, "not a time"
+        if not math.isfinite(value) or value > time.time() + MAX_AHEAD:
+            value, why = -math.inf, f"not a time within {MAX_AHEAD:g} s"
+    if why is not None and path is not None:
+        untrusted.MALFORMED.warn(path, untrusted.version_of(stat), why)
+    return value

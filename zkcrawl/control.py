@@ -2,7 +2,10 @@
 
 Writers (``zkcrawl pause`` / ``resume``) set it; every consumer keeps a data watch
 on it (kazoo's DataWatch re-arms itself and also fires on create/delete). A missing
-or unreadable node means ``running``: a broken control node must not stop a crawl.
+node means ``running``. A malformed one (untrusted data, SPEC §2: not JSON, nested too
+deep, an unknown state...) is a warning, once per node version, and leaves the watcher
+in its last good state (``running`` at start): a broken control node neither stops nor
+resumes a crawl.
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kazoo.exceptions import NodeExistsError
+from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.recipe.watchers import DataWatch
 
+from zkcrawl import untrusted
 from zkcrawl.zk import ZkClient
 
 RUNNING = "running"
@@ -23,17 +27,34 @@ PAUSED = "paused"
 STATES = (RUNNING, PAUSED)
 
 
+def decode_state(data: bytes | None) -> tuple[str | None, str | None]:
+    """``(state, None)``, or ``(None, reason)`` for malformed data; never raises."""
+    doc, why = untrusted.load_object(data, {"state": str}, limit=4096)
+    if doc is None:
+        return None, why
+    state = doc.get("state")
+    if state not in STATES:
+        return None, "no 'state' of running|paused"
+    return state, None
+
+
 def parse_state(data: bytes | None) -> str:
-    try:
-        state = json.loads(data or b"{}").get("state")
-    except (ValueError, AttributeError):
-        return RUNNING
-    return state if state in STATES else RUNNING
+    """The state, ``running`` for malformed data (no warning: see :class:`ControlWatch`)."""
+    return decode_state(data)[0] or RUNNING
 
 
 def read_state(zk: ZkClient, root: str) -> str:
-    stat = zk.exists(f"{root}/control")
-    return parse_state(zk.get(f"{root}/control")[0]) if stat else RUNNING
+    """The state now; a missing or malformed node reads as ``running`` (and warns)."""
+    path = f"{root}/control"
+    try:
+        data, stat = zk.get(path)
+    except NoNodeError:
+        return RUNNING
+    state, why = decode_state(data)
+    if state is None:
+        untrusted.MALFORMED.warn(path, untrusted.version_of(stat), why or "malformed")
+        return RUNNING
+    return state
 
 
 def set_state(zk: ZkClient, root: str, state: str, by: str = "zkcrawl") -> None:
@@ -57,11 +78,21 @@ class ControlWatch:
         self._running = threading.Event()
         self._running.set()
         self._on_change = on_change
+        self._path = f"{root}/control"
         zk.ensure_path(root)
-        DataWatch(zk.kazoo, f"{root}/control", self._changed)
+        DataWatch(zk.kazoo, self._path, self._changed)
 
-    def _changed(self, data: bytes | None, _stat: Any, *_: Any) -> None:
-        self.state = parse_state(data)  # kazoo thread: set flags, never block
+    def _changed(self, data: bytes | None, stat: Any, *_: Any) -> None:
+        # kazoo thread: set flags, never block
+        if stat is None:
+            state: str | None = RUNNING  # no node: running
+        else:
+            state, why = decode_state(data)
+            if state is None:  # keep the last good state
+                untrusted.MALFORMED.warn(self._path, untrusted.version_of(stat),
+                                         why or "malformed")
+                return
+        self.state = state
         if self.state == PAUSED:
             self._running.clear()
         else:

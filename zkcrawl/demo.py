@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 import zkcrawl
-from zkcrawl import report, samplesite
+from zkcrawl import report, samplesite, untrusted
 from zkcrawl.errors import UsageError, ZkCrawlError
 from zkcrawl.localzk import ZkServer
 from zkcrawl.zk import ZkClient
@@ -292,10 +292,10 @@ def _offered(zk: ZkClient) -> int:
     """What the producer says it offered (0 before it publishes, or once it is gone)."""
     try:
         data, _ = zk.get(f"{ROOT}/producers/demo-producer")
-        value = json.loads(data).get("offered", 0)
-    except Exception:  # missing node, not JSON: the count is only for the progress bar
+    except Exception:  # missing node, no connection: the count is only for the progress bar
         return 0
-    return int(value) if isinstance(value, int | float) else 0
+    doc, _why = untrusted.load_object(data, {"offered": untrusted.NUMBER})
+    return int(untrusted.number((doc or {}).get("offered"), 0, lo=0))
 
 
 def _estimate(before: int, zk: ZkClient, children: Children, seen: int) -> int:

@@ -16,9 +16,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from zkcrawl import untrusted
+from zkcrawl.untrusted import ITEM_LIMIT, URL_LIMIT
+
 PREFIX = "qn-"
 DEAD_PREFIX = "dl-"
 DEAD_DATA_LIMIT = 4096
+ERROR_LIMIT = 200  # a stored error (``meta.last_error``, a dead letter's ``error``)
+MAX_ATTEMPT = 1_000_000  # a hostile ``attempt`` is clamped: it only makes the item fail fast
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 _BARE_URL = re.compile(r"^https?://[^\s/?#]+[^\s]*$", re.IGNORECASE)
 
@@ -60,39 +65,55 @@ class Decoded:
 
 
 def decode(data: bytes) -> Decoded:
-    """Apply SPEC §2's decoding rule; never raises."""
+    """Apply SPEC §2's decoding rule with its limits; never raises (hostile data welcome)."""
+    if len(data) > ITEM_LIMIT:
+        return Decoded(None, f"malformed: item larger than {ITEM_LIMIT} bytes")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         return Decoded(None, "malformed: not UTF-8")
     stripped = text.strip()
     if stripped.startswith("{"):
-        try:
-            doc = json.loads(stripped)
-        except ValueError:
-            return Decoded(None, "malformed: invalid JSON")
-        return _from_json(doc)
-    if _BARE_URL.match(stripped):
-        return Decoded(Item(url=stripped), None, bare=True)
+        doc, why = untrusted.loads_text(stripped)
+        if why is not None:
+            return Decoded(None, f"malformed: {why}")
+        return _from_json(doc, escaped="\\u" in stripped)
     if not stripped:
         return Decoded(None, "malformed: empty")
+    if _BARE_URL.match(stripped):
+        return _checked(Decoded(Item(url=stripped), None, bare=True))
     return Decoded(None, "malformed: neither a JSON item nor an http(s) URL")
 
 
-def _from_json(doc: Any) -> Decoded:
+def _from_json(doc: Any, *, escaped: bool) -> Decoded:
     if not isinstance(doc, dict) or not isinstance(doc.get("url"), str):
         return Decoded(None, "malformed: JSON without a string 'url'")
     attempt = doc.get("attempt", 0)
     if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 0:
         attempt = 0
     meta = doc.get("meta") if isinstance(doc.get("meta"), dict) else {}
-    enq = doc.get("enqueued_at")
+    enq = untrusted.number(doc.get("enqueued_at"), -1.0, lo=0.0)
     producer = doc.get("producer")
     batch = doc.get("batch")
-    item = Item(url=doc["url"], attempt=attempt,
+    item = Item(url=doc["url"], attempt=min(attempt, MAX_ATTEMPT),
                 producer=producer if isinstance(producer, str) else None,
-                meta=meta, enqueued_at=float(enq) if isinstance(enq, int | float) else None)
-    return Decoded(item, None, batch=batch if isinstance(batch, str) else None)
+                meta=meta, enqueued_at=enq if enq >= 0 else None)
+    decoded = Decoded(item, None, batch=batch if isinstance(batch, str) else None)
+    if escaped:  # only a \u escape can smuggle a lone surrogate into the text
+        try:
+            item.encode()
+        except UnicodeEncodeError:
+            return Decoded(None, "malformed: lone surrogate (not valid Unicode)")
+    return _checked(decoded)
+
+
+def _checked(decoded: Decoded) -> Decoded:
+    """The URL limit (SPEC §2), in UTF-8 bytes."""
+    assert decoded.item is not None
+    url = decoded.item.url
+    if len(url) * 4 > URL_LIMIT and len(url.encode("utf-8", "surrogatepass")) > URL_LIMIT:
+        return Decoded(None, f"malformed: url longer than {URL_LIMIT} bytes")
+    return decoded
 
 
 def dead_letter(name: str, url: str | None, error: str, attempts: int, data: bytes) -> bytes:
@@ -100,9 +121,12 @@ def dead_letter(name: str, url: str | None, error: str, attempts: int, data: byt
     snippet = data[:DEAD_DATA_LIMIT].decode("utf-8", errors="backslashreplace")
     # backslashreplace can grow the text; keep the promise of "at most 4 KB".
     snippet = snippet[:DEAD_DATA_LIMIT]
-    doc = {"item": name, "url": url, "error": error[:500], "attempts": attempts,
+    if url is not None and len(url) > URL_LIMIT:
+        url = url[:URL_LIMIT]
+    doc = {"item": name, "url": url, "error": error[:ERROR_LIMIT], "attempts": attempts,
            "data": snippet, "dead_at": round(time.time(), 3)}
-    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    # ASCII-escaped: a lone surrogate in a hostile URL stays valid UTF-8 on the wire.
+    return json.dumps(doc, separators=(",", ":")).encode("ascii")
 
 
 def parse_seq(name: str) -> int | None:

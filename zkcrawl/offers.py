@@ -3,7 +3,8 @@
 The producer side of :class:`zkcrawl.queue.LeaseQueue` (which delegates here), kept
 apart from the claim side so each reads on its own. Guarantees: offers go in
 transactions of up to ``batch`` items and at most ``MAX_TX_BYTES`` (far below ZooKeeper's
-1 MB request limit); each transaction also creates an ephemeral marker
+1 MB request limit); an item over ``ITEM_LIMIT`` (64 KiB, SPEC §2) is refused with a
+warning and not sent, the others go on; each transaction also creates an ephemeral marker
 ``<root>/offers/<token>``, so a transaction retried after ConnectionLoss first asks
 whether its first try committed (Curator's ``withProtection`` idea): no silent double
 insert while the session lives, and a search by the items' ``batch`` token after a
@@ -47,6 +48,7 @@ class BatchOffers:
         self.batch = max(1, batch)
         self._connected = connected
         self._session = session
+        self.refused = 0  # items over the size limit, never sent (SPEC §2)
 
     def offer_many(self, items: Iterable[Item]) -> list[str]:
         """Offer items in transactions; returns the created znode names in order.
@@ -71,6 +73,9 @@ class BatchOffers:
         token = uuid.uuid4().hex
         for item in items:
             data = item.encode(batch=token)
+            if len(data) > wire.ITEM_LIMIT:
+                self._refuse(item, len(data))
+                continue
             if chunk and (len(chunk) >= self.batch or size + len(data) > MAX_TX_BYTES):
                 yield token, chunk
                 token = uuid.uuid4().hex
@@ -80,6 +85,12 @@ class BatchOffers:
             size += len(data) + 64
         if chunk:
             yield token, chunk
+
+    def _refuse(self, item: Item, size: int) -> None:
+        """SPEC §2: an item over the limit is refused with a reason; the offer goes on."""
+        self.refused += 1
+        log.warning("queue.offer_refused", url=item.url[:200], bytes=size,
+                    reason=f"item larger than {wire.ITEM_LIMIT} bytes")
 
     def _offer_async(self, token: str, chunk: list[bytes]) -> Any:
         """[create marker (ephemeral), create item (sequential) x n] as one transaction."""

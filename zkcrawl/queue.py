@@ -31,6 +31,20 @@ Guarantees
   walks the items whose ``seq % n == i``, then steals the others from their tail, so
   consumers do not all fight for the head of the list.
 
+Counting claims (a holder's death is an attempt, SPEC §3)
+---------------------------------------------------------
+The lease transaction also creates and deletes a child ``<item>/c`` of the item: two ops
+that leave nothing behind but raise the item's ``cversion`` by 2, atomically with the
+lease. The multiRead right behind returns the item's stat, so every claim knows how many
+claims the znode has had (``cversion // 2``, its own included). A clean release (shutdown,
+a lost race) rewrites the item's data unchanged in the release transaction, raising its
+``version``; so ``cversion // 2 - 1 - version`` earlier claims ended without an outcome:
+their holders died. :attr:`Claimed.deaths` carries that count and :attr:`Claimed.attempt`
+adds it to the item's own ``attempt``; a retry carries the sum into the re-offered item.
+Works for Curator's bare-URL items too (no data is parsed for it). The child op also makes
+a lease of an item completed meanwhile fail (NoNode) instead of being dropped after the
+read. Cost: measured with ``zkcrawl bench queue`` (README, Benchmarks).
+
 Why leases beat a timeout-based repair
 --------------------------------------
 The MongoDB queue in the seeds marks a job "processing" and repairs "stalled" jobs after
@@ -56,6 +70,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from kazoo.exceptions import (
@@ -69,6 +84,7 @@ from kazoo.exceptions import (
 
 from zkcrawl import items as wire
 from zkcrawl.claims import AT_LEAST_ONCE, AT_MOST_ONCE, Claimed, CompleteResult, QueueStats
+from zkcrawl.errors import UsageError
 from zkcrawl.items import Item
 from zkcrawl.logs import get_logger
 from zkcrawl.offers import BatchOffers, QueueSuspended
@@ -79,13 +95,17 @@ __all__ = ["AT_LEAST_ONCE", "AT_MOST_ONCE", "Claimed", "CompleteResult", "LeaseQ
 
 log = get_logger(__name__)
 
+CLAIM_CHILD = "c"  # created and deleted in each lease transaction: counts the claim
+LEASE_OPS = 3  # ops per item in a lease transaction
+
 
 class LeaseQueue:
     """A FIFO-ish work queue in ZooKeeper where a claim is an ephemeral lease."""
 
     def __init__(self, zk: ZkClient, root: str, consumer_id: str = "anonymous", *,
                  delivery: str = AT_LEAST_ONCE, claim_batch: int = 100,
-                 complete_batch: int = 200, offer_batch: int = 500) -> None:
+                 complete_batch: int = 200, offer_batch: int = 500,
+                 count_claims: bool = True) -> None:
         if delivery not in (AT_LEAST_ONCE, AT_MOST_ONCE):
             raise ValueError(f"unknown delivery {delivery!r}")
         self.zk = zk
@@ -100,6 +120,10 @@ class LeaseQueue:
         self.claim_batch = max(1, claim_batch)
         self.complete_batch = max(1, complete_batch)
         self.offer_batch = max(1, offer_batch)
+        # False only for `zkcrawl bench queue`'s baseline: the cost of counting claims,
+        # measured in the same run. Off, a holder's death is not an attempt (SPEC §3).
+        self.count_claims = count_claims
+        self._lease_ops = LEASE_OPS if count_claims else 1
         self.stats = QueueStats()
         self._lock = threading.RLock()
         self._held: dict[str, Claimed] = {}
@@ -170,11 +194,20 @@ class LeaseQueue:
     # -- offers ----------------------------------------------------------
     def offer(self, url: str, *, meta: dict[str, Any] | None = None,
               producer: str | None = None) -> str:
-        return self.offer_many([Item(url=url, producer=producer, meta=meta or {})])[0]
+        names = self.offer_many([Item(url=url, producer=producer, meta=meta or {})])
+        if not names:
+            raise ItemRefused(f"item for {url[:80]!r} is larger than {wire.ITEM_LIMIT} bytes")
+        return names[0]
 
     def offer_many(self, items: Iterable[Item]) -> list[str]:
-        """Offer items in transactions; returns the created znode names in order."""
+        """Offer items in transactions; returns the created znode names in order. Items
+        over the size limit are refused (counted in :attr:`refused`, logged), not sent."""
         return self._offers.offer_many(items)
+
+    @property
+    def refused(self) -> int:
+        """Items :meth:`offer_many` refused as over the size limit (SPEC §2)."""
+        return self._offers.refused
 
     def depth(self) -> int:
         """Items in the queue (leased ones included), from the parent's stat: O(1)."""
@@ -276,12 +309,14 @@ class LeaseQueue:
         return got
 
     def _lease_tx(self, batch: Sequence[tuple[int, str]], body: bytes) -> Any:
+        """Per item: [create lease, create + delete ``<item>/c``] -- the child pair counts
+        the claim in the item's cversion ("Counting claims" above); ``LEASE_OPS`` ops."""
         tx = self.zk.transaction()
-        # No check(item) op: it would cost the server a quarter of its work per item.
-        # A lease created for an item completed meanwhile is found by the multiRead
-        # right behind (NoNode) and dropped at once (see _hold).
         for _, name in batch:
             tx.create(f"{self.lease_path}/{name}", body, ephemeral=True)
+            if self.count_claims:
+                tx.create(f"{self.queue_path}/{name}/{CLAIM_CHILD}")
+                tx.delete(f"{self.queue_path}/{name}/{CLAIM_CHILD}")
         return tx
 
     def _lease(self, cands: list[tuple[int, str]]) -> list[Claimed]:
@@ -316,6 +351,7 @@ class LeaseQueue:
             if failed is None:
                 return cands
             self.stats.wasted += 1
+            failed //= self._lease_ops
             cands = cands[:failed] + cands[failed + 1:]
             if not cands:
                 return []
@@ -357,12 +393,15 @@ class LeaseQueue:
                 self._held[c.name] = c
         return out
 
-    @staticmethod
-    def _claimed(seq: int, name: str, res: Any, session: int | None) -> Claimed:
+    def _claimed(self, seq: int, name: str, res: Any, session: int | None) -> Claimed:
         data, stat = bytes(res[0] or b""), res[1]
         dec = wire.decode(data)
+        deaths = 0
+        if session is not None and self.count_claims:
+            deaths = max(0, stat.cversion // 2 - 1 - stat.version)
         return Claimed(name=name, seq=seq, data=data, item=dec.item, error=dec.error,
-                       ctime=stat.ctime / 1000.0, session=session, bare=dec.bare)
+                       ctime=stat.ctime / 1000.0, session=session, bare=dec.bare,
+                       deaths=deaths)
 
     def _take(self, cands: list[tuple[int, str]]) -> list[Claimed]:
         """At-most-once: read, then delete; whoever deletes first owns the item."""
@@ -467,26 +506,48 @@ class LeaseQueue:
             self.offer_many([c.item for c in claimed if c.item])
             return
         mine, _ = self._owned(claimed)
-        dels = gather([self.zk.kazoo.delete_async(f"{self.lease_path}/{c.name}") for c in mine])
-        del dels
+        # Rewriting the data unchanged raises the item's version: this claim ended cleanly
+        # and is not counted as a dead holder ("Counting claims" above).
+        pending = []
+        for c in mine:
+            tx = self.zk.transaction()
+            if len(c.data) <= wire.ITEM_LIMIT:
+                tx.set_data(f"{self.queue_path}/{c.name}", c.data)
+            tx.delete(f"{self.lease_path}/{c.name}")
+            pending.append(tx.commit_async())
+        for c, res in zip(mine, gather(pending), strict=True):
+            if isinstance(res, Exception) or not tx_ok(res):  # item gone: drop the lease
+                self.zk.kazoo.delete_async(f"{self.lease_path}/{c.name}")
         self._forget(mine)
 
     def retry(self, c: Claimed, error: str) -> CompleteResult:
-        """Re-offer at the tail with ``attempt + 1``; old item and lease go in the same tx."""
+        """Re-offer at the tail with ``attempt + 1``; old item and lease go in the same tx.
+
+        The re-offered item never outgrows the limit (SPEC §2): the stored error is short,
+        and dropped if the item would not fit with it; one that still would not fit goes
+        to the dead letters instead of being sent to ZooKeeper.
+        """
         assert c.item is not None
-        meta = {**c.item.meta, "last_error": error}
-        new = Item(url=c.item.url, attempt=c.attempt + 1, producer=c.item.producer,
-                   meta=meta, enqueued_at=c.item.enqueued_at)
+        base = Item(url=c.item.url, attempt=c.attempt + 1, producer=c.item.producer,
+                    meta={k: v for k, v in c.item.meta.items() if k != "last_error"},
+                    enqueued_at=c.item.enqueued_at)
+        data = replace(base, meta={**base.meta, "last_error": error[:wire.ERROR_LIMIT]}).encode()
+        if len(data) > wire.ITEM_LIMIT:
+            data = base.encode()
+        if len(data) > wire.ITEM_LIMIT:
+            return self.dead_letter(c, f"{error[:80]}; item too large to retry")
 
         def build(tx: Any, cl: Claimed) -> None:
-            tx.create(f"{self.queue_path}/{wire.PREFIX}", new.encode(), sequence=True)
+            tx.create(f"{self.queue_path}/{wire.PREFIX}", data, sequence=True)
             self._drop_lease_ops(tx, cl)
 
         return self._outcome(c, build)
 
     def dead_letter(self, c: Claimed, error: str) -> CompleteResult:
         """Move to ``<root>/dead/`` with the reason (one transaction)."""
-        body = wire.dead_letter(c.name, c.url, error, c.attempt + 1, c.data)
+        # An abandoned item was not tried by this claim: its attempts are the dead holders'.
+        tries = c.attempt if error == "abandoned" else c.attempt + 1
+        body = wire.dead_letter(c.name, c.url, error, tries, c.data)
 
         def build(tx: Any, cl: Claimed) -> None:
             tx.create(f"{self.dead_path}/{wire.DEAD_PREFIX}", body, sequence=True)
@@ -512,6 +573,10 @@ class LeaseQueue:
         ok = tx_ok(results) or self._settled(c, results)
         self._forget([c])
         return CompleteResult([c], []) if ok else CompleteResult([], [c])
+
+
+class ItemRefused(UsageError):
+    """An offered item is over the size limit (SPEC §2): nothing was sent."""
 
 
 def _first_error(results: list[Any]) -> int | None:

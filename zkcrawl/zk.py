@@ -26,6 +26,7 @@ from kazoo.protocol.serialization import (
     Delete,
     GetData,
     MultiHeader,
+    SetData,
     Transaction,
     int_struct,
     multiheader_struct,
@@ -113,7 +114,7 @@ class CreateMany:
 
 
 class Multi:
-    """A ``multi`` transaction of creates and deletes, committed in one round trip.
+    """A ``multi`` transaction of creates, deletes and setData, committed in one round trip.
 
     The same wire format and result deserializer as kazoo's ``TransactionRequest``, minus
     its per-op path normalisation and validation, which cost more client CPU than the
@@ -152,6 +153,11 @@ class Multi:
         self._ops.append(b"".join((_DELETE_HEAD, _string(self._chroot + path),
                                    int_struct.pack(version))))
 
+    def set_data(self, path: str, value: bytes, version: int = -1) -> None:
+        self._ops.append(b"".join((_SETDATA_HEAD, _string(self._chroot + path),
+                                   int_struct.pack(len(value)), value,
+                                   int_struct.pack(version))))
+
     def serialize(self) -> bytes:
         return b"".join((*self._ops, _MULTI_DONE))
 
@@ -188,6 +194,8 @@ def _transaction_result(kind: int, data: bytes, offset: int) -> tuple[Any, int]:
     if kind == Create.type:  # the created path
         (length,) = int_struct.unpack_from(data, offset)
         return data[offset + 4:offset + 4 + length].decode("utf-8"), offset + 4 + length
+    if kind == SetData.type:  # the node's new stat
+        return ZnodeStat._make(stat_struct.unpack_from(data, offset)), offset + _STAT_SIZE
     return True, offset  # delete (and check): no body
 
 
@@ -217,6 +225,7 @@ _STAT_SIZE = stat_struct.size
 _GETDATA_HEAD = multiheader_struct.pack(GetData.type, False, -1)
 _CREATE_HEAD = multiheader_struct.pack(Create.type, False, -1)
 _DELETE_HEAD = multiheader_struct.pack(Delete.type, False, -1)
+_SETDATA_HEAD = multiheader_struct.pack(SetData.type, False, -1)
 _MULTI_DONE = multiheader_struct.pack(-1, True, -1)
 
 

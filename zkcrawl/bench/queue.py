@@ -5,6 +5,8 @@ Cases (same server, a fresh root per case):
 * ``seed_take``      the seed's take: getChildren + sort + getData + delete, every time
 * ``kazoo_locking``  kazoo's LockingQueue get + consume
 * ``zkcrawl_alo``    LeaseQueue at-least-once claim + complete
+* ``zkcrawl_alo_uncounted``  the same without counting claims (SPEC §3's "a holder's
+  death is an attempt"): the baseline of that feature's cost, in the same run
 * ``zkcrawl_amo``    LeaseQueue at-most-once
 * ``zkcrawl_alo_4proc`` four consumer processes, at-least-once
 * ``offer_single`` / ``offer_batched``  one create per round trip vs offer_many
@@ -163,10 +165,11 @@ def drain(q: LeaseQueue, n: int, idle_timeout: float = 2.0, stop_when_empty: boo
     return done
 
 
-def _drain_from(zk: ZkClient, n: int, delivery: str) -> tuple[float, LeaseQueue, int]:
+def _drain_from(zk: ZkClient, n: int, delivery: str, count: bool = True
+                ) -> tuple[float, LeaseQueue, int]:
     root = f"/bench-{uuid.uuid4().hex[:8]}"
     _fill(zk, root, n)
-    q = LeaseQueue(zk, root, "solo", delivery=delivery)
+    q = LeaseQueue(zk, root, "solo", delivery=delivery, count_claims=count)
     t0 = time.perf_counter()
     done = drain(q, n)
     elapsed = time.perf_counter() - t0
@@ -174,16 +177,16 @@ def _drain_from(zk: ZkClient, n: int, delivery: str) -> tuple[float, LeaseQueue,
     return elapsed, q, done
 
 
-def bench_lease(zk: ZkClient, n: int, delivery: str) -> dict[str, float]:
+def bench_lease(zk: ZkClient, n: int, delivery: str, count: bool = True) -> dict[str, float]:
     """A whole drain from depth N, then a whole drain from depth N/10.
 
     Per-take time is each drain's time per item: its one listing of the queue is
     amortised over the items it serves, as in production. O(1) takes give the same
     time at both depths; the seed's O(n) take is ~depth-proportional.
     """
-    elapsed, q, done = _drain_from(zk, n, delivery)
+    elapsed, q, done = _drain_from(zk, n, delivery, count)
     small = max(1, n // 10)
-    elapsed_10, _, done_10 = _drain_from(zk, small, delivery)
+    elapsed_10, _, done_10 = _drain_from(zk, small, delivery, count)
     return {"items_per_s": round(done / elapsed, 1),
             "ms_per_take_at_n": round(elapsed / max(done, 1) * 1000, 4),
             "ms_per_take_at_n_10": round(elapsed_10 / max(done_10, 1) * 1000, 4),
@@ -287,6 +290,7 @@ def run_bench(hosts: str | None, n: int = 20_000) -> dict[str, Any]:
                 out["offer_single"], out["offer_batched"] = bench_offers(zk, n)
                 out["seed_take"] = bench_seed(zk, n)
                 out["kazoo_locking"] = bench_kazoo(zk, n)
+                out["zkcrawl_alo_uncounted"] = bench_lease(zk, n, AT_LEAST_ONCE, count=False)
                 out["zkcrawl_alo"] = bench_lease(zk, n, AT_LEAST_ONCE)
                 out["zkcrawl_amo"] = bench_lease(zk, n, AT_MOST_ONCE)
             finally:
@@ -308,6 +312,8 @@ def _ratios(out: dict[str, Any]) -> dict[str, float]:
     return {"alo_vs_seed": r(alo["items_per_s"], out["seed_take"]["items_per_s"]),
             "alo_vs_kazoo": r(alo["items_per_s"], out["kazoo_locking"]["items_per_s"]),
             "alo_take_n_vs_n10": r(alo["ms_per_take_at_n"], alo["ms_per_take_at_n_10"]),
+            "alo_counted_vs_uncounted": r(alo["items_per_s"],
+                                          out["zkcrawl_alo_uncounted"]["items_per_s"]),
             "batched_vs_single_offer": r(out["offer_batched"]["items_per_s"],
                                          out["offer_single"]["items_per_s"])}
 
@@ -315,7 +321,8 @@ def _ratios(out: dict[str, Any]) -> dict[str, float]:
 def render(out: dict[str, Any]) -> str:
     rows = [f"zkcrawl bench queue  N={out['n']}  zk={out['zk']}",
             f"{'case':<20}{'items/s':>12}{'ms/take@N':>12}{'ms/take@N/10':>14}{'wasted/item':>13}"]
-    for key in ("seed_take", "kazoo_locking", "zkcrawl_alo", "zkcrawl_amo",
+    for key in ("seed_take", "kazoo_locking", "zkcrawl_alo_uncounted", "zkcrawl_alo",
+                "zkcrawl_amo",
                 "zkcrawl_alo_4proc", "offer_single", "offer_batched"):
         c = out[key]
         rows.append(f"{key:<20}{c['items_per_s']:>12,.0f}{_fmt(c.get('ms_per_take_at_n')):>12}"

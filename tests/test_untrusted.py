@@ -1,0 +1,212 @@
+"""The untrusted-data decoders (SPEC §2): arbitrary bytes and arbitrary JSON in every node
+zkcrawl reads give a result or a reason, never an exception."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from types import SimpleNamespace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from zkcrawl import admin, control, untrusted
+from zkcrawl import items as wire
+from zkcrawl.clusterpoliteness import _time
+from zkcrawl.items import Item
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids,
+                                                              max_size=4),
+    max_leaves=30)
+STAT = SimpleNamespace(ctime=1_700_000_000_000, mtime=1_700_000_000_000, mzxid=7, version=0)
+FAST = settings(max_examples=300, deadline=None)
+
+
+def nested(depth: int, key: str = "url") -> bytes:
+    return (f'{{"{key}":' + "[" * depth + "]" * depth + "}").encode()
+
+
+def as_bytes(value: object) -> bytes:
+    return json.dumps(value, allow_nan=True).encode("utf-8", "surrogatepass")
+
+
+def test_deep_nesting_is_a_reason_not_a_recursion_error():
+    for depth in (33, 6000, 100_000):
+        doc, why = untrusted.load_json(nested(depth), limit=1 << 20)
+        assert doc is None and why and "nested" in why
+    doc, why = untrusted.load_json(nested(31))
+    assert why is None and isinstance(doc["url"], list)
+
+
+def test_brackets_inside_strings_do_not_count():
+    text = json.dumps({"url": "[" * 500 + "{" * 500})
+    assert untrusted.load_json(text.encode())[0] == json.loads(text)
+
+
+def test_an_unterminated_string_full_of_escaped_quotes_is_rejected_fast():
+    doc, why = untrusted.load_json(b'"' + b'\\"' * 30_000 + b"[" * 40)
+    assert doc is None and why
+
+
+def test_non_json_numbers_and_limits():
+    assert untrusted.load_json(b"NaN")[0] is None
+    assert untrusted.load_json(b"[1e999]")[0] is None
+    assert untrusted.load_json(b"1" * 5000)[0] is None
+    assert untrusted.load_json(b"\xff\xfe")[1] == "not UTF-8"
+    assert "too large" in (untrusted.load_json(b" " * 70_000)[1] or "")
+    assert untrusted.load_json(b"")[1] == "empty"
+
+
+@FAST
+@given(st.binary(max_size=2048))
+def test_load_json_never_raises_on_bytes(data):
+    doc, why = untrusted.load_json(data)
+    assert (why is None) or doc is None
+
+
+@FAST
+@given(json_values)
+def test_load_json_round_trips_what_json_accepts(value):
+    doc, why = untrusted.load_json(as_bytes(value), limit=1 << 20)
+    if why is None:
+        assert json.dumps(doc, allow_nan=False) is not None  # finite, JSON again
+
+
+@FAST
+@given(st.binary(max_size=2048) | json_values.map(as_bytes))
+def test_item_decode_never_raises_and_never_yields_an_unencodable_item(data):
+    dec = wire.decode(data)
+    assert (dec.item is None) != (dec.error is None)
+    if dec.item is not None:
+        assert len(dec.item.encode()) > 0  # valid Unicode, encodable again
+        assert len(dec.item.url.encode("utf-8")) <= untrusted.URL_LIMIT
+    else:
+        assert dec.error.startswith("malformed")
+
+
+@FAST
+@given(st.text(), st.integers(), json_values)
+def test_item_decode_of_json_items_with_hostile_fields(url, attempt, meta):
+    data = as_bytes({"url": url, "attempt": attempt, "meta": meta, "enqueued_at": attempt})
+    dec = wire.decode(data)
+    if dec.item is not None:
+        assert 0 <= dec.item.attempt <= wire.MAX_ATTEMPT
+        assert isinstance(dec.item.meta, dict)
+
+
+def test_hostile_items_of_the_issue():
+    cases = {
+        "nested url": nested(6000),
+        "nested meta": b'{"url":"http://a.example/","meta":' + b"[" * 6000 + b"]" * 6000 + b"}",
+        "url not a string": b'{"url": 42}',
+        "invalid utf-8": b'{"url":"http://a.example/\xff"}',
+        "empty": b"",
+        "lone surrogate": b'{"url":"http://a.example/\\ud800"}',
+        "too large": b'{"url":"http://a.example/","meta":{"x":"' + b"a" * 70_000 + b'"}}',
+        "long url": b'{"url":"http://a.example/' + b"a" * 9000 + b'"}',
+    }
+    for what, data in cases.items():
+        dec = wire.decode(data)
+        assert dec.item is None and dec.error.startswith("malformed"), what
+    huge = wire.decode(b'{"url":"http://a.example/","attempt":' + str(10**25).encode() + b"}")
+    assert huge.item is not None and huge.item.attempt == wire.MAX_ATTEMPT
+    js = wire.decode(b'{"url":"javascript:alert(1)"}')
+    assert js.item is not None  # decodes; the fetcher refuses the scheme (a record, not a crash)
+
+
+def test_a_bare_url_item_still_decodes_curator_interop():
+    dec = wire.decode(b"  https://example.org/a?b=1 \n")
+    assert dec.bare and dec.item.url == "https://example.org/a?b=1"
+
+
+@FAST
+@given(st.text(max_size=300), st.text(max_size=300), st.binary(max_size=5000))
+def test_dead_letter_is_valid_bounded_json(url, error, data):
+    body = wire.dead_letter("qn-0000000001", url, error, 3, data)
+    doc = json.loads(body.decode("utf-8"))
+    assert len(doc["error"]) <= wire.ERROR_LIMIT
+    assert len(doc["data"]) <= wire.DEAD_DATA_LIMIT
+
+
+@FAST
+@given(st.binary(max_size=512) | json_values.map(as_bytes))
+def test_control_decoding_never_raises(data):
+    state, why = control.decode_state(data)
+    assert (state in control.STATES) != (why is not None)
+
+
+def test_control_watch_keeps_its_last_good_state_on_garbage():
+    class Unwatched(control.ControlWatch):  # the watch callback alone, no ZooKeeper
+        def __init__(self) -> None:
+            self.state, self._on_change, self._path = control.RUNNING, None, "/t/control"
+            self._running = threading.Event()
+            self._running.set()
+
+    watch = Unwatched()
+    watch._changed(b'{"state":"paused"}', SimpleNamespace(mzxid=1))
+    assert watch.paused
+    watch._changed(nested(6000, "state"), SimpleNamespace(mzxid=2))
+    assert watch.paused and watch.state == control.PAUSED  # the last good state
+    watch._changed(None, None)  # deleted: running
+    assert not watch.paused
+
+
+def test_malformed_log_warns_once_per_version():
+    log = untrusted.MalformedLog()
+    assert log.warn("/x", 1, "bad") and not log.warn("/x", 1, "bad")
+    assert log.warn("/x", 2, "bad")
+
+
+@FAST
+@given(st.binary(max_size=128))
+def test_host_slot_decoding_never_raises(data):
+    value = _time(data)
+    assert value == -math.inf or math.isfinite(value)
+
+
+def test_a_host_slot_far_in_the_future_is_not_believed():
+    assert _time(b"1e300") == -math.inf
+    assert _time(b"99999999999") == -math.inf
+    assert _time(b"inf") == -math.inf
+
+
+@FAST
+@given(st.binary(max_size=2048) | json_values.map(as_bytes))
+def test_dead_letter_reading_never_raises(data):
+    letter = admin._decode_dead("dl-0000000001", data, STAT)
+    assert letter.id == "dl-0000000001"
+    assert math.isfinite(letter.dead_at)
+
+
+@FAST
+@given(json_values)
+def test_status_numbers_are_finite_or_default(value):
+    got = admin._num({"k": value}, "k", None)
+    assert got is None or math.isfinite(got)
+    assert math.isfinite(admin._age(1e9, {"heartbeat_at": value}, STAT))
+
+
+def test_requeue_refuses_a_dead_letter_whose_url_is_not_an_item():
+    ok = admin.DeadLetter("dl-1", "qn-1", "http://a.example/x", "http-503", 3, 0.0, None)
+    bad = admin.DeadLetter("dl-2", "qn-2", "http://a.example/\ud800", "x", 3, 0.0, None)
+    assert admin._requeue_body(admin.requeue_item(ok))[0] is not None
+    body, why = admin._requeue_body(admin.requeue_item(bad))
+    assert body is None and "purge" in why
+
+
+def test_items_too_large_are_refused_by_offers_not_sent(zk, zk_root):
+    from zkcrawl.queue import ItemRefused, LeaseQueue
+
+    q = LeaseQueue(zk, zk_root, "t")
+    big = Item(url="http://a.example/", meta={"pad": "x" * 70_000})
+    names = q.offer_many([Item(url="http://a.example/1"), big, Item(url="http://a.example/2")])
+    assert len(names) == 2 and q.refused == 1
+    try:
+        q.offer("http://a.example/", meta={"pad": "x" * 70_000})
+    except ItemRefused as exc:
+        assert "larger than" in str(exc)
+    else:
+        raise AssertionError("a 70 KB item was offered")
