@@ -1,4 +1,10 @@
-"""Settings of ``zkcrawl-consumer`` (SPEC §4): every flag, its env variable and TOML key."""
+"""Settings of ``zkcrawl-consumer`` (SPEC §4): every flag, its env variable and TOML key.
+
+:meth:`ConsumerSettings.validate` refuses, as a :class:`UsageError` (exit 2), every value the
+daemon could not run with: counts below 1 or above what a process can start (``--threads``
+<= :data:`MAX_THREADS`), non-finite or negative seconds, ports outside 0..65535, and an
+``--id`` ZooKeeper would refuse as a znode name.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +14,14 @@ import math
 from zkcrawl.errors import UsageError
 from zkcrawl.fetch import FetchSettings
 from zkcrawl.queue import AT_LEAST_ONCE, AT_MOST_ONCE
-from zkcrawl.settings import CommonSettings, opt
+from zkcrawl.settings import CommonSettings, opt, znode_path_problem
 
 DEFAULT_USER_AGENT = "zkcrawl/0.1 (+https://github.com/zkcrawl/zkcrawl)"
 # robots.txt Crawl-delay above --domain-delay wins, up to this (a typo of "3600" must not
 # stall a host for an hour).
 CRAWL_DELAY_CAP = 30.0
+#: Worker threads start up front: far more than this fails with "can't start new thread".
+MAX_THREADS = 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +67,8 @@ class ConsumerSettings(CommonSettings):
         for flag, value in positive.items():
             if value < 1:
                 raise UsageError(f"{flag} must be at least 1, got {value}")
+        if self.threads > MAX_THREADS:
+            raise UsageError(f"--threads must be at most {MAX_THREADS}, got {self.threads}")
         if self.backlog < 0:
             raise UsageError(f"--backlog must be >= 0, got {self.backlog}")
         seconds = {"--timeout": (self.timeout, False), "--stats-interval": (self.stats_interval,
@@ -71,8 +81,9 @@ class ConsumerSettings(CommonSettings):
                                  f" number of seconds, got {value:g}")
         if not 0 <= self.metrics_port <= 65535:
             raise UsageError(f"--metrics-port must be 0..65535, got {self.metrics_port}")
-        if self.id is not None and (not self.id or "/" in self.id):
-            raise UsageError(f"--id must be a non-empty name without '/', got {self.id!r}")
+        if self.id is not None and (not self.id or "/" in self.id
+                                    or znode_path_problem("/" + self.id)):
+            raise UsageError(f"--id must be a non-empty znode name without '/', got {self.id!r}")
 
     @property
     def capacity(self) -> int:

@@ -3,7 +3,9 @@
 Every field is a flag (``--max-depth``), an environment variable (``ZKCRAWL_MAX_DEPTH``)
 and a TOML key (``max-depth`` / ``max_depth``); precedence flag > env > file > default.
 :meth:`ProducerSettings.validate` checks what can be checked without the network, so a
-bad value is one line and exit 2 before anything is fetched or offered.
+bad value is one line and exit 2 before anything is fetched or offered: among others a Bloom
+filter (``--expected`` at ``--fp-rate``) larger than :data:`MAX_BLOOM_BITS` (its allocation
+failing aborts the process, no exception) and an ``--id`` ZooKeeper would refuse.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import dataclasses
 import math
 
 from zkcrawl.errors import UsageError
-from zkcrawl.settings import CommonSettings, opt
+from zkcrawl.settings import CommonSettings, opt, znode_path_problem
 
 #: Tracking parameters stripped when no ``--strip-param`` is given (fnmatch globs).
 DEFAULT_STRIP = ("utm_*", "fbclid", "gclid", "dclid", "msclkid", "mc_cid", "mc_eid", "_ga")
@@ -20,6 +22,8 @@ DEFAULT_USER_AGENT = "zkcrawl-producer/0.1 (+https://github.com/zkcrawl/zkcrawl)
 #: Items per transaction: ~150 bytes each, so 500 stay far below the 1 MB request limit,
 #: and the measured offer rate stops improving beyond a few hundred.
 DEFAULT_BATCH = 500
+#: Largest --seen Bloom filter (16 GiB): rbloom aborts the process when allocation fails.
+MAX_BLOOM_BITS = 2**37
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,8 +103,17 @@ class ProducerSettings(CommonSettings):
             raise UsageError("--max-pages and --retries must be >= 0")
         if not 0.0 < self.fp_rate < 1.0:
             raise UsageError(f"--fp-rate must be between 0 and 1, got {self.fp_rate}")
+        self._validate_bloom()
         for flag, value in (("--delay", self.delay), ("--timeout", self.timeout)):
             if not math.isfinite(value) or value < 0 or (flag == "--timeout" and value == 0):
                 raise UsageError(f"{flag} must be a finite number of seconds, got {value}")
-        if self.id is not None and (not self.id or "/" in self.id):
-            raise UsageError(f"--id must be a non-empty name without '/', got {self.id!r}")
+        if self.id is not None and (not self.id or "/" in self.id
+                                    or znode_path_problem("/" + self.id)):
+            raise UsageError(f"--id must be a non-empty znode name without '/', got {self.id!r}")
+
+    def _validate_bloom(self) -> None:
+        bits = -self.expected * math.log(self.fp_rate) / math.log(2) ** 2
+        if bits > MAX_BLOOM_BITS:
+            raise UsageError(f"--expected {self.expected} at --fp-rate {self.fp_rate:g} needs a "
+                             f"{bits / 2**33:.3g} GiB Bloom filter; at most "
+                             f"{MAX_BLOOM_BITS // 2**33} GiB")

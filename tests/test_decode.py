@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import codecs
+import encodings.aliases
 
 import pytest
+import webencodings
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zkcrawl.decode import charset_from_content_type, decode_html, normalize_encoding
+from zkcrawl.decode import (
+    WEB_CODECS,
+    charset_from_content_type,
+    decode_html,
+    normalize_encoding,
+)
 from zkcrawl.extract import extract_record
 
 GBK_TITLE = "北京大学新闻网 — 学术动态与校园生活"
@@ -115,3 +122,56 @@ def test_never_raises(body: bytes, content_type: str | None) -> None:
     text, encoding = decode_html(body, content_type)
     assert isinstance(text, str)
     codecs.lookup(encoding)
+
+
+# The Python codecs of the WHATWG Encoding Standard's encodings (widened: gbk -> gb18030,
+# big5 -> big5hkscs), written out by hand so that the table in zkcrawl.decode is checked
+# against something it was not computed from.
+WHATWG_CODECS = frozenset({
+    "utf-8", "cp866", "iso8859-2", "iso8859-3", "iso8859-4", "iso8859-5", "iso8859-6",
+    "iso8859-7", "iso8859-8", "iso8859-10", "iso8859-13", "iso8859-14", "iso8859-15",
+    "iso8859-16", "koi8-r", "koi8-u", "mac-roman", "cp874", "cp1250", "cp1251", "cp1252",
+    "cp1253", "cp1254", "cp1255", "cp1256", "cp1257", "cp1258", "mac-cyrillic", "gb18030",
+    "big5hkscs", "euc_jp", "iso2022_jp", "cp932", "cp949", "utf-16-be", "utf-16-le",
+})
+# Python codecs a page used to be able to name: slow (punycode is quadratic), or not text.
+NOT_WEB = ["punycode", "rot13", "zlib", "zip", "uu", "idna", "utf-7", "base64", "hex", "bz2",
+           "quopri", "unicode_escape", "raw_unicode_escape", "utf-32", "cp1006", "mbcs",
+           "undefined", "no-such-charset"]
+
+
+def test_whatwg_labels_map_to_their_encoding() -> None:
+    assert WEB_CODECS == WHATWG_CODECS
+    expected = {"latin1": "cp1252", "iso-8859-1": "cp1252", "US-ASCII": "cp1252",
+                "x-sjis": "cp932", "Shift_JIS": "cp932", "gb2312": "gb18030",
+                "euc-kr": "cp949", "utf-16": "utf-16-le", "unicodefffe": "utf-16-be",
+                "x-mac-roman": "mac-roman", "iso-8859-8-i": "iso8859-8", "tis-620": "cp874",
+                ' "UTF8" ': "utf-8"}
+    assert {label: normalize_encoding(label) for label in expected} == expected
+    # "replacement" labels and x-user-defined carry no text: detection reads the page instead
+    for label in ("iso-2022-kr", "hz-gb-2312", "replacement", "x-user-defined"):
+        assert normalize_encoding(label) is None
+    for label, name in webencodings.LABELS.items():
+        assert (normalize_encoding(label) is None) == (name in ("replacement", "x-user-defined"))
+
+
+@pytest.mark.parametrize("label", NOT_WEB)
+def test_non_web_codecs_fall_back_to_detection(label: str) -> None:
+    assert normalize_encoding(label) is None
+    body = f'<meta charset="{label}"><title>Ünïcode</title>'.encode()
+    assert decode_html(body, f"text/html; charset={label}") == (body.decode(), "utf-8")
+    hostile = f'<meta charset="{label}">'.encode() + b"\x80-\xff" * 20_000  # not UTF-8
+    text, codec = decode_html(hostile, f"text/html; charset={label}")
+    assert codec in WHATWG_CODECS and text.startswith("<meta")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(
+    st.sampled_from(sorted(webencodings.LABELS)),
+    st.sampled_from(sorted(set(encodings.aliases.aliases) | set(encodings.aliases.aliases.values())
+                           | set(NOT_WEB))),
+    st.text(st.characters(exclude_categories=()), max_size=30),
+).flatmap(lambda lab: st.sampled_from([lab, lab.upper(), f" {lab}\t", f'"{lab}"'])))
+def test_labels_only_ever_map_to_whatwg_codecs(label: str) -> None:
+    codec = normalize_encoding(label)
+    assert codec is None or codec in WHATWG_CODECS

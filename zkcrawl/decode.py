@@ -10,9 +10,20 @@ The encoding is chosen from, in order:
    first 4 KB;
 4. detection: strict UTF-8 first (SPEC §4), then ``charset-normalizer``, then windows-1252.
 
-Unknown labels at any step are skipped, not fatal.  Legacy labels are widened to their
-supersets, as browsers do: GB2312/GBK -> GB18030, Big5 -> Big5-HKSCS, Latin-1/ASCII ->
-windows-1252; so text in the wild that uses the superset's extra characters still decodes.
+Guarantees:
+
+* Only the labels of the WHATWG Encoding Standard are accepted (the table is ``webencodings``'):
+  a page cannot name an arbitrary Python codec (``punycode`` decodes in quadratic time,
+  ``rot13``/``zlib``/``base64``/``idna``/``utf-7`` are not web text encodings).  Every codec
+  :func:`normalize_encoding` returns is in :data:`WEB_CODECS`, each of which decodes in time
+  linear in the input; so does everything else here (the ``<meta>`` scan and detection look at
+  bounded prefixes, the regexes cannot backtrack).
+* Unknown labels at any step are skipped, not fatal; so are the WHATWG ``replacement`` labels
+  (``iso-2022-kr``, ``hz-gb-2312``...: the standard decodes them to a single U+FFFD) and
+  ``x-user-defined`` (bytes to private-use characters): detection reads such pages instead.
+* Legacy encodings are widened to their supersets, as browsers do: GB2312/GBK -> GB18030,
+  Big5 -> Big5-HKSCS, Latin-1/ASCII -> windows-1252, Shift_JIS -> cp932, EUC-KR -> cp949; so
+  text in the wild that uses the superset's extra characters still decodes.
 """
 
 from __future__ import annotations
@@ -22,10 +33,19 @@ import functools
 import re
 
 import charset_normalizer
+import webencodings
 
-__all__ = ["charset_from_content_type", "decode_html", "html_encoding", "normalize_encoding"]
+__all__ = [
+    "WEB_CODECS",
+    "charset_from_content_type",
+    "decode_html",
+    "html_encoding",
+    "normalize_encoding",
+]
 
 _META_SCAN_BYTES = 4096
+# The longest WHATWG label has 19 characters; room for quotes and spaces.
+_MAX_LABEL = 64
 # Detection cost grows with size; the first 64 KB say as much about the encoding as the rest.
 _DETECT_BYTES = 65536
 # Candidates for detection: the encodings that real web pages use.  Letting the detector pick
@@ -56,49 +76,53 @@ _BOMS = (
     (codecs.BOM_UTF16_LE, "utf-16-le", "utf-16"),
     (codecs.BOM_UTF16_BE, "utf-16-be", "utf-16"),
 )
-_SUPERSETS = {
-    "gb2312": "gb18030",
-    "gbk": "gb18030",
-    "big5": "big5hkscs",
-    "latin-1": "cp1252",
-    "iso8859-1": "cp1252",
-    "ascii": "cp1252",
-    "shift_jis": "cp932",
-    "euc_kr": "cp949",
-}
-# WHATWG labels that Python's codec registry does not know.
-_ALIASES = {
-    "x-gbk": "gbk",
-    "windows-874": "cp874",
-    "x-sjis": "cp932",
-    "windows-31j": "cp932",
-    "x-mac-roman": "mac-roman",
-    "x-cp1252": "cp1252",
-}
-_CHARSET_PARAM_RE = re.compile(rb"""charset\s*=\s*["']?\s*([A-Za-z0-9_.:+-]+)""", re.I)
-_META_RE = re.compile(rb"<meta\b[^>]*?>", re.I)
+# Python codecs widened to a superset (webencodings already maps WHATWG big5 to big5hkscs,
+# shift_jis to cp932 and euc-kr to cp949).  The standard's GBK decoder *is* gb18030's.
+_SUPERSETS = {"gbk": "gb18030", "big5": "big5hkscs"}
+# WHATWG encodings that are not text to crawl: see the module docstring.
+_UNUSABLE = frozenset({"replacement", "x-user-defined"})
+
+
+def _python_codec(whatwg_name: str) -> str:
+    codec = webencodings.lookup(whatwg_name).codec_info.name
+    return _SUPERSETS.get(codec, codec)
+
+
+#: Python codec names :func:`normalize_encoding` may return: those of the WHATWG encodings.
+WEB_CODECS: frozenset[str] = frozenset(
+    _python_codec(name) for name in set(webencodings.LABELS.values()) - _UNUSABLE
+)
+# Possessive quantifiers: "charset=" followed by a long run of spaces costs linear time.
+_CHARSET_PARAM_RE = re.compile(rb"""charset\s*+=\s*+["']?+\s*+([A-Za-z0-9_.:+-]++)""", re.I)
+_META_RE = re.compile(rb"<meta\b[^>]*+>", re.I)
 
 
 def normalize_encoding(label: str | None) -> str | None:
-    """Python codec name for an encoding label (widened to its superset), or ``None``."""
-    if not label:
+    """Python codec name for a WHATWG encoding label (widened to its superset), or ``None``
+    for any other label.  The result is always in :data:`WEB_CODECS`.  Never raises."""
+    if not label or len(label) > _MAX_LABEL:  # long labels would only bloat the cache
         return None
     return _normalize(label)
 
 
 @functools.lru_cache(maxsize=512)  # a crawl meets a handful of labels, on every page
 def _normalize(label: str) -> str | None:
-    label = label.strip().strip("\"'").lower()
+    if not label.isascii():  # every WHATWG label is ASCII (and lookup() encodes it as UTF-8)
+        return None
+    encoding = webencodings.lookup(label.strip().strip("\"'"))
+    if encoding is None or encoding.name in _UNUSABLE:
+        return None
+    return _python_codec(encoding.name)
+
+
+def _web_codec(python_name: str) -> str | None:
+    """The web codec a Python codec name (the detector's answer) stands for, or ``None``."""
     try:
-        info = codecs.lookup(_ALIASES.get(label, label))
+        codec = codecs.lookup(python_name).name
     except (LookupError, ValueError):
         return None
-    if not getattr(info, "_is_text_encoding", True):  # base64, rot13...: not a charset
-        return None
-    name = info.name
-    # cp936 / cp950 are Python's names for the Windows variants of GBK and Big5.
-    name = {"cp936": "gbk", "cp950": "big5"}.get(name, name)
-    return _SUPERSETS.get(name, name)
+    codec = _SUPERSETS.get(codec, codec)
+    return codec if codec in WEB_CODECS else None
 
 
 def charset_from_content_type(content_type: str | None) -> str | None:
@@ -149,7 +173,7 @@ def _detect(body: bytes) -> str:
             break
         if "cp1252" in match.could_be_from_charset:
             return "cp1252"
-    return normalize_encoding(top.encoding) or "cp1252"
+    return _web_codec(top.encoding) or "cp1252"
 
 
 def html_encoding(body: bytes, content_type: str | None = None) -> tuple[str, str]:

@@ -10,12 +10,20 @@ One entry per origin (``scheme://host:port``), kept ``ttl`` seconds.  What a fet
   verdict is marked temporary so callers can retry the page later instead of failing it for
   good.
 
+URLs are normalized first (:func:`zkcrawl.urls.normalize_url`): the origin and the rules see
+the same ASCII, percent-encoded, dot-segment-free URL the fetcher asks for, so a lone surrogate
+or an IDN host never reaches ``fetch_robots`` un-encoded, and ``/a/../private`` is checked as
+``/private``.  A URL that does not normalize (not http(s), over 8 KiB...) is not allowed.
+:meth:`RobotsCache.decide` never raises, whatever the URL, the agent or the robots.txt body;
+a crawl delay it reports is a finite number of seconds >= 0.
+
 Thread-safe.  Only one fetch per origin runs at a time: other threads asking about that origin
 wait for it (bounded by ``wait_timeout``; on timeout they get a temporary disallow).
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -25,6 +33,8 @@ from urllib.parse import urlsplit
 
 import structlog
 from protego import Protego
+
+from zkcrawl.urls import normalize_url
 
 __all__ = ["RobotsCache", "RobotsDecision", "robots_url"]
 
@@ -51,26 +61,32 @@ class _Entry:
     expires: float
 
 
-def _origin(url: str) -> tuple[str, str] | None:
-    """(origin key, robots.txt URL) for an http(s) URL, else None."""
-    try:
-        parts = urlsplit(url)
-        scheme = parts.scheme.lower()
-        host = parts.hostname
-        port = parts.port or _DEFAULT_PORTS.get(scheme)
-    except ValueError:
+def _target(url: str) -> tuple[str, str, str] | None:
+    """(normalized URL, origin key, robots.txt URL) for an http(s) URL, else None."""
+    norm = normalize_url(url)
+    if norm is None:
         return None
-    if scheme not in _DEFAULT_PORTS or not host:
-        return None
+    parts = urlsplit(norm)  # cannot fail: normalize_url checked host and port
+    scheme, host = parts.scheme, parts.hostname or ""
+    port = parts.port or _DEFAULT_PORTS[scheme]
     host = f"[{host}]" if ":" in host else host
     hostport = host if port == _DEFAULT_PORTS[scheme] else f"{host}:{port}"
-    return f"{scheme}://{host}:{port}", f"{scheme}://{hostport}/robots.txt"
+    return norm, f"{scheme}://{host}:{port}", f"{scheme}://{hostport}/robots.txt"
+
+
+def _delay(value: object) -> float | None:
+    """A usable Crawl-delay: finite seconds > 0, else None."""
+    try:
+        delay = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return delay if math.isfinite(delay) and delay > 0 else None
 
 
 def robots_url(url: str) -> str | None:
     """The robots.txt URL governing ``url``, or None for a non-http(s)/unparseable URL."""
-    origin = _origin(url)
-    return origin[1] if origin else None
+    target = _target(url)
+    return target[2] if target else None
 
 
 class RobotsCache:
@@ -110,10 +126,11 @@ class RobotsCache:
 
     def decide(self, url: str) -> RobotsDecision:
         """Full verdict for ``url``, fetching robots.txt if needed.  Never raises."""
-        origin = _origin(url)
-        if origin is None:
+        target = _target(url)
+        if target is None:
             return RobotsDecision(allowed=False)
-        entry = self._entry(*origin)
+        norm = target[0]
+        entry = self._entry(*target[1:])
         if entry is None:  # waited too long for another thread's fetch
             return RobotsDecision(allowed=False, temporary=True)
         if entry.unavailable:
@@ -121,19 +138,19 @@ class RobotsCache:
         if entry.rules is None:
             return RobotsDecision(allowed=True)
         try:
-            ok = entry.rules.can_fetch(url, self._user_agent)
-            delay = entry.rules.crawl_delay(self._user_agent)
+            ok = bool(entry.rules.can_fetch(norm, self._user_agent))
+            delay = _delay(entry.rules.crawl_delay(self._user_agent))
         except Exception:  # a parser bug must not stop the crawl
-            log.warning("robots.check_failed", url=url, exc_info=True)
+            log.warning("robots.check_failed", url=norm, exc_info=True)
             ok, delay = True, None
-        return RobotsDecision(allowed=ok, crawl_delay=float(delay) if delay else None)
+        return RobotsDecision(allowed=ok, crawl_delay=delay)
 
     def invalidate(self, url: str) -> None:
         """Forget the cached entry for ``url``'s origin."""
-        origin = _origin(url)
-        if origin is not None:
+        target = _target(url)
+        if target is not None:
             with self._lock:
-                self._entries.pop(origin[0], None)
+                self._entries.pop(target[1], None)
 
     # -- internals ----------------------------------------------------------------------------
 

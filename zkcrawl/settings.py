@@ -9,13 +9,23 @@ SPEC §4 fixes: **flag > environment (``ZKCRAWL_<FLAG>``) > TOML file
 Repeatable flags (``--start``, ``--field``...) take a newline-separated list
 from the environment and a TOML array (or string) from the file; the first
 source that sets them wins as a whole (they are not merged across sources).
+
+Guarantee: whatever the flags, the environment and the file hold (any bytes,
+any TOML type, NaN, 1e400, 5000-digit numbers, NUL, lone surrogates, nesting
+deep enough to exhaust the stack), :func:`resolve` and :func:`parse` return
+settings or raise :class:`UsageError` (exit 2), nothing else.  Settings they
+return hold only finite floats of magnitude <= :data:`MAX_FLOAT`, integers of
+magnitude <= :data:`MAX_INT`, strings without NUL, and a ``--root`` ZooKeeper
+accepts (property-tested in tests/test_props_web.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
+import re
 import tomllib
 import types
 import typing
@@ -27,6 +37,13 @@ from zkcrawl.errors import UsageError
 T = TypeVar("T")
 
 _LIST_TYPES = (tuple, list)
+#: No count, size or port needs more; beyond 2**53 floats and C APIs start to lose digits.
+MAX_INT = 2**53
+#: Every float setting is seconds or a rate: 1e9 s is 31 years, while threading and sleeps
+#: refuse timeouts above threading.TIMEOUT_MAX (~9.2e9 s) with OverflowError.
+MAX_FLOAT = 1e9
+# Characters ZooKeeper refuses in a znode path (PathUtils.validatePath).
+_ZK_BAD_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\uffff]")
 
 
 def opt(default: Any, help: str, *, repeat: bool = False, choices: Sequence[str] | None = None,
@@ -59,10 +76,25 @@ class CommonSettings:
 
     def validate(self) -> None:
         """Raise :class:`UsageError` for values no command can work with."""
-        if not self.root.startswith("/") or (self.root.endswith("/") and self.root != "/"):
-            raise UsageError(f"--root must be an absolute znode path, got {self.root!r}")
+        problem = znode_path_problem(self.root)
+        if problem:
+            raise UsageError(f"--root must be an absolute znode path ({problem}), "
+                             f"got {self.root!r}")
         if self.zk_timeout <= 0 or self.session_timeout <= 0:
             raise UsageError("--zk-timeout and --session-timeout must be positive")
+
+
+def znode_path_problem(path: str) -> str | None:
+    """Why ZooKeeper would refuse ``path`` as a znode path, or ``None`` if it would not."""
+    if not path.startswith("/"):
+        return "it must start with '/'"
+    if path == "/":
+        return None
+    if _ZK_BAD_CHARS.search(path):
+        return "control, surrogate or private-use character"
+    if any(seg in ("", ".", "..") for seg in path.split("/")[1:]):
+        return "empty, '.' or '..' segment"
+    return None
 
 
 def flag_name(field: str) -> str:
@@ -115,35 +147,91 @@ def _help(field: dataclasses.Field[Any]) -> str:
 
 def _convert(name: str, tp: Any, raw: Any, source: str) -> Any:
     base = _base_type(tp)
+    convert = _CONVERTERS.get(base)
+    if convert is None:
+        return raw
     try:
-        if base in _LIST_TYPES:
-            if isinstance(raw, str):
-                raw = [line.strip() for line in raw.splitlines() if line.strip()]
-            return tuple(str(v) for v in raw)
-        if base is bool:
-            if isinstance(raw, bool):
-                return raw
-            text = str(raw).strip().lower()
-            if text in ("1", "true", "yes", "on"):
-                return True
-            if text in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(f"not a boolean: {raw!r}")
-        if base is int:
-            if isinstance(raw, bool):
-                raise ValueError(f"not an integer: {raw!r}")
-            return int(raw)
-        if base is float:
-            return float(raw)
-        if base is str:
-            return str(raw)
-    except (TypeError, ValueError) as exc:
+        return convert(raw)
+    # OverflowError: int(inf), float(10**400); RecursionError: str() of deeply nested TOML.
+    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
         raise UsageError(f"{flag_name(name)} from {source}: {exc}") from None
+
+
+def _kind(raw: Any) -> str:
+    """What a value is, for messages: never the repr of a (possibly huge) container."""
+    if isinstance(raw, str):
+        return repr(raw) if len(raw) <= 40 else repr(raw[:40]) + "..."
+    if isinstance(raw, float) or (isinstance(raw, int) and abs(raw) < 10**40):
+        return repr(raw)
+    return f"a value of type {type(raw).__name__}"
+
+
+def _to_str(raw: Any) -> str:
+    if not isinstance(raw, str):
+        raise ValueError(f"expected a string, got {_kind(raw)}")
+    if "\x00" in raw:
+        raise ValueError("a NUL character is not allowed")
     return raw
+
+
+def _to_list(raw: Any) -> tuple[str, ...]:
+    if isinstance(raw, str):
+        raw = [line.strip() for line in raw.splitlines() if line.strip()]
+    if not isinstance(raw, _LIST_TYPES):
+        raise ValueError(f"expected a list of strings, got {_kind(raw)}")
+    return tuple(_to_str(v) for v in raw)
+
+
+def _to_bool(raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = raw.strip().lower() if isinstance(raw, str) else None
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"not a boolean: {_kind(raw)}")
+
+
+def _to_int(raw: Any) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, str | int | float):
+        raise ValueError(f"not an integer: {_kind(raw)}")
+    if isinstance(raw, float) and not raw.is_integer():
+        raise ValueError(f"not an integer: {_kind(raw)}")
+    if isinstance(raw, str) and len(raw) > 64:  # int() refuses 4300 digits in its own words
+        raise ValueError(f"out of range: {_kind(raw)}")
+    value = int(raw)
+    if abs(value) > MAX_INT:
+        raise ValueError(f"out of range: magnitude above 2**53 ({_kind(raw)})")
+    return value
+
+
+def _to_float(raw: Any) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, str | int | float):
+        raise ValueError(f"not a number: {_kind(raw)}")
+    value = float(raw)
+    if not math.isfinite(value) or abs(value) > MAX_FLOAT:
+        raise ValueError(f"out of range: not a finite number of magnitude <= {MAX_FLOAT:g} "
+                         f"({_kind(raw)})")
+    return value
+
+
+_CONVERTERS: dict[Any, Any] = {tuple: _to_list, list: _to_list, bool: _to_bool, int: _to_int,
+                               float: _to_float, str: _to_str}
+
+
+def _check_file_name(path: str) -> None:
+    try:
+        if b"\x00" not in os.fsencode(path):
+            return
+    except UnicodeEncodeError:  # a lone surrogate that surrogateescape cannot map to a byte
+        pass
+    raise UsageError(f"--config: not a usable file name: {path!r}")
 
 
 def load_toml(path: str) -> dict[str, Any]:
     """Read a TOML settings file; any problem is one clear :class:`UsageError`."""
+    _check_file_name(path)
     try:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)
@@ -151,7 +239,9 @@ def load_toml(path: str) -> dict[str, Any]:
         raise UsageError(f"--config: no such file: {path}") from None
     except OSError as exc:
         raise UsageError(f"--config: cannot read {path}: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
+    except (ValueError, RecursionError) as exc:
+        # TOMLDecodeError, UnicodeDecodeError (not UTF-8), ValueError (an integer of more than
+        # 4300 digits), RecursionError (arrays or tables nested too deep)...
         raise UsageError(f"--config: {path} is not valid TOML: {exc}") from None
     return {key.replace("-", "_"): value for key, value in data.items()}
 

@@ -3,7 +3,10 @@
 Guarantees of :func:`normalize_url`:
 
 * it never raises, whatever text it is given (it returns ``None`` instead);
-* it only ever returns absolute ``http``/``https`` URLs with a non-empty host;
+* it only ever returns absolute ``http``/``https`` URLs with a non-empty host, in ASCII
+  (lone surrogates and other non-ASCII text are percent-encoded or rejected);
+* neither what it is given nor what it returns is longer than :data:`MAX_URL_BYTES` (8 KiB of
+  UTF-8, the project's limit for a URL): :func:`drop_reason` says ``"too-long"``;
 * it is idempotent: ``normalize_url(normalize_url(x)) == normalize_url(x)`` whenever the inner
   call is not ``None`` (property-tested with hypothesis on arbitrary text).
 
@@ -27,6 +30,7 @@ import idna
 from zkcrawl.errors import UsageError
 
 __all__ = [
+    "MAX_URL_BYTES",
     "LinkFilter",
     "compile_patterns",
     "drop_reason",
@@ -35,6 +39,8 @@ __all__ = [
     "normalize_url",
 ]
 
+#: The longest URL (in bytes of UTF-8) the crawl takes or passes on.
+MAX_URL_BYTES = 8192
 _UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 _SUB_DELIMS = "!$&'()*+,;="
 # Characters kept literally (besides unreserved ones) in each component; everything else is
@@ -160,6 +166,21 @@ def normalize_url(
     order.  Returns ``None`` for other schemes or anything unparseable.  Never raises;
     idempotent.
     """
+    if _too_long(url):
+        return None
+    norm = _normalize_any(url, base, strip_params)
+    return None if norm is None or len(norm) > MAX_URL_BYTES else norm
+
+
+def _too_long(url: str) -> bool:
+    """More than :data:`MAX_URL_BYTES` of UTF-8 (a lone surrogate counts as 3 bytes)."""
+    if len(url) * 4 <= MAX_URL_BYTES:  # cheap: no character takes more than 4 bytes
+        return False
+    return len(url) > MAX_URL_BYTES or len(url.encode("utf-8", "surrogatepass")) > MAX_URL_BYTES
+
+
+def _normalize_any(url: str, base: str | None, strip_params: Sequence[str]) -> str | None:
+    """:func:`normalize_url` without the length limits (the result is ASCII)."""
     try:
         return _normalize(url, base, strip_params)
     except Exception:  # the contract is "never raises"; None means unusable
@@ -221,11 +242,15 @@ def _matches_any(name: str, globs: Sequence[str]) -> bool:
 
 
 def drop_reason(url: str, base: str | None = None) -> str | None:
-    """Why ``url`` cannot be crawled: ``"javascript"``, ``"mailto"``, ``"data"`` (those schemes),
+    """Why ``url`` cannot be crawled: ``"too-long"`` (it, or its normalized form, is over
+    :data:`MAX_URL_BYTES`), ``"javascript"``, ``"mailto"``, ``"data"`` (those schemes),
     ``"scheme"`` (any other non-http(s) scheme), ``"invalid"`` (unparseable, relative without a
     base, bad host or port), or ``None`` when it normalizes to an http(s) URL.  Never raises."""
-    if normalize_url(url, base) is not None:
-        return None
+    if _too_long(url):
+        return "too-long"
+    norm = _normalize_any(url, base, ())
+    if norm is not None:
+        return "too-long" if len(norm) > MAX_URL_BYTES else None
     scheme = _scheme_of(url, base)
     if scheme in ("javascript", "mailto", "data"):
         return scheme
@@ -253,8 +278,9 @@ def compile_patterns(patterns: Iterable[str], flag: str) -> tuple[re.Pattern[str
     for pattern in patterns:
         try:
             compiled.append(re.compile(pattern))
-        except re.error as exc:
-            raise UsageError(f"{flag}: invalid regex '{pattern}': {exc}") from None
+        # OverflowError: a{4294967296}; RecursionError: thousands of nested groups.
+        except (re.error, OverflowError, RecursionError) as exc:
+            raise UsageError(f"{flag}: invalid regex {pattern!r}: {exc}") from None
     return tuple(compiled)
 
 
@@ -262,7 +288,8 @@ def compile_patterns(patterns: Iterable[str], flag: str) -> tuple[re.Pattern[str
 class LinkFilter:
     """Decides which extracted links become queue items.
 
-    Checks, in order: normalizes against the source page (reason ``"scheme"`` or ``"invalid"``),
+    Checks, in order: normalizes against the source page (reason ``"scheme"``, ``"invalid"`` or
+    ``"too-long"``),
     ``deny`` regexes (``re.search`` on the normalized URL, reason ``"deny"``), ``allow`` regexes
     (when any is given, one must match, else ``"not-allowed"``), then ``same_host`` (the link's
     ``host[:port]`` must equal the source's, else ``"other-host"``).
@@ -278,7 +305,9 @@ class LinkFilter:
         norm = normalize_url(url, source, self.strip_params)
         if norm is None:
             reason = drop_reason(url, source)
-            return None, ("invalid" if reason in (None, "invalid") else "scheme")
+            if reason in (None, "invalid", "too-long"):
+                return None, reason or "invalid"
+            return None, "scheme"
         if any(p.search(norm) for p in self.deny):
             return None, "deny"
         if self.allow and not any(p.search(norm) for p in self.allow):
