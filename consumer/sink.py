@@ -18,6 +18,7 @@ behind for the next run to append after. stdout cannot be fsynced: flushing is a
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import threading
@@ -31,12 +32,36 @@ import structlog
 from consumer.pipeline import COMPLETE, DEAD, RETRY
 from zkcrawl.errors import SinkError, UsageError
 from zkcrawl.queue import Claimed, LeaseQueue, QueueSuspended
+from zkcrawl.textsafe import scrub
 
 # structlog.get_logger is a lazy proxy: it picks up the configuration made at start-up.
 log = structlog.get_logger(__name__)
 
 
 COMMIT_WINDOW = 0.01  # seconds a finished item may wait for others to be committed with it
+
+
+# Built once: json.dumps with any non-default option builds a new encoder on every call.
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _clean(value: Any) -> Any:
+    """``value`` with lone surrogates replaced (keys too) and non-finite floats nulled."""
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {_clean_key(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _clean_key(key: Any) -> Any:
+    if isinstance(key, float) and not math.isfinite(key):
+        return str(key)  # "nan", "inf": json.dumps would refuse the float
+    return scrub(key) if isinstance(key, str) else key
 
 
 class Sink:
@@ -65,8 +90,14 @@ class Sink:
 
     @staticmethod
     def encode(record: dict[str, Any]) -> bytes:
-        return (json.dumps(record, ensure_ascii=False, separators=(",", ":"))
-                + "\n").encode("utf-8", "surrogatepass")
+        """One JSON line, always valid UTF-8 and strict JSON (RFC 8259), whatever the record
+        holds: a lone surrogate (from a ``\\ud800`` escape in a queued item, say) becomes
+        U+FFFD and a NaN or infinite float becomes ``null``. The common case costs one
+        ``dumps`` and one ``encode``; only a record that fails them is cleaned and redone."""
+        try:
+            return (_JSON.encode(record) + "\n").encode("utf-8")
+        except ValueError:  # UnicodeEncodeError (a surrogate) or a NaN/inf float
+            return (_JSON.encode(_clean(record)) + "\n").encode("utf-8")
 
     def write(self, record: dict[str, Any]) -> None:
         """Queue one record for the next :meth:`sync`; :class:`SinkError` once broken."""

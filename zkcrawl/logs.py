@@ -4,6 +4,13 @@ Our code logs named events with key/value pairs (``item.done url=... process_ms=
 kazoo (and the bench's requests) log through the standard library; their records go through the
 same processors and renderer, so an operator reads one stream: JSON lines when
 stderr is not a TTY (production, journald, Kubernetes), a console renderer on a TTY.
+
+Logged values may come from hostile pages or znodes (a title, a URL, an error). The console
+format escapes control, ANSI and bidi characters and lone surrogates in every value
+(:func:`zkcrawl.textsafe.printable`; a traceback keeps its line breaks); JSON lines are
+ASCII (``ensure_ascii``), so a surrogate is a ``\\ud800`` escape there. Either way the
+writer only ever writes text that encodes as UTF-8: a line that would not is scrubbed, so
+one bad value never loses a batch of lines.
 """
 
 from __future__ import annotations
@@ -18,16 +25,33 @@ from typing import IO, Any
 
 import structlog
 
+from zkcrawl.textsafe import printable, scrub
+
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
            "error": logging.ERROR}
 
 
-def _renderer(fmt: str, stream: IO[str]) -> Any:
+_MULTILINE = ("exception", "stack")  # keep their line breaks: escape each line
+
+
+def _escape_values(_logger: Any, _name: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    """Console only: string values (and the event) escaped by :func:`printable`. Other
+    values are shown by the renderer as ``repr``, which escapes non-printables itself."""
+    for key, value in event_dict.items():
+        if key in _MULTILINE and isinstance(value, str):
+            event_dict[key] = "\n".join(printable(line) for line in value.split("\n"))
+        elif isinstance(value, str) or key == "event":
+            event_dict[key] = printable(str(value))
+    return event_dict
+
+
+def _renderer(fmt: str, stream: IO[str]) -> list[Any]:
+    """The last processors: value escaping (console only) and the renderer."""
     if fmt == "auto":
         fmt = "console" if stream.isatty() else "json"
     if fmt == "console":
-        return structlog.dev.ConsoleRenderer(colors=stream.isatty())
-    return structlog.processors.JSONRenderer()
+        return [_escape_values, structlog.dev.ConsoleRenderer(colors=stream.isatty())]
+    return [structlog.processors.JSONRenderer()]
 
 
 class _CurrentStderr:
@@ -83,15 +107,21 @@ class _Writer:
                 except queue.Empty:
                     break
             lines = [b for b in batch if isinstance(b, str)]
-            try:
-                if lines:
-                    self.stream.write("".join(lines))
-                    self.stream.flush()
-            except (OSError, ValueError):
-                pass  # stderr closed or full: logging must never take the process down
+            if lines:
+                self._write("".join(lines))
             for b in batch:
                 if isinstance(b, threading.Event):
                     b.set()
+
+    def _write(self, text: str) -> None:
+        try:
+            try:
+                self.stream.write(text)
+            except UnicodeEncodeError:  # a lone surrogate: nothing was written yet
+                self.stream.write(scrub(text))
+            self.stream.flush()
+        except (OSError, ValueError):
+            pass  # stderr closed or full: logging must never take the process down
 
     def flush(self, timeout: float = 2.0) -> None:
         """Wait until every line logged so far is written."""
@@ -154,7 +184,7 @@ def configure(fmt: str = "auto", level: str = "info", stream: IO[str] | None = N
     ]
     renderer = _renderer(fmt, stream)
     structlog.configure(
-        processors=[*shared, structlog.processors.format_exc_info, renderer],
+        processors=[*shared, structlog.processors.format_exc_info, *renderer],
         logger_factory=lambda *args: _NamedLogger(args[0] if args else None),
         wrapper_class=structlog.make_filtering_bound_logger(lvl),
         cache_logger_on_first_use=True,
@@ -162,7 +192,7 @@ def configure(fmt: str = "auto", level: str = "info", stream: IO[str] | None = N
     formatter = structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=shared,
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                    structlog.processors.format_exc_info, renderer],
+                    structlog.processors.format_exc_info, *renderer],
     )
     handler = _QueueHandler()
     handler.setFormatter(formatter)

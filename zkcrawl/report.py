@@ -4,16 +4,31 @@
 JSON-serializable dict, :func:`render_text` and :func:`render_html` present it.  The HTML page
 is self-contained (inline CSS and SVG, no script, no external resource), so it can be mailed or
 attached to a ticket and opened anywhere.
+
+Result files are untrusted input (a killed consumer, a hand-edited file, another tool's
+output). Guarantees, whatever the bytes:
+
+* nothing but an unreadable file raises: a line that is not a JSON object (invalid JSON or
+  UTF-8, nesting too deep for the parser) is counted in ``bad_lines`` and skipped; a value
+  the summary cannot use (a non-number or non-finite/overflowing number where a number
+  belongs, ``NaN``/``Infinity``, a ``fetched_at`` that is no date in 1970..9000, an object
+  where a label belongs) is counted in ``bad_values`` and ignored;
+* the summary holds only finite numbers (|x| <= 1e15) and UTF-8-encodable labels of at most
+  :data:`LABEL_LIMIT` characters, so ``--json`` output is strict JSON;
+* the text report shows data through :func:`zkcrawl.textsafe.printable` (no control, ANSI
+  or bidi character reaches the terminal) and the HTML report HTML-escapes it as well.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import gzip
 import html
 import json
 import math
 import sys
+import zlib
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -23,8 +38,10 @@ from urllib.parse import urlsplit
 import structlog
 
 from zkcrawl.errors import UsageError
+from zkcrawl.textsafe import ELLIPSIS, printable, scrub
 
-__all__ = ["TIMINGS", "load_records", "render_html", "render_text", "summarize"]
+__all__ = ["LABEL_LIMIT", "TIMINGS", "load_records", "parse_line", "render_html", "render_text",
+           "skipped_note", "summarize"]
 
 log = structlog.get_logger(__name__)
 
@@ -34,14 +51,19 @@ _NICE_BUCKETS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 
                  86400)
 _MAX_BUCKETS = 60
 _HIST_BINS = 24
+LABEL_LIMIT = 200  # characters kept of an outcome, consumer, status or host label
+_MAX_NUMBER = 1e15  # larger magnitudes are junk (31,000 years in ms), and sums stay finite
+_EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+_LATEST = datetime(9000, 1, 1, tzinfo=UTC)
 
 
 def load_records(paths: Sequence[str]) -> tuple[list[dict[str, Any]], int]:
     """Read JSON Lines files (``-`` = stdin, ``*.gz`` decompressed); return (records, bad lines).
 
-    A line that is not a JSON object (truncated by a killed consumer, binary junk...) is
-    counted as bad and skipped; blank lines are ignored.  Only a file that cannot be opened
-    raises, as :class:`UsageError` with one line naming it.
+    A line that is not a JSON object (truncated by a killed consumer, binary junk, invalid
+    UTF-8, nested too deep: see :func:`parse_line`) is counted as bad and skipped; blank lines
+    are ignored; a damaged gzip stream keeps what was read and counts one bad.  Only a file
+    that cannot be opened raises, as :class:`UsageError` with one line naming it.
     """
     records: list[dict[str, Any]] = []
     bad = 0
@@ -61,20 +83,27 @@ def load_records(paths: Sequence[str]) -> tuple[list[dict[str, Any]], int]:
                 for line in stream:
                     if not line.strip():
                         continue
-                    try:
-                        obj = json.loads(line)
-                    except ValueError:  # includes UnicodeDecodeError
+                    obj = parse_line(line)
+                    if obj is None:
                         bad += 1
-                        continue
-                    if isinstance(obj, dict):
-                        records.append(obj)
                     else:
-                        bad += 1
-            except (OSError, EOFError) as exc:
+                        records.append(obj)
+            except (OSError, EOFError, zlib.error) as exc:
                 # A damaged gzip stream or a read error: keep what was read, count one bad.
                 log.warning("report.read_error", path=path, error=str(exc))
                 bad += 1
     return records, bad
+
+
+def parse_line(line: bytes) -> dict[str, Any] | None:
+    """One result line as a JSON object, or None (not UTF-8, not JSON, not an object, nested
+    too deep); never raises. ``NaN``/``Infinity`` and overflowing floats such as ``1e999``
+    decode as non-finite floats, which :func:`summarize` counts as bad values."""
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError):  # ValueError includes UnicodeDecodeError
+        return None
+    return obj if isinstance(obj, dict) else None
 
 
 def _percentile(sorted_values: list[float], pct: float) -> float:
@@ -84,34 +113,90 @@ def _percentile(sorted_values: list[float], pct: float) -> float:
 
 
 def _number(value: Any) -> float | None:
+    """A finite number of magnitude <= 1e15, else None (``bool`` is not a number)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value) if math.isfinite(value) else None
+    try:
+        f = float(value)
+    except OverflowError:  # an int of hundreds of digits
+        return None
+    return f if math.isfinite(f) and abs(f) <= _MAX_NUMBER else None
 
 
 def _parse_time(value: Any) -> datetime | None:
+    """An ISO 8601 time in 1970..9000 (naive = UTC), else None."""
     if not isinstance(value, str):
         return None
     try:
         dt = datetime.fromisoformat(value)
-    except ValueError:
+        # A naive timestamp is taken as UTC, which is what consumers write.
+        dt = dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
+    except (ValueError, OverflowError):  # not ISO 8601; year 1 at +14:00
         return None
-    # A naive timestamp is taken as UTC, which is what consumers write.
-    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
+    return dt if _EARLIEST <= dt < _LATEST else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _clean_label(text: str) -> str:
+    return scrub(text if len(text) <= LABEL_LIMIT else text[:LABEL_LIMIT - 1] + ELLIPSIS)
+
+
+def _label(value: Any) -> str | None:
+    """A label for a scalar JSON value (``str()`` as before, made UTF-8-safe and bounded);
+    None for an object or array."""
+    if isinstance(value, dict | list):
+        return None
+    return _clean_label(value if isinstance(value, str) else str(value))
 
 
 def _iso(dt: datetime) -> str:
     return dt.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _host(url: Any) -> str:
-    if not isinstance(url, str):
-        return "(none)"
+def _host(url: str) -> str:
     try:
         netloc = urlsplit(url).netloc
     except ValueError:
         return "(invalid)"
-    return netloc.rpartition("@")[2].lower() or "(none)"
+    return _clean_label(netloc.rpartition("@")[2].lower() or "(none)")
+
+
+class _Fields:
+    """Reads a record's fields for :func:`summarize`, counting the values it cannot use
+    (present and not null, yet of the wrong type or out of range) in ``bad``."""
+
+    def __init__(self) -> None:
+        self.bad = 0
+
+    def number(self, rec: dict[str, Any], key: str) -> float | None:
+        raw = rec.get(key)
+        value = _number(raw)
+        if value is None and raw is not None:
+            self.bad += 1
+        return value
+
+    def label(self, rec: dict[str, Any], key: str, default: str) -> str:
+        raw = rec.get(key)
+        value = _label(raw)
+        if value is None:
+            self.bad += 1
+            return "(invalid)"
+        return default if raw is None else value
+
+    def time(self, rec: dict[str, Any]) -> datetime | None:
+        raw = rec.get("fetched_at")
+        value = _parse_time(raw)
+        if value is None and raw is not None:
+            self.bad += 1
+        return value
+
+    def host(self, rec: dict[str, Any]) -> str:
+        url = rec.get("url")
+        if isinstance(url, str):
+            return _host(url)
+        if url is not None:
+            self.bad += 1
+        return "(none)"
 
 
 def _stats(values: list[float]) -> dict[str, Any]:
@@ -196,7 +281,8 @@ def summarize(records: list[dict[str, Any]], bad_lines: int = 0) -> dict[str, An
 
     Outcome is ``"ok"`` when ``error`` is null/absent, else ``str(error)``.  Percentiles are
     nearest-rank over the records that carry a number for that field.  Throughput is bucketed
-    by ``fetched_at``; records without a parseable one are counted in ``undated``.
+    by ``fetched_at``; records without a parseable one are counted in ``undated``.  Values
+    that cannot be used are ignored and counted in ``bad_values``; never raises.
     """
     n = len(records)
     outcomes: Counter[str] = Counter()
@@ -206,23 +292,24 @@ def summarize(records: list[dict[str, Any]], bad_lines: int = 0) -> dict[str, An
     timing_values: dict[str, list[float]] = {k: [] for k in TIMINGS}
     dated: list[tuple[datetime, str]] = []
     total_bytes = retried = 0
+    fields = _Fields()
     for rec in records:
-        err = rec.get("error")
-        outcome = "ok" if err is None else str(err)
+        failed = rec.get("error") is not None
+        outcome = fields.label(rec, "error", "ok")
         outcomes[outcome] += 1
-        consumer = str(rec.get("consumer") or "(unknown)")
-        per_consumer[consumer]["ok" if outcome == "ok" else "failed"] += 1
-        statuses[str(rec.get("status"))] += 1
-        hosts[_host(rec.get("url"))] += 1
+        consumer = fields.label(rec, "consumer", "") or "(unknown)"
+        per_consumer[consumer]["failed" if failed else "ok"] += 1
+        statuses[fields.label(rec, "status", "None")] += 1
+        hosts[fields.host(rec)] += 1
         for key in TIMINGS:
-            v = _number(rec.get(key))
+            v = fields.number(rec, key)
             if v is not None:
                 timing_values[key].append(v)
-        b = _number(rec.get("bytes"))
+        b = fields.number(rec, "bytes")
         total_bytes += int(b) if b else 0
-        a = _number(rec.get("attempt"))
+        a = fields.number(rec, "attempt")
         retried += 1 if a and a > 0 else 0
-        t = _parse_time(rec.get("fetched_at"))
+        t = fields.time(rec)
         if t is not None:
             dated.append((t, consumer))
 
@@ -234,8 +321,9 @@ def summarize(records: list[dict[str, Any]], bad_lines: int = 0) -> dict[str, An
     return {
         "records": n,
         "bad_lines": bad_lines,
-        "ok": outcomes.get("ok", 0),
-        "failed": n - outcomes.get("ok", 0),
+        "bad_values": fields.bad,
+        "ok": sum(c["ok"] for c in per_consumer.values()),
+        "failed": sum(c["failed"] for c in per_consumer.values()),
         "outcomes": dict(outcomes.most_common()),
         "statuses": dict(statuses.most_common()),
         "consumers": [
@@ -281,12 +369,25 @@ def _sparkline(values: list[int]) -> str:
     return "".join(bars[0 if v == 0 else max(1, round(v / top * 8))] for v in values)
 
 
+def skipped_note(summary: dict[str, Any]) -> str:
+    """``, 2 bad lines skipped, 1 bad values ignored`` (the parts that are not zero)."""
+    lines, values = summary.get("bad_lines", 0), summary.get("bad_values", 0)
+    return ((f", {lines} bad lines skipped" if lines else "")
+            + (f", {values} bad values ignored" if values else ""))
+
+
+def _t(value: Any, width: int | None = None) -> str:
+    """Data shown on a terminal: escaped (:func:`printable`), at most ``width`` characters
+    of it."""
+    return printable(str(value), width)
+
+
 def render_text(summary: dict[str, Any]) -> str:
-    """A plain-text report for a terminal (fixed-width tables, one sparkline per consumer)."""
+    """A plain-text report for a terminal (fixed-width tables, one sparkline per consumer).
+    Every label from the data goes through :func:`printable`."""
     s = summary
     n = s["records"]
-    out = [f"zkcrawl report: {n} records"
-           + (f", {s['bad_lines']} bad lines skipped" if s["bad_lines"] else "")]
+    out = [f"zkcrawl report: {n} records{skipped_note(s)}"]
     if s["first_fetched_at"]:
         rate = f", {s['items_per_s']:g} items/s" if s["items_per_s"] else ""
         out.append(f"fetched {s['first_fetched_at']} .. {s['last_fetched_at']} "
@@ -294,11 +395,11 @@ def render_text(summary: dict[str, Any]) -> str:
     out.append(f"ok {s['ok']}, failed {s['failed']}, retried {s['retried']}, "
                f"{s['bytes']:,} bytes")
     out += ["", "Outcomes"]
-    out += [f"  {k:<22} {v:>8}  {100.0 * v / n:5.1f}%" for k, v in s["outcomes"].items()]
+    out += [f"  {_t(k, 60):<22} {v:>8}  {100.0 * v / n:5.1f}%" for k, v in s["outcomes"].items()]
     out += ["", f"  {'Consumer':<22} {'items':>8} {'share':>6} {'ok':>8} {'failed':>7} "
                 f"{'items/s':>8}"]
     for c in s["consumers"]:
-        out.append(f"  {c['id'][:22]:<22} {c['count']:>8} {c['pct']:5.1f}% {c['ok']:>8} "
+        out.append(f"  {_t(c['id'], 22):<22} {c['count']:>8} {c['pct']:5.1f}% {c['ok']:>8} "
                    f"{c['failed']:>7} {_fmt(c['items_per_s']):>8}")
     out += ["", f"  {'Timing (ms)':<22} {'n':>8} {'p50':>8} {'p95':>8} {'max':>8} {'mean':>8}"]
     for key in TIMINGS:
@@ -308,12 +409,12 @@ def render_text(summary: dict[str, Any]) -> str:
     out += ["", f"Dispatch/process: {s['ratio']['interpretation']}"]
     hosts = s["hosts"]
     out += ["", f"Hosts ({len(hosts)}" + (", top 10)" if len(hosts) > 10 else ")")]
-    out += [f"  {h['host'][:40]:<40} {h['count']:>8}" for h in hosts[:10]]
+    out += [f"  {_t(h['host'], 40):<40} {h['count']:>8}" for h in hosts[:10]]
     tp = s["throughput"]
     if tp["bucket_s"]:
         out += ["", f"Throughput (items per {tp['bucket_s']} s, from {tp['times'][0]})"]
         for cid, counts in tp["series"].items():
-            out.append(f"  {cid[:22]:<22} |{_sparkline(counts)}| max {max(counts)}")
+            out.append(f"  {_t(cid, 22):<22} |{_sparkline(counts)}| max {max(counts)}")
     return "\n".join(out) + "\n"
 
 
@@ -330,7 +431,8 @@ svg.chart{background:#fafafa;border:1px solid #ddd}svg text{font:11px sans-serif
 
 
 def _e(value: Any) -> str:
-    return html.escape(str(value), quote=True)
+    """HTML-escaped, after :func:`printable` (no control or bidi character in the page)."""
+    return html.escape(printable(str(value)), quote=True)
 
 
 def _frame(chart: str, title: str, body: list[str], x_labels: tuple[str, str],
@@ -415,7 +517,8 @@ def render_html(summary: dict[str, Any]) -> str:
         "<title>zkcrawl report</title>", f"<style>{_CSS}</style></head><body>",
         "<h1>zkcrawl report</h1>",
         f"<p>{s['records']} records ({s['ok']} ok, {s['failed']} failed, {s['retried']} "
-        f"retried), {s['bad_lines']} bad lines; fetched {_e(s['first_fetched_at'] or '-')} .. "
+        f"retried), {s['bad_lines']} bad lines, {s.get('bad_values', 0)} bad values; "
+        f"fetched {_e(s['first_fetched_at'] or '-')} .. "
         f"{_e(s['last_fetched_at'] or '-')} ({_duration(s['duration_s'])}), "
         f"{_e(s['items_per_s'] or '-')} items/s.</p>",
         f'<p class="verdict">{_e(s["ratio"]["interpretation"])}</p>',

@@ -10,6 +10,10 @@
 IDs are ``dl-0000000007`` or just ``7``, written right after the action. ``--yes`` and
 ``--all`` are flags only, on purpose: no environment variable or config key can confirm a
 destructive command for you.
+
+A dead letter's URL and error come from crawled pages and znodes: the text list shows them
+through :func:`zkcrawl.textsafe.printable` (no control, ANSI or bidi character reaches the
+terminal), and ``--json`` is always valid UTF-8 (a lone surrogate becomes U+FFFD).
 """
 
 from __future__ import annotations
@@ -26,9 +30,12 @@ from zkcrawl.admin import session as zk_session
 from zkcrawl.errors import ExitStatus, UsageError
 from zkcrawl.runner import setup_logging
 from zkcrawl.settings import CommonSettings, opt
+from zkcrawl.textsafe import printable, scrub
 
 NAME = "dead"
 HELP = "list, requeue or purge dead letters (items that failed --max-attempts times)"
+URL_SHOWN = 2048  # characters of a URL shown by the text list
+ERROR_SHOWN = 300  # characters of an error shown by the text list
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,22 +63,24 @@ def _age(at: float | None) -> str:
 
 def _print_list(letters: list[DeadLetter], as_json: bool) -> None:
     if as_json:
-        print(json.dumps([d.to_json() for d in letters], ensure_ascii=False))
+        print(scrub(json.dumps([d.to_json() for d in letters], ensure_ascii=False)))
         return
     if not letters:
         print("no dead letters")
         return
     for d in letters:
-        print(f"{d.id}  attempts={d.attempts}  age={_age(d.dead_at)}  "
-              f"error={d.error or '-'}  url={d.url or '(none: malformed item)'}")
+        error = printable(d.error, ERROR_SHOWN) if d.error else "-"
+        url = printable(d.url, URL_SHOWN) if d.url else "(none: malformed item)"
+        print(f"{printable(d.id)}  attempts={d.attempts}  age={_age(d.dead_at)}  "
+              f"error={error}  url={url}")
     print(f"{len(letters)} dead letter(s)")
 
 
 def _report(verb: str, out: Outcome) -> ExitStatus:
     for name, new in out.done:
-        print(f"{name} {verb}" + (f" as {new}" if new else ""))
+        print(f"{printable(name)} {verb}" + (f" as {printable(new)}" if new else ""))
     for name, why in out.skipped:
-        print(f"zkcrawl dead: {name} not {verb}: {why}", file=sys.stderr)
+        print(f"zkcrawl dead: {printable(name)} not {verb}: {printable(why)}", file=sys.stderr)
     print(f"{len(out.done)} {verb}, {len(out.skipped)} skipped")
     return ExitStatus.FAILURE if out.skipped else ExitStatus.OK
 

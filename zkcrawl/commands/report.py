@@ -5,6 +5,10 @@ each consumer's share, hosts and where the time went (queue, dispatch, wait, pro
 p50/p95/max) with the dispatch/process verdict. ``--html PATH`` also writes one
 self-contained page (inline SVG histograms and per-consumer throughput; nothing fetched
 when viewed). ``--json`` prints the summary document instead of the text.
+
+Bad lines and bad values are skipped and counted (``bad_lines``, ``bad_values``), never
+fatal: only an unreadable input or an unwritable ``--html`` path is an error (exit 2), and
+no record at all is exit 1.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from zkcrawl import report
 from zkcrawl.errors import ExitStatus, UsageError
 from zkcrawl.runner import setup_logging
 from zkcrawl.settings import CommonSettings, opt
+from zkcrawl.textsafe import printable
 
 NAME = "report"
 HELP = "summarize result files: outcomes, consumers, hosts, timings (text, JSON or HTML)"
@@ -63,8 +68,10 @@ def execute(settings: Settings, ns: argparse.Namespace, env: Mapping[str, str]) 
     else:
         sys.stdout.write(report.render_text(summary))
         if settings.html:
-            print(f"\nHTML report: {settings.html}")
+            print(f"\nHTML report: {printable(settings.html)}")
     if not records:
-        print(f"zkcrawl report: no records in {', '.join(ns.files)}", file=sys.stderr)
+        names = ", ".join(printable(f) for f in ns.files)
+        print(f"zkcrawl report: no records in {names}{report.skipped_note(summary)}",
+              file=sys.stderr)
         return ExitStatus.FAILURE
     return ExitStatus.OK

@@ -3,6 +3,11 @@
 ``--json`` prints the stable document of :func:`zkcrawl.admin.cluster_status` (one object;
 with ``--watch``, one object per line). Without it, a table; ``--watch S`` redraws it in
 place every S seconds on a terminal (appends blocks otherwise) until Ctrl-C.
+
+The table shows what consumers and producers published, which anyone who reaches the
+ensemble may have written: every value goes through :func:`zkcrawl.textsafe.printable`
+(no control, ANSI or bidi character reaches the terminal) and a number too large to format
+shows as ``-``. ``--json`` is ASCII JSON.
 """
 
 from __future__ import annotations
@@ -21,12 +26,14 @@ from zkcrawl.admin import cluster_status, session
 from zkcrawl.errors import ExitStatus, UsageError
 from zkcrawl.runner import setup_logging
 from zkcrawl.settings import CommonSettings, opt
+from zkcrawl.textsafe import printable
 from zkcrawl.zk import ZkClient
 
 NAME = "status"
 HELP = "show queue depth, leases, consumers, producers, dead letters and the control state"
 
 _CLEAR = "\x1b[H\x1b[2J"
+_CELL_LIMIT = 80  # characters of one published value shown in a table cell
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,8 +62,19 @@ def _age(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
+def _cell(value: Any) -> str:
+    return "-" if value is None else printable(str(value), _CELL_LIMIT)
+
+
+def _number(value: Any, spec: str = ".1f") -> str:
+    try:
+        return format(value, spec)
+    except (TypeError, ValueError, OverflowError):  # not a number, or an int past float
+        return "-"
+
+
 def _table(head: list[str], rows: list[list[Any]]) -> list[str]:
-    cells = [head] + [["-" if c is None else str(c) for c in r] for r in rows]
+    cells = [head] + [[_cell(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(head))]
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
             for r in cells]
@@ -65,7 +83,7 @@ def _table(head: list[str], rows: list[list[Any]]) -> list[str]:
 def _hosts_line(h: dict[str, Any]) -> str:
     line = f"hosts     {h['tracked']} with a politeness slot, {h['held_back']} held back"
     if h["longest"]:
-        line += ": " + ", ".join(f"{x['host']} ({x['next_slot_in_s']:g} s)"
+        line += ": " + ", ".join(f"{_cell(x['host'])} ({_number(x['next_slot_in_s'], 'g')} s)"
                                  for x in h["longest"][:5])
     return line
 
@@ -75,8 +93,8 @@ def render(doc: dict[str, Any], hosts: str) -> str:
     q, leases = doc["queue"], doc["leases"]
     pending = doc["control_pending"]
     ack = (f"all {len(doc['consumers'])} consumers acknowledged" if not pending
-           else f"waiting for {len(pending)}: {', '.join(pending)}")
-    lines = [f"zkcrawl {doc['root']} @ {hosts}"
+           else f"waiting for {len(pending)}: {', '.join(_cell(p) for p in pending)}")
+    lines = [f"zkcrawl {_cell(doc['root'])} @ {_cell(hosts)}"
              + ("" if doc["exists"] else "  (root does not exist yet: nothing ran here)"),
              f"control   {doc['control']} ({ack})",
              f"queue     {q['depth']} items, {q['claimable']} claimable, "
@@ -87,7 +105,7 @@ def render(doc: dict[str, Any], hosts: str) -> str:
              _hosts_line(doc["hosts"]), ""]
     if doc["consumers"]:
         rows = [[c["id"], c["host"], c["state"], c["processed"], c["failed"], c["in_flight"],
-                 c["leases"], f"{c['items_per_s']:.1f}", _age(c["heartbeat_age_s"]),
+                 c["leases"], _number(c["items_per_s"]), _age(c["heartbeat_age_s"]),
                  "yes" if c["acknowledged"] else "no"] for c in doc["consumers"]]
         lines += _table(["CONSUMER", "HOST", "STATE", "PROCESSED", "FAILED", "IN FLIGHT",
                          "LEASES", "ITEMS/S", "HEARTBEAT", "ACK"], rows)
@@ -97,7 +115,7 @@ def render(doc: dict[str, Any], hosts: str) -> str:
                if k not in {c["id"] for c in doc["consumers"]}}
     if orphans:
         lines.append("leases held by unregistered clients: "
-                     + ", ".join(f"{k}={v}" for k, v in orphans.items()))
+                     + ", ".join(f"{_cell(k)}={v}" for k, v in orphans.items()))
     lines.append("")
     if doc["producers"]:
         rows = [[p["id"], p["host"], p["state"], p.get("pages", "-"), p.get("offered", "-"),
