@@ -30,7 +30,7 @@ a resume).
 from __future__ import annotations
 
 import contextlib
-import json
+import math
 import threading
 import time
 from collections import Counter
@@ -41,6 +41,7 @@ from typing import Any
 from kazoo.exceptions import KazooException, NoNodeError
 
 from zkcrawl import items as wire
+from zkcrawl import untrusted
 from zkcrawl.clusterpoliteness import read_slots
 from zkcrawl.control import PAUSED, RUNNING, parse_state
 from zkcrawl.errors import UsageError, ZkCrawlError
@@ -90,24 +91,27 @@ def _read_json(zk: ZkClient, base: str, names: Sequence[str]
         if isinstance(res, Exception):
             continue  # gone between the listing and the read: it is no longer live
         data, stat = res
-        try:
-            doc = json.loads(data or b"{}")
-        except ValueError:
+        doc, why = untrusted.load_json(data or b"{}")
+        if not isinstance(doc, dict):  # untrusted (SPEC §2): shown with what the stat says
+            untrusted.MALFORMED.warn(f"{base}/{name}", untrusted.version_of(stat),
+                                     why or "not a JSON object")
             doc = {}
-        out.append((name, doc if isinstance(doc, dict) else {}, stat))
+        out.append((name, doc, stat))
     return out
 
 
 def _age(now: float, doc: dict[str, Any], stat: Any) -> float:
     """Seconds since the node's last heartbeat (its own clock, else the server's mtime)."""
-    beat = doc.get("heartbeat_at")
-    at = float(beat) if isinstance(beat, int | float) else stat.mtime / 1000.0
+    at = untrusted.number(doc.get("heartbeat_at"), stat.mtime / 1000.0, lo=0.0)
     return round(max(0.0, now - at), 3)
 
 
 def _num(doc: dict[str, Any], key: str, default: float | None = 0) -> Any:
+    """A number from an untrusted status node: finite and within ±1e15, else ``default``."""
     value = doc.get(key, default)
-    return value if isinstance(value, int | float) and not isinstance(value, bool) else default
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return default
+    return value if untrusted.number(value, math.inf) != math.inf else default
 
 
 def control_seen(doc: dict[str, Any]) -> str | None:
@@ -242,10 +246,7 @@ def dead_id(text: str) -> str:
 
 
 def _decode_dead(name: str, data: bytes, stat: Any) -> DeadLetter:
-    try:
-        doc = json.loads(data)
-    except ValueError:
-        doc = None
+    doc, _why = untrusted.load_json(data)
     if not isinstance(doc, dict):
         text = data[:wire.DEAD_DATA_LIMIT].decode("utf-8", errors="backslashreplace")
         return DeadLetter(name, None, None, "unreadable dead letter", 0,
@@ -256,9 +257,9 @@ def _decode_dead(name: str, data: bytes, stat: Any) -> DeadLetter:
     return DeadLetter(
         id=name, item=doc.get("item") if isinstance(doc.get("item"), str) else None,
         url=url if isinstance(url, str) else None,
-        error=str(doc["error"]) if doc.get("error") is not None else None,
-        attempts=attempts if isinstance(attempts, int) else 0,
-        dead_at=float(dead_at) if isinstance(dead_at, int | float) else stat.ctime / 1000.0,
+        error=str(doc["error"])[:wire.ERROR_LIMIT] if doc.get("error") is not None else None,
+        attempts=int(untrusted.number(attempts, 0, lo=0, hi=1e9)),
+        dead_at=untrusted.number(dead_at, stat.ctime / 1000.0, lo=0.0),
         data=doc.get("data") if isinstance(doc.get("data"), str) else None)
 
 
@@ -291,11 +292,23 @@ def requeue_item(letter: DeadLetter) -> Item | None:
     """The item to offer again: the original (if its data is a JSON item) with attempt 0."""
     if letter.url is None:
         return None
-    original = wire.decode(letter.data.encode("utf-8")).item if letter.data else None
+    data = letter.data.encode("utf-8", "surrogatepass") if letter.data else b""
+    original = wire.decode(data).item if data else None
     meta = dict(original.meta) if original and original.url == letter.url else {}
     meta.update({"requeued_from": letter.id, "last_error": letter.error})
     producer = original.producer if original and original.url == letter.url else None
     return Item(url=letter.url, attempt=0, producer=producer, meta=meta)
+
+
+def _requeue_body(item: Item) -> tuple[bytes | None, str]:
+    """The item's data if it would pass the consumer's decoder (a dead letter is untrusted
+    input too: its URL may be anything), else ``(None, reason)``."""
+    try:
+        body = item.encode()
+    except UnicodeEncodeError:
+        return None, "its URL is not valid Unicode: purge it instead"
+    dec = wire.decode(body)
+    return (body, "") if dec.item is not None else (None, f"{dec.error}: purge it instead")
 
 
 def _commit_each(zk: ZkClient, builds: Sequence[Any]) -> list[Any]:
@@ -320,7 +333,10 @@ def requeue_dead(zk: ZkClient, root: str, letters: Sequence[DeadLetter]) -> Outc
         if item is None:
             out.skipped.append((letter.id, "no URL (a malformed item): purge it instead"))
             continue
-        body = item.encode()
+        body, why = _requeue_body(item)
+        if body is None:
+            out.skipped.append((letter.id, why))
+            continue
 
         def build(tx: Any, name: str = letter.id, body: bytes = body) -> None:
             tx.create(f"{p['queue']}/{wire.PREFIX}", body, sequence=True)
@@ -365,10 +381,8 @@ def list_queue(zk: ZkClient, root: str, limit: int) -> list[dict[str, Any]]:
         dec = wire.decode(bytes(res[0] or b""))
         holder = None
         if not isinstance(lease, Exception):
-            try:
-                holder = json.loads(lease[0]).get("consumer")
-            except (ValueError, AttributeError):
-                holder = "?"
+            doc, _why = untrusted.load_object(lease[0], {"consumer": str})
+            holder = (doc or {}).get("consumer", "?")
         out.append({"item": name, "url": dec.item.url if dec.item else None,
                     "attempt": dec.item.attempt if dec.item else 0, "error": dec.error,
                     "age_s": round(max(0.0, now - res[1].ctime / 1000.0), 3),

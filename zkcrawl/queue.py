@@ -33,17 +33,14 @@ Guarantees
 
 Counting claims (a holder's death is an attempt, SPEC §3)
 ---------------------------------------------------------
-The lease transaction also creates and deletes a child ``<item>/c`` of the item: two ops
-that leave nothing behind but raise the item's ``cversion`` by 2, atomically with the
-lease. The multiRead right behind returns the item's stat, so every claim knows how many
-claims the znode has had (``cversion // 2``, its own included). A clean release (shutdown,
-a lost race) rewrites the item's data unchanged in the release transaction, raising its
-``version``; so ``cversion // 2 - 1 - version`` earlier claims ended without an outcome:
-their holders died. :attr:`Claimed.deaths` carries that count and :attr:`Claimed.attempt`
-adds it to the item's own ``attempt``; a retry carries the sum into the re-offered item.
-Works for Curator's bare-URL items too (no data is parsed for it). The child op also makes
-a lease of an item completed meanwhile fail (NoNode) instead of being dropped after the
-read. Cost: measured with ``zkcrawl bench queue`` (README, Benchmarks).
+Each lease transaction also writes a record of the items it leases, with an ephemeral
+twin (:mod:`zkcrawl.claimlog`); a relist reaps the records whose twin died with their
+holder's session, raising each surviving item's ``cversion`` by 2 *before* the listing is
+used to claim. So every claim reads, in the item's stat, how many of its holders died:
+:attr:`Claimed.deaths`; :attr:`Claimed.attempt` adds that to the item's own ``attempt``,
+and a retry carries the sum into the re-offered item. Nothing is parsed for it: Curator's
+bare-URL items are counted too. Cost: measured by ``zkcrawl bench queue`` against the same
+drain without it (README, Benchmarks).
 
 Why leases beat a timeout-based repair
 --------------------------------------
@@ -83,6 +80,7 @@ from kazoo.exceptions import (
 )
 
 from zkcrawl import items as wire
+from zkcrawl.claimlog import ClaimLog
 from zkcrawl.claims import AT_LEAST_ONCE, AT_MOST_ONCE, Claimed, CompleteResult, QueueStats
 from zkcrawl.errors import UsageError
 from zkcrawl.items import Item
@@ -95,8 +93,6 @@ __all__ = ["AT_LEAST_ONCE", "AT_MOST_ONCE", "Claimed", "CompleteResult", "LeaseQ
 
 log = get_logger(__name__)
 
-CLAIM_CHILD = "c"  # created and deleted in each lease transaction: counts the claim
-LEASE_OPS = 3  # ops per item in a lease transaction
 
 
 class LeaseQueue:
@@ -120,10 +116,7 @@ class LeaseQueue:
         self.claim_batch = max(1, claim_batch)
         self.complete_batch = max(1, complete_batch)
         self.offer_batch = max(1, offer_batch)
-        # False only for `zkcrawl bench queue`'s baseline: the cost of counting claims,
-        # measured in the same run. Off, a holder's death is not an attempt (SPEC §3).
-        self.count_claims = count_claims
-        self._lease_ops = LEASE_OPS if count_claims else 1
+        self.claims_path = f"{self.root}/claims"
         self.stats = QueueStats()
         self._lock = threading.RLock()
         self._held: dict[str, Claimed] = {}
@@ -139,6 +132,10 @@ class LeaseQueue:
         self._session = zk.session_id
         for path in (self.queue_path, self.lease_path, self.dead_path, self.offer_path):
             zk.ensure_path(path)
+        # False only for `zkcrawl bench queue`'s baseline (the cost of counting, measured
+        # in the same run): a holder's death is then not an attempt (SPEC §3).
+        self._claimlog = (ClaimLog(zk, self.claims_path, self.queue_path)
+                          if count_claims and delivery == AT_LEAST_ONCE else None)
         zk.add_listener(self._on_state)
         self._offers = BatchOffers(zk, self.queue_path, self.offer_path, offer_batch,
                                    self._connected, lambda: self._session)
@@ -168,6 +165,8 @@ class LeaseQueue:
                 del self._held[c.name]
             self._lost.extend(gone)
             self._session = current
+            if self._claimlog is not None:
+                self._claimlog.forget()
             self._own.clear()
             self._steal.clear()
         if gone:
@@ -253,10 +252,13 @@ class LeaseQueue:
 
     def _relist(self, watch: bool) -> None:
         cb = self._on_children if watch else None
-        q_res, l_res, c_res = gather([
+        q_res, l_res, c_res, r_res = gather([
             self.zk.kazoo.get_children_async(self.queue_path, watch=cb),
             self.zk.kazoo.get_children_async(self.lease_path, watch=cb),
             self.zk.kazoo.get_children_async(self.consumers_path),
+            # After the leases (one session: in this order on the server), so every item
+            # unleased in that listing has its holder's death in this one.
+            self.zk.kazoo.get_children_async(self.claims_path),
         ])
         self.stats.listings += 1
         self.stats.requests += 1
@@ -280,6 +282,8 @@ class LeaseQueue:
         own = [p for p in pairs if p[0] % n == me]
         others = [p for p in pairs if p[0] % n != me]
         others.reverse()  # steal from the tail, away from the owners walking the head
+        if self._claimlog is not None and isinstance(r_res, list):
+            self._claimlog.reap(r_res)  # before this listing is used to claim
         with self._lock:
             self._own = deque(own)
             self._steal = deque(others)
@@ -308,16 +312,28 @@ class LeaseQueue:
         self.stats.claimed += len(got)
         return got
 
-    def _lease_tx(self, batch: Sequence[tuple[int, str]], body: bytes) -> Any:
-        """Per item: [create lease, create + delete ``<item>/c``] -- the child pair counts
-        the claim in the item's cversion ("Counting claims" above); ``LEASE_OPS`` ops."""
+    def _lease_tx(self, batch: Sequence[tuple[int, str]], body: bytes
+                  ) -> tuple[Any, str | None]:
+        """[create lease x n] + the claim record of the batch (:mod:`zkcrawl.claimlog`,
+        after the leases: a failed op's index is still its item's)."""
         tx = self.zk.transaction()
+        # No check(item) op: it would cost the server a quarter of its work per item.
+        # A lease created for an item completed meanwhile is found by the multiRead
+        # right behind (NoNode) and dropped at once (see _hold).
         for _, name in batch:
             tx.create(f"{self.lease_path}/{name}", body, ephemeral=True)
-            if self.count_claims:
-                tx.create(f"{self.queue_path}/{name}/{CLAIM_CHILD}")
-                tx.delete(f"{self.queue_path}/{name}/{CLAIM_CHILD}")
-        return tx
+        record = None
+        if self._claimlog is not None:
+            record = self._claimlog.add_ops(tx, [n for _, n in batch], self.zk.session_id)
+        return tx, record
+
+    def _leased(self, batch: Sequence[tuple[int, str]], record: str | None, results: Any
+                ) -> bool:
+        """Did the lease transaction commit? If so its claim record is ours to settle."""
+        ok = isinstance(results, list) and _first_error(results) is None
+        if ok and record is not None and self._claimlog is not None:
+            self._claimlog.committed(record, [n for _, n in batch])
+        return ok
 
     def _lease(self, cands: list[tuple[int, str]]) -> list[Claimed]:
         """Lease a batch in one transaction; the items' data is read in the same flight."""
@@ -326,20 +342,23 @@ class LeaseQueue:
         session = self.zk.session_id
         try:
             self.stats.requests += 1
-            pending = self._lease_tx(cands, body).commit_async()
+            tx, record = self._lease_tx(cands, body)
+            pending = tx.commit_async()
             # Sent right behind the transaction on the same session (ZooKeeper keeps a
             # session's requests in order): one multiRead, no extra round trip waited for.
             reads = self.zk.get_many([f"{self.queue_path}/{n}" for _, n in cands])
             results = pending.get()
-            if _first_error(results) is None:
-                return self._hold(list(zip(cands, reads, strict=True)), session)
-            won = self._lease_retry(cands, body, results)
-            # Read again: an item read before a retried lease may have been completed by
-            # its holder in between (without a check op, the new lease proves nothing).
-            datas = self.zk.get_many([f"{self.queue_path}/{n}" for _, n in won])
+            if self._leased(cands, record, results):
+                got = list(zip(cands, reads, strict=True))
+            else:
+                won = self._lease_retry(cands, body, results)
+                # Read again: an item read before a retried lease may have been completed
+                # by its holder in between (without a check op, the new lease proves nothing).
+                datas = self.zk.get_many([f"{self.queue_path}/{n}" for _, n in won])
+                got = list(zip(won, datas, strict=True))
         except (ConnectionLoss, SessionExpiredError):
-            return self._hold(self._recover_leases(cands), session)
-        return self._hold(list(zip(won, datas, strict=True)), session)
+            got = self._recover_leases(cands)
+        return self._hold(got, session)
 
     def _lease_retry(self, cands: list[tuple[int, str]], body: bytes, results: list[Any]
                      ) -> list[tuple[int, str]]:
@@ -351,18 +370,22 @@ class LeaseQueue:
             if failed is None:
                 return cands
             self.stats.wasted += 1
-            failed //= self._lease_ops
-            cands = cands[:failed] + cands[failed + 1:]
+            if failed < len(cands):
+                cands = cands[:failed] + cands[failed + 1:]
+            else:  # the claim record's op: its parent was removed under us
+                self.zk.ensure_path(self.claims_path)
             if not cands:
                 return []
             self.stats.requests += 1
-            results = self._lease_tx(cands, body).commit()
-        if _first_error(results) is None:
-            return cands
+            tx, record = self._lease_tx(cands, body)
+            results = tx.commit()
+            if self._leased(cands, record, results):
+                return cands
         self.stats.wasted += 1
-        singles = gather([self._lease_tx([c], body).commit_async() for c in cands])
-        won = [c for c, r in zip(cands, singles, strict=True)
-               if not isinstance(r, Exception) and tx_ok(r)]
+        txs = [(c, *self._lease_tx([c], body)) for c in cands]
+        singles = gather([tx.commit_async() for _, tx, _ in txs])
+        won = [c for (c, _, record), r in zip(txs, singles, strict=True)
+               if self._leased([c], record, r)]
         self.stats.requests += len(cands)
         self.stats.wasted += len(cands) - len(won)
         return won
@@ -386,6 +409,8 @@ class LeaseQueue:
         for (seq, name), res in won:
             if isinstance(res, Exception):  # vanished under our lease (a purge): let go
                 self.zk.kazoo.delete_async(f"{self.lease_path}/{name}")
+                if self._claimlog is not None:
+                    self._claimlog.settled([name])
                 continue
             out.append(self._claimed(seq, name, res, session))
         with self._lock:
@@ -396,9 +421,7 @@ class LeaseQueue:
     def _claimed(self, seq: int, name: str, res: Any, session: int | None) -> Claimed:
         data, stat = bytes(res[0] or b""), res[1]
         dec = wire.decode(data)
-        deaths = 0
-        if session is not None and self.count_claims:
-            deaths = max(0, stat.cversion // 2 - 1 - stat.version)
+        deaths = stat.cversion // 2 if session is not None and self._claimlog else 0
         return Claimed(name=name, seq=seq, data=data, item=dec.item, error=dec.error,
                        ctime=stat.ctime / 1000.0, session=session, bare=dec.bare,
                        deaths=deaths)
@@ -434,10 +457,14 @@ class LeaseQueue:
         return mine, [c for c in claimed if id(c) not in ids]
 
     def _forget(self, claimed: Iterable[Claimed]) -> None:
+        gone = []
         with self._lock:
             for c in claimed:
                 if self._held.get(c.name) is c:
                     del self._held[c.name]
+                    gone.append(c.name)
+        if self._claimlog is not None:
+            self._claimlog.settled(gone)
 
     def _run_per_item(self, mine: list[Claimed], build: Any) -> CompleteResult:
         """Commit one transaction for all, falling back to one per item."""
@@ -506,18 +533,10 @@ class LeaseQueue:
             self.offer_many([c.item for c in claimed if c.item])
             return
         mine, _ = self._owned(claimed)
-        # Rewriting the data unchanged raises the item's version: this claim ended cleanly
-        # and is not counted as a dead holder ("Counting claims" above).
-        pending = []
-        for c in mine:
-            tx = self.zk.transaction()
-            if len(c.data) <= wire.ITEM_LIMIT:
-                tx.set_data(f"{self.queue_path}/{c.name}", c.data)
-            tx.delete(f"{self.lease_path}/{c.name}")
-            pending.append(tx.commit_async())
-        for c, res in zip(mine, gather(pending), strict=True):
-            if isinstance(res, Exception) or not tx_ok(res):  # item gone: drop the lease
-                self.zk.kazoo.delete_async(f"{self.lease_path}/{c.name}")
+        if self._claimlog is not None:  # first out of the records: not a death if we die now
+            self._claimlog.released([c.name for c in mine])
+        dels = gather([self.zk.kazoo.delete_async(f"{self.lease_path}/{c.name}") for c in mine])
+        del dels
         self._forget(mine)
 
     def retry(self, c: Claimed, error: str) -> CompleteResult:
