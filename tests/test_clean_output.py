@@ -304,3 +304,10 @@ def test_status_escapes_what_consumers_publish(zk, zk_hosts, zk_root, capsys) ->
     assert rc == 0, err
     assert "\\x1b[31mevil\\u202e" in out and "\\x1b]0;pwned\\x07" in out
     assert_clean(out)
+
+
+def test_json_log_lines_stay_json_with_non_finite_numbers():
+    from zkcrawl.logs import _json_line
+
+    line = _json_line({"event": "x", "v": float("nan"), "w": [float("-inf"), 1.5]})
+    assert json.loads(line) == {"event": "x", "v": None, "w": [None, 1.5]}

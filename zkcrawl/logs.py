@@ -16,7 +16,9 @@ one bad value never loses a batch of lines.
 from __future__ import annotations
 
 import atexit
+import json
 import logging
+import math
 import queue
 import sys
 import threading
@@ -51,7 +53,9 @@ def _renderer(fmt: str, stream: IO[str]) -> list[Any]:
         fmt = "console" if stream.isatty() else "json"
     if fmt == "console":
         return [_escape_values, structlog.dev.ConsoleRenderer(colors=stream.isatty())]
-    return [structlog.processors.JSONRenderer()]
+    # allow_nan=False with a fallback: a NaN from hostile input must not make a line that
+    # is not JSON.
+    return [structlog.processors.JSONRenderer(serializer=_json_line)]
 
 
 class _CurrentStderr:
@@ -211,3 +215,20 @@ def get_logger(name: str, **context: Any) -> Any:
     # Initial values, not .bind(): bind() would build the logger now, before
     # configure() runs, and module-level loggers would keep structlog's defaults.
     return structlog.get_logger(name, **context)
+
+
+def _json_line(event: Any, **kw: Any) -> str:
+    try:
+        return json.dumps(event, allow_nan=False, **kw)
+    except ValueError:  # a non-finite float somewhere: null it, keep the line
+        return json.dumps(_finite(event), **kw)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value

@@ -17,6 +17,7 @@ from zkcrawl.control import PAUSED, set_state
 from zkcrawl.errors import ExitStatus, UsageError
 from zkcrawl.runner import setup_logging
 from zkcrawl.settings import CommonSettings, opt
+from zkcrawl.textsafe import printable
 
 NAME = "pause"
 HELP = "pause the whole cluster: consumers stop claiming and starting fetches"
@@ -52,7 +53,8 @@ def switch(settings: Settings, state: str) -> ExitStatus:
         print(f"{len(pending)} consumer(s) have not acknowledged yet (they do within about "
               "a second; see `zkcrawl status`)")
         return ExitStatus.OK
-    print(f"not acknowledged within {settings.wait:g}s by: {', '.join(pending)}")
+    names = ", ".join(printable(p, 80) for p in pending)  # ids are read from ZooKeeper
+    print(f"not acknowledged within {settings.wait:g}s by: {names}")
     return ExitStatus.FAILURE
 
 
