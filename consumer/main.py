@@ -20,16 +20,16 @@ from consumer.pipeline import HostGate, Pipeline
 from consumer.settings import CRAWL_DELAY_CAP, ConsumerSettings
 from consumer.sink import Sink
 from consumer.worker import Worker
-from zkcrawl.clusterpoliteness import ClusterPoliteness
 from zkcrawl.errors import ExitStatus
-from zkcrawl.extract import parse_field_specs
-from zkcrawl.fetch import Fetcher
-from zkcrawl.politeness import LocalPoliteness, Politeness
-from zkcrawl.queue import LeaseQueue
-from zkcrawl.registry import default_id
+from zkcrawl.politeness.cluster import ClusterPoliteness
+from zkcrawl.politeness.local import LocalPoliteness, Politeness
+from zkcrawl.queue.leases import LeaseQueue
+from zkcrawl.queue.registry import default_id
 from zkcrawl.runner import connect, guarded, setup_logging
 from zkcrawl.settings import ArgumentParser, add_options, parse
-from zkcrawl.zk import ZkClient
+from zkcrawl.web.extract import parse_field_specs
+from zkcrawl.web.fetch import Fetcher
+from zkcrawl.zk.client import ZkClient
 
 PROG = "zkcrawl-consumer"
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -78,7 +78,7 @@ def open_consumer(settings: ConsumerSettings, sink: Sink) -> Iterator[Worker]:
         fetch_settings = settings.fetch_settings()
         inner = politeness = _politeness(settings, zk, fetch_settings.retry_after_cap)
         gate = HostGate(inner, settings.domain_delay, CRAWL_DELAY_CAP)
-        pipeline = Pipeline(Fetcher(fetch_settings, politeness=gate), gate, fields,
+        pipeline = Pipeline(Fetcher(fetch_settings, gate, http=settings.http), gate, fields,
                             consumer_id, settings.max_attempts)
         metrics = Metrics()
         worker = Worker(settings, zk, queue, pipeline, sink, metrics, consumer_id)

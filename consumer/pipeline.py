@@ -1,6 +1,6 @@
 """Processing one claimed item: fetch, extract, build the record, decide the outcome.
 
-:class:`Pipeline` is pure-ish: it talks HTTP through the shared :class:`~zkcrawl.fetch.Fetcher`
+:class:`Pipeline` is pure-ish: it talks HTTP through the shared :class:`~zkcrawl.web.fetch.Fetcher`
 and never touches ZooKeeper or the sink, so it is tested against real HTTP servers alone.
 The outcome rules are SPEC §3's:
 
@@ -13,9 +13,10 @@ The outcome rules are SPEC §3's:
 * a malformed item: a record with the reason and a *dead* letter at once;
 * the fetch was cancelled by our own shutdown: *release* (not the item's fault).
 
-:class:`HostGate` is the politeness front: it wraps the :class:`~zkcrawl.politeness.Politeness`
-protocol (so a ZooKeeper-backed implementation can replace the local one) and adds what a
-scheduler that never sleeps on a host needs -- see its docstring.
+:class:`HostGate` is the politeness front: it wraps the
+:class:`~zkcrawl.politeness.Politeness` protocol (so a ZooKeeper-backed implementation can
+replace the local one) and adds what a scheduler that never sleeps on a host needs -- see its
+docstring.
 """
 
 from __future__ import annotations
@@ -29,13 +30,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from consumer.timing import ItemTiming
-from zkcrawl.decode import html_encoding
-from zkcrawl.extract import parse_html as _parse_html
-from zkcrawl.extract import record_from_doc
-from zkcrawl.fetch import Fetcher, FetchResult
-from zkcrawl.politeness import Politeness
-from zkcrawl.queue import Claimed
-from zkcrawl.urls import host_of
+from zkcrawl.politeness.local import Politeness
+from zkcrawl.queue.leases import Claimed
+from zkcrawl.web.decode import html_encoding
+from zkcrawl.web.extract import parse_html as _parse_html
+from zkcrawl.web.extract import record_from_doc
+from zkcrawl.web.fetch import Fetcher, FetchResult
+from zkcrawl.web.urls import host_of
 
 COMPLETE, RETRY, DEAD, RELEASE = "complete", "retry", "dead", "release"
 BACKOFF_BASE = 1.0  # seconds; doubled per failed attempt

@@ -12,9 +12,9 @@ import dataclasses
 import math
 
 from zkcrawl.errors import UsageError
-from zkcrawl.fetch import FetchSettings
-from zkcrawl.queue import AT_LEAST_ONCE, AT_MOST_ONCE
+from zkcrawl.queue.leases import AT_LEAST_ONCE, AT_MOST_ONCE
 from zkcrawl.settings import CommonSettings, opt, znode_path_problem
+from zkcrawl.web.fetch import FetchSettings
 
 DEFAULT_USER_AGENT = "zkcrawl/0.1 (+https://github.com/zkcrawl/zkcrawl)"
 # robots.txt Crawl-delay above --domain-delay wins, up to this (a typo of "3600" must not
@@ -48,6 +48,8 @@ class ConsumerSettings(CommonSettings):
     user_agent: str = opt(DEFAULT_USER_AGENT, "User-Agent header, also the robots.txt agent")
     max_bytes: int = opt(10_000_000, "stop reading a body there; the record gets error "
                          "too-large", metavar="N")
+    http: str = opt("curl", "HTTP transport: 'curl' (libcurl, least CPU per page) or "
+                    "'requests' (a requests.Session per thread)", choices=("curl", "requests"))
     delivery: str = opt(AT_LEAST_ONCE, "at-least-once (no item lost) or at-most-once "
                         "(delete on take, lossy)", choices=(AT_LEAST_ONCE, AT_MOST_ONCE))
     exit_when_idle: float | None = opt(None, "exit 0 after S seconds with nothing in flight "

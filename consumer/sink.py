@@ -31,7 +31,7 @@ import structlog
 
 from consumer.pipeline import COMPLETE, DEAD, RETRY
 from zkcrawl.errors import SinkError, UsageError
-from zkcrawl.queue import Claimed, LeaseQueue, QueueSuspended
+from zkcrawl.queue.leases import Claimed, LeaseQueue, QueueSuspended
 from zkcrawl.textsafe import scrub
 
 # structlog.get_logger is a lazy proxy: it picks up the configuration made at start-up.

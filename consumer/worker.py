@@ -39,12 +39,12 @@ from consumer.pipeline import COMPLETE, DEAD, EARLY, RETRY, Outcome, Pipeline
 from consumer.settings import ConsumerSettings
 from consumer.sink import GroupCommit, Settle, Sink
 from consumer.timing import ItemTiming, Timings
-from zkcrawl import control
 from zkcrawl.errors import ExitStatus, SinkError
-from zkcrawl.queue import Claimed, LeaseQueue
-from zkcrawl.registry import Registration
-from zkcrawl.urls import host_key
-from zkcrawl.zk import ZkClient
+from zkcrawl.queue import control
+from zkcrawl.queue.leases import Claimed, LeaseQueue
+from zkcrawl.queue.registry import Registration
+from zkcrawl.web.urls import host_key
+from zkcrawl.zk.client import ZkClient
 
 # structlog.get_logger is a lazy proxy: it picks up the configuration made at start-up.
 log = structlog.get_logger(__name__)

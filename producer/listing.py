@@ -1,7 +1,7 @@
 """Where URLs come from: the walk over listing pages (``--start`` + ``--next``, or
 ``--pages`` + ``--page-range``), or a URL list (``--from-file``), read without fetching.
 
-Pure apart from fetching through :class:`zkcrawl.fetch.Fetcher`. The walk yields one
+Pure apart from fetching through :class:`zkcrawl.web.fetch.Fetcher`. The walk yields one
 :class:`ListingPage` per listing URL it tried; the caller filters, de-duplicates and
 offers the links. Guarantees of the walk:
 
@@ -37,7 +37,7 @@ import lxml.etree
 import structlog
 
 from zkcrawl.errors import UsageError
-from zkcrawl.extract import (
+from zkcrawl.web.extract import (
     DEFAULT_LINKS_XPATH,
     compile_css,
     compile_xpath,
@@ -45,8 +45,8 @@ from zkcrawl.extract import (
     links_from_doc,
     parse_html,
 )
-from zkcrawl.fetch import Fetcher, FetchResult
-from zkcrawl.urls import LinkFilter, normalize_url
+from zkcrawl.web.fetch import Fetcher, FetchResult
+from zkcrawl.web.urls import LinkFilter, normalize_url
 
 log = structlog.get_logger(__name__)  # lazy: bound after logs.configure()
 

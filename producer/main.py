@@ -31,14 +31,14 @@ from producer.settings import ProducerSettings
 from producer.summary import Counts, Progress, report
 from zkcrawl import runner
 from zkcrawl.errors import ExitStatus, UsageError, ZkCrawlError
-from zkcrawl.fetch import Fetcher, FetchSettings
-from zkcrawl.politeness import LocalPoliteness
-from zkcrawl.queue import LeaseQueue
-from zkcrawl.registry import Registration, default_id
+from zkcrawl.politeness.local import LocalPoliteness
+from zkcrawl.queue.leases import LeaseQueue
+from zkcrawl.queue.registry import Registration, default_id
 from zkcrawl.seen import SeenSet
 from zkcrawl.settings import ArgumentParser, add_options, parse
-from zkcrawl.urls import LinkFilter, compile_patterns, drop_reason
-from zkcrawl.zk import ZkClient
+from zkcrawl.web.fetch import Fetcher, FetchSettings
+from zkcrawl.web.urls import LinkFilter, compile_patterns, drop_reason
+from zkcrawl.zk.client import ZkClient
 
 PROG = "zkcrawl-producer"
 STDIN_SOURCE = "stdin"
@@ -189,7 +189,7 @@ def _fetcher(s: ProducerSettings) -> Fetcher:
     fs = FetchSettings(user_agent=s.user_agent, connect_timeout=min(5.0, s.timeout),
                        timeout=s.timeout, max_bytes=s.max_bytes, retries=s.retries,
                        retry_after_cap=60.0, robots=s.robots)
-    return Fetcher(fs, politeness=LocalPoliteness(s.delay))
+    return Fetcher(fs, politeness=LocalPoliteness(s.delay), http=s.http)
 
 
 class _Signals:

@@ -2,7 +2,7 @@
 
 :class:`Offerer` takes normalized URLs, skips the ones seen before (in this run or, with
 ``--seen``, in earlier runs), and offers the rest through
-:meth:`zkcrawl.queue.LeaseQueue.offer_many` in transactions of ``batch`` items.
+:meth:`zkcrawl.queue.leases.LeaseQueue.offer_many` in transactions of ``batch`` items.
 
 Pipelining: the transactions are committed by ``_COMMITTERS`` threads while the caller
 goes on normalizing the next batch, so the ZooKeeper round trips overlap the CPU work and
@@ -35,10 +35,10 @@ from collections.abc import Callable
 import structlog
 
 from producer.summary import Counts
-from zkcrawl.items import Item
-from zkcrawl.queue import LeaseQueue
+from zkcrawl.queue.items import Item
+from zkcrawl.queue.leases import LeaseQueue
+from zkcrawl.queue.untrusted import URL_LIMIT
 from zkcrawl.seen import SeenSet
-from zkcrawl.untrusted import URL_LIMIT
 
 log = structlog.get_logger(__name__)  # lazy: bound after logs.configure()
 

@@ -68,6 +68,8 @@ class ProducerSettings(CommonSettings):
     retries: int = opt(3, "retries of a listing fetch that may pass (connection, 429, 5xx)",
                        metavar="N")
     max_bytes: int = opt(10_000_000, "read at most N bytes of a listing page", metavar="N")
+    http: str = opt("curl", "HTTP transport of listing fetches: 'curl' (libcurl) or "
+                    "'requests' (a requests.Session)", choices=("curl", "requests"))
     id: str | None = opt(None, "producer id in <root>/producers (default host-pid)",
                          metavar="NAME")
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from zkcrawl.localzk import Ensemble, ZkServer
-from zkcrawl.zk import ZkClient
+from zkcrawl.admin.localzk import Ensemble, ZkServer
+from zkcrawl.zk.client import ZkClient
 
 _SERVERS: list[ZkServer] = []
 

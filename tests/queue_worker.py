@@ -12,8 +12,8 @@ import os
 import sys
 import threading
 
-from zkcrawl.queue import LeaseQueue, QueueSuspended
-from zkcrawl.zk import ZkClient
+from zkcrawl.queue.leases import LeaseQueue, QueueSuspended
+from zkcrawl.zk.client import ZkClient
 
 
 def main() -> None:

@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import wait_for
+from zkcrawl.admin.localzk import free_port
 from zkcrawl.cli import main
-from zkcrawl.clusterpoliteness import ClusterPoliteness
-from zkcrawl.control import ControlWatch, read_state
 from zkcrawl.errors import ExitStatus
-from zkcrawl.items import Item
-from zkcrawl.localzk import free_port
-from zkcrawl.queue import LeaseQueue
-from zkcrawl.registry import Registration
+from zkcrawl.politeness.cluster import ClusterPoliteness
+from zkcrawl.queue.control import ControlWatch, read_state
+from zkcrawl.queue.items import Item
+from zkcrawl.queue.leases import LeaseQueue
+from zkcrawl.queue.registry import Registration
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

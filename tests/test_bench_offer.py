@@ -52,7 +52,7 @@ def test_bench_offer_with_a_throwaway_local_zookeeper():
 
 
 def test_generated_urls_are_distinct_after_normalization(tmp_path):
-    from zkcrawl.urls import normalize_url
+    from zkcrawl.web.urls import normalize_url
 
     path = tmp_path / "u.txt"
     offer.write_urls(path, 600)

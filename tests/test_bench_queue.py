@@ -11,7 +11,7 @@ CASES = ("seed_take", "kazoo_locking", "zkcrawl_alo", "zkcrawl_alo_uncounted", "
 
 
 def test_bench_queue_json_has_every_case(zk_hosts, capsys, monkeypatch):
-    monkeypatch.setattr("zkcrawl.bench.queue.SAMPLE", 20)
+    monkeypatch.setattr("zkcrawl.bench.drain.SAMPLE", 20)
     status = main(["bench", "queue", "--zk", zk_hosts, "--items", "400", "--json"], {})
     assert status == 0
     out = json.loads(capsys.readouterr().out)

@@ -1,4 +1,4 @@
-"""zkcrawl.benchsite: starts, serves with latency, counts, handles many keep-alive clients."""
+"""zkcrawl.bench.site: starts, serves with latency, counts, handles many keep-alive clients."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import lxml.html
 import pytest
 import requests
 
-from zkcrawl.benchsite import article_body, start_benchsite, stop_benchsite
+from zkcrawl.bench.site import article_body, start_benchsite, stop_benchsite
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,11 @@
-"""Counting holders' deaths (SPEC §3, zkcrawl.claimlog) against a real ZooKeeper."""
+"""Counting holders' deaths (SPEC §3, zkcrawl.queue.claimlog) against a real ZooKeeper."""
 
 from __future__ import annotations
 
 from tests.conftest import expire_session, wait_for
-from zkcrawl.claimlog import LIVE, ClaimLog
-from zkcrawl.items import Item
-from zkcrawl.queue import LeaseQueue
+from zkcrawl.queue.claimlog import LIVE, ClaimLog
+from zkcrawl.queue.items import Item
+from zkcrawl.queue.leases import LeaseQueue
 
 
 def items(n: int) -> list[Item]:

@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 
 from consumer.sink import Sink
 from zkcrawl import logs
+from zkcrawl.admin.report import load_records, parse_line, render_html, render_text, summarize
 from zkcrawl.cli import main
-from zkcrawl.items import Item
-from zkcrawl.queue import LeaseQueue
-from zkcrawl.report import load_records, parse_line, render_html, render_text, summarize
+from zkcrawl.queue.items import Item
+from zkcrawl.queue.leases import LeaseQueue
 from zkcrawl.textsafe import printable, scrub
 
 ZKCRAWL = str(Path(sys.executable).with_name("zkcrawl"))

@@ -1,4 +1,4 @@
-"""Politeness across consumers (zkcrawl.clusterpoliteness), against a real ZooKeeper and, for
+"""Politeness across consumers (zkcrawl.politeness.cluster), against a real ZooKeeper and, for
 the end-to-end case, two real consumer processes and a server that measures the gaps."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from tests.conftest import wait_for
 from tests.httpd import TestServer
 from tests.test_consumer_signals import args, page
 from tests.test_consumer_support import offer, records, spawn
-from zkcrawl import control
-from zkcrawl.clusterpoliteness import ClusterPoliteness
-from zkcrawl.zk import ZkClient
+from zkcrawl.politeness.cluster import ClusterPoliteness
+from zkcrawl.queue import control
+from zkcrawl.zk.client import ZkClient
 
 HOST = "site.example:80"
 
@@ -85,6 +85,6 @@ def test_two_consumer_processes_keep_one_gap_between_them(zk, zk_hosts, zk_root,
     assert sorted(r["url"] for r in recs) == sorted(urls)
     assert len({r["consumer"] for r in recs}) == 2 and len(gaps) == 7
     # Measured by the server across both consumers (per-consumer gaps measure ~0.06 s here).
-    # Across consumers the gap is between request *starts* (see zkcrawl.clusterpoliteness):
+    # Across consumers the gap is between request *starts* (see zkcrawl.politeness.cluster):
     # a request that opens a new connection reaches the server a few ms after it started.
     assert min(gaps) >= delay - 0.03

@@ -13,8 +13,8 @@ import pytest
 from tests.conftest import wait_for
 from tests.httpd import TestServer, delayed
 from tests.test_consumer_support import Running, offer, records, settings_for
-from zkcrawl.localzk import ZkServer, free_port
-from zkcrawl.zk import ZkClient
+from zkcrawl.admin.localzk import ZkServer, free_port
+from zkcrawl.zk.client import ZkClient
 
 
 def page(h):  # type: ignore[no-untyped-def]

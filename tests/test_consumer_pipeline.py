@@ -14,13 +14,13 @@ from consumer.settings import CRAWL_DELAY_CAP, ConsumerSettings
 from consumer.sink import Sink
 from consumer.timing import ItemTiming, Timings, percentile, verdict
 from tests.httpd import TestServer, delayed, gzip_bomb, gzipped, html, redirect, static, trickle
-from zkcrawl import items as wire
 from zkcrawl.errors import SinkError
-from zkcrawl.extract import parse_field_specs
-from zkcrawl.fetch import Fetcher
-from zkcrawl.politeness import LocalPoliteness
-from zkcrawl.queue import Claimed
-from zkcrawl.urls import host_of
+from zkcrawl.politeness.local import LocalPoliteness
+from zkcrawl.queue import items as wire
+from zkcrawl.queue.leases import Claimed
+from zkcrawl.web.extract import parse_field_specs
+from zkcrawl.web.fetch import Fetcher
+from zkcrawl.web.urls import host_of
 
 RECORD_KEYS = {"url", "final_url", "status", "title", "fields", "bytes", "item", "attempt",
                "consumer", "fetched_at", "queue_ms", "dispatch_ms", "wait_ms", "process_ms",

@@ -15,7 +15,7 @@ from consumer.main import main
 from tests.conftest import wait_for
 from tests.httpd import TestServer, delayed
 from tests.test_consumer_support import Running, offer, records, settings_for, spawn
-from zkcrawl import items as wire
+from zkcrawl.queue import items as wire
 
 
 def page(h):  # type: ignore[no-untyped-def]

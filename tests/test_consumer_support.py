@@ -16,10 +16,10 @@ from consumer.main import build_parser, open_consumer
 from consumer.settings import ConsumerSettings
 from consumer.sink import Sink
 from consumer.worker import Worker
-from zkcrawl.items import Item
-from zkcrawl.queue import LeaseQueue
+from zkcrawl.queue.items import Item
+from zkcrawl.queue.leases import LeaseQueue
 from zkcrawl.settings import parse
-from zkcrawl.zk import ZkClient
+from zkcrawl.zk.client import ZkClient
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,7 +9,7 @@ from collections import Counter
 from tests.conftest import expire_session, wait_for
 from tests.httpd import TestServer, delayed, html, sequence, static
 from tests.test_consumer_support import Running, offer, records, settings_for
-from zkcrawl import control
+from zkcrawl.queue import control
 
 
 def page(h):  # type: ignore[no-untyped-def]

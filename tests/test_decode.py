@@ -1,4 +1,4 @@
-"""HTML decoding (zkcrawl.decode) and the title that comes out of it (zkcrawl.extract)."""
+"""HTML decoding (zkcrawl.web.decode) and the title that comes out of it (zkcrawl.web.extract)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import webencodings
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zkcrawl.decode import (
+from zkcrawl.web.decode import (
     WEB_CODECS,
     charset_from_content_type,
     decode_html,
     normalize_encoding,
 )
-from zkcrawl.extract import extract_record
+from zkcrawl.web.extract import extract_record
 
 GBK_TITLE = "北京大学新闻网 — 学术动态与校园生活"
 # Real Chinese punctuation (full-width commas) on purpose: it is part of what gets detected.
@@ -125,7 +125,7 @@ def test_never_raises(body: bytes, content_type: str | None) -> None:
 
 
 # The Python codecs of the WHATWG Encoding Standard's encodings (widened: gbk -> gb18030,
-# big5 -> big5hkscs), written out by hand so that the table in zkcrawl.decode is checked
+# big5 -> big5hkscs), written out by hand so that the table in zkcrawl.web.decode is checked
 # against something it was not computed from.
 WHATWG_CODECS = frozenset({
     "utf-8", "cp866", "iso8859-2", "iso8859-3", "iso8859-4", "iso8859-5", "iso8859-6",

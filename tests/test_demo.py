@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from tests.conftest import wait_for
-from zkcrawl.samplesite import GBK_ARTICLE, GBK_TITLE, article_path, expected_articles
+from zkcrawl.admin.samplesite import GBK_ARTICLE, GBK_TITLE, article_path, expected_articles
 
 SRC = str(Path(__file__).resolve().parent.parent)
 pytestmark = pytest.mark.slow
@@ -101,7 +101,7 @@ def test_demo_crawls_the_sample_site_and_explains_it(tmp_path: Path):
     assert tree.alive() == []
     names = " ".join(tree.cmdlines())
     assert "producer.main" in names and names.count("consumer.main") == 2
-    assert "ZooKeeperServerMain" in names and "zkcrawl.samplesite" in names
+    assert "ZooKeeperServerMain" in names and "zkcrawl.admin.samplesite" in names
 
     records = [json.loads(line) for line in (out_dir / "results.jsonl").open()]
     base = records[0]["url"].split("/blog/")[0]

@@ -1,4 +1,4 @@
-"""Extraction with lxml (zkcrawl.extract)."""
+"""Extraction with lxml (zkcrawl.web.extract)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zkcrawl.errors import UsageError
-from zkcrawl.extract import (
+from zkcrawl.web.extract import (
     Record,
     compile_css,
     compile_xpath,
@@ -20,7 +20,7 @@ from zkcrawl.extract import (
     parse_html,
     record_from_doc,
 )
-from zkcrawl.urls import LinkFilter
+from zkcrawl.web.urls import LinkFilter
 
 URL = "http://shop.example.com/list/page1.html"
 

@@ -1,4 +1,8 @@
-"""The fetcher (zkcrawl.fetch) against real HTTP servers on 127.0.0.1 (tests/httpd.py)."""
+"""The fetcher (zkcrawl.web.fetch) against real HTTP servers on 127.0.0.1 (tests/httpd.py).
+
+Every test that fetches runs once per transport (``http``: libcurl, then a requests.Session):
+the policy is one code path, so each outcome must be the same whatever moves the bytes.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ import subprocess
 import threading
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -25,11 +29,11 @@ from tests.httpd import (
     trickle,
 )
 from tests.test_decode import GBK_TEXT, GBK_TITLE
-from zkcrawl.extract import extract_record
-from zkcrawl.fetch import Fetcher, FetchSettings, parse_retry_after
-from zkcrawl.politeness import LocalPoliteness
-from zkcrawl.transfer import parse_head, wire_url
-from zkcrawl.urls import host_of
+from zkcrawl.politeness.local import LocalPoliteness
+from zkcrawl.web.extract import extract_record
+from zkcrawl.web.fetch import Fetcher, FetchResult, FetchSettings, parse_retry_after
+from zkcrawl.web.transfer import TRANSPORTS, parse_head, wire_url
+from zkcrawl.web.urls import host_of
 
 PAGE = "<html><head><title>Hello</title></head><body>hi</body></html>"
 FAST = FetchSettings(robots=False, timeout=2.0, backoff=0.05)
@@ -41,15 +45,30 @@ def srv() -> Iterator[TestServer]:
         yield server
 
 
-def fetch(settings: FetchSettings, url: str, **kw: object):  # type: ignore[no-untyped-def]
-    fetcher = Fetcher(settings, **kw)  # type: ignore[arg-type]
-    try:
-        return fetcher.fetch(url)
-    finally:
-        fetcher.close()
+@pytest.fixture(params=TRANSPORTS)
+def http(request: pytest.FixtureRequest) -> str:
+    """The transport under test: every test asking for it runs once for each."""
+    return request.param
 
 
-def test_200(srv: TestServer) -> None:
+Fetch = Callable[..., FetchResult]
+
+
+@pytest.fixture
+def fetch(http: str) -> Fetch:
+    """``fetch(settings, url, **fetcher_kw)``: one fetch through a fresh Fetcher on ``http``."""
+
+    def run(settings: FetchSettings, url: str, **kw: object) -> FetchResult:
+        fetcher = Fetcher(settings, http=http, **kw)  # type: ignore[arg-type]
+        try:
+            return fetcher.fetch(url)
+        finally:
+            fetcher.close()
+
+    return run
+
+
+def test_200(srv: TestServer, fetch: Fetch) -> None:
     res = fetch(FAST, srv.url("/"))
     assert (res.status, res.error, res.retryable, res.redirects) == (200, None, False, 0)
     assert res.body == PAGE.encode() and res.ok
@@ -62,27 +81,27 @@ def test_200(srv: TestServer) -> None:
     assert "gzip" in req.headers["Accept-Encoding"]
 
 
-def test_404_is_not_retried(srv: TestServer) -> None:
+def test_404_is_not_retried(srv: TestServer, fetch: Fetch) -> None:
     res = fetch(FetchSettings(robots=False, retries=3, backoff=0.05), srv.url("/missing"))
     assert (res.status, res.error, res.retryable, res.retry_after) == (404, "http-404", False, None)
     assert res.attempts == 1 and len(srv.requests_for("/missing")) == 1
 
 
-def test_500_then_200_with_one_retry(srv: TestServer) -> None:
+def test_500_then_200_with_one_retry(srv: TestServer, fetch: Fetch) -> None:
     srv.route("/flaky", sequence((500, {}, b"oops"), html(PAGE)))
     res = fetch(FetchSettings(robots=False, retries=1, backoff=0.05), srv.url("/flaky"))
     assert (res.status, res.error, res.attempts) == (200, None, 2)
     assert len(srv.requests_for("/flaky")) == 2
 
 
-def test_5xx_retries_are_bounded(srv: TestServer) -> None:
+def test_5xx_retries_are_bounded(srv: TestServer, fetch: Fetch) -> None:
     srv.route("/down", (503, {}, b"down"))
     res = fetch(FetchSettings(robots=False, retries=2, backoff=0.01), srv.url("/down"))
     assert (res.error, res.retryable, res.attempts) == ("http-503", True, 3)
     assert len(srv.requests_for("/down")) == 3
 
 
-def test_429_retry_after_is_parsed_and_capped(srv: TestServer) -> None:
+def test_429_retry_after_is_parsed_and_capped(srv: TestServer, fetch: Fetch) -> None:
     srv.route("/busy", (429, {"Retry-After": "3600"}, b""))
     pol = LocalPoliteness(0.0)
     settings = FetchSettings(robots=False, retry_after_cap=5.0)
@@ -92,7 +111,7 @@ def test_429_retry_after_is_parsed_and_capped(srv: TestServer) -> None:
     assert pol.reserve(host_of(srv.url("/"))) - time.monotonic() > 4.0
 
 
-def test_429_retry_after_honoured_between_attempts(srv: TestServer) -> None:
+def test_429_retry_after_honoured_between_attempts(srv: TestServer, fetch: Fetch) -> None:
     srv.route("/busy", sequence((429, {"Retry-After": "1"}, b""), html(PAGE)))
     res = fetch(FetchSettings(robots=False, retries=1), srv.url("/busy"))
     assert (res.status, res.error, res.attempts) == (200, None, 2)
@@ -113,7 +132,7 @@ def test_parse_retry_after() -> None:
         assert parse_retry_after(bad, cap=120) is None
 
 
-def test_timeout_when_server_is_slow_to_answer(srv: TestServer) -> None:
+def test_timeout_when_server_is_slow_to_answer(srv: TestServer, fetch: Fetch) -> None:
     srv.route("/slow", delayed(5.0, html(PAGE)))
     started = time.monotonic()
     res = fetch(FetchSettings(robots=False, timeout=0.3), srv.url("/slow"))
@@ -121,7 +140,7 @@ def test_timeout_when_server_is_slow_to_answer(srv: TestServer) -> None:
     assert time.monotonic() - started < 2.0  # not the 5 s the server takes
 
 
-def test_trickling_server_is_cut_at_total_budget(srv: TestServer) -> None:
+def test_trickling_server_is_cut_at_total_budget(srv: TestServer, fetch: Fetch) -> None:
     srv.route("/drip", trickle(b"x" * 1000, interval=0.2, chunk=1))
     settings = FetchSettings(robots=False, timeout=1.0, total_timeout=1.0)
     started = time.monotonic()
@@ -132,7 +151,7 @@ def test_trickling_server_is_cut_at_total_budget(srv: TestServer) -> None:
     assert 0 < len(res.body) < 10
 
 
-def test_stalled_body_is_cut_at_budget_not_at_read_timeout(srv: TestServer) -> None:
+def test_stalled_body_is_cut_at_budget_not_at_read_timeout(srv: TestServer, fetch: Fetch) -> None:
     srv.route("/stall", trickle(b"xy", interval=10.0))  # one byte, then silence
     settings = FetchSettings(robots=False, timeout=10.0, total_timeout=0.5)
     started = time.monotonic()
@@ -141,14 +160,14 @@ def test_stalled_body_is_cut_at_budget_not_at_read_timeout(srv: TestServer) -> N
     assert time.monotonic() - started < 3.0  # the 0.5 s budget, not the 10 s read timeout
 
 
-def test_max_bytes(srv: TestServer) -> None:
+def test_max_bytes(srv: TestServer, fetch: Fetch) -> None:
     srv.route("/big", html(b"<p>" + b"a" * 200_000))
     res = fetch(FetchSettings(robots=False, max_bytes=50_000), srv.url("/big"))
     assert (res.error, res.retryable, res.status) == ("too-large", False, 200)
     assert len(res.body) == 50_000
 
 
-def test_gzip_is_decoded_and_bomb_is_capped(srv: TestServer) -> None:
+def test_gzip_is_decoded_and_bomb_is_capped(srv: TestServer, fetch: Fetch) -> None:
     srv.route("/gz", gzipped(PAGE))
     srv.route("/bomb", gzip_bomb(20_000_000))
     assert fetch(FAST, srv.url("/gz")).body == PAGE.encode()
@@ -158,12 +177,12 @@ def test_gzip_is_decoded_and_bomb_is_capped(srv: TestServer) -> None:
     assert time.monotonic() - started < 5.0
 
 
-def test_chunked_body(srv: TestServer) -> None:
+def test_chunked_body(srv: TestServer, fetch: Fetch) -> None:
     srv.route("/chunked", chunked([b"<title>", b"chunks", b"</title>"]))
     assert fetch(FAST, srv.url("/chunked")).body == b"<title>chunks</title>"
 
 
-def test_redirect_chain(srv: TestServer) -> None:
+def test_redirect_chain(srv: TestServer, fetch: Fetch) -> None:
     srv.route("/a", redirect("/b", 301))
     srv.route("/b", redirect(srv.url("/c", host="localhost"), 302))  # absolute, other host
     srv.route("/c", redirect("/", 307))
@@ -173,7 +192,7 @@ def test_redirect_chain(srv: TestServer) -> None:
     assert res.url == srv.url("/a")
 
 
-def test_redirect_loop_and_too_many(srv: TestServer) -> None:
+def test_redirect_loop_and_too_many(srv: TestServer, fetch: Fetch) -> None:
     srv.route("/loop1", redirect("/loop2"))
     srv.route("/loop2", redirect("/loop1"))
     res = fetch(FAST, srv.url("/loop1"))
@@ -186,7 +205,7 @@ def test_redirect_loop_and_too_many(srv: TestServer) -> None:
     assert res.error == "redirects" and res.redirects == 5
 
 
-def test_content_type(srv: TestServer) -> None:
+def test_content_type(srv: TestServer, fetch: Fetch) -> None:
     srv.route("/img", (200, {"Content-Type": "image/png"}, b"\x89PNG" * 1000))
     srv.route("/xhtml", (200, {"Content-Type": "application/xhtml+xml"}, PAGE.encode()))
     srv.route("/untyped", (200, {}, PAGE.encode()))
@@ -202,17 +221,17 @@ def test_content_type(srv: TestServer) -> None:
 
 
 @pytest.mark.parametrize("url", ["mailto:a@b.c", "ftp://example.com/", "not a url", "http://"])
-def test_bad_url(url: str) -> None:
+def test_bad_url(url: str, fetch: Fetch) -> None:
     res = fetch(FAST, url)
     assert (res.error, res.retryable) == ("bad-url", False)
 
 
-def test_redirect_to_non_http_is_bad_url(srv: TestServer) -> None:
+def test_redirect_to_non_http_is_bad_url(srv: TestServer, fetch: Fetch) -> None:
     srv.route("/ftp", redirect("ftp://example.com/file"))
     assert fetch(FAST, srv.url("/ftp")).error == "bad-url"
 
 
-def test_connection_refused() -> None:
+def test_connection_refused(fetch: Fetch) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again when the block ends: nothing listens there
@@ -221,16 +240,16 @@ def test_connection_refused() -> None:
     assert res.attempts == 2  # one retry, as configured
 
 
-def test_connections_are_reused(srv: TestServer) -> None:
+def test_connections_are_reused(srv: TestServer, http: str) -> None:
     srv.route("/404", (404, {}, b"small error body"))
-    fetcher = Fetcher(FAST)
+    fetcher = Fetcher(FAST, http=http)
     for path in ("/", "/404", "/", "/"):
         fetcher.fetch(srv.url(path))
     fetcher.close()
     assert len({r.client_port for r in srv.requests}) == 1
 
 
-def test_robots_disallow_and_crawl_delay() -> None:
+def test_robots_disallow_and_crawl_delay(http: str) -> None:
     routes = {
         "/robots.txt": (
             200,
@@ -241,7 +260,7 @@ def test_robots_disallow_and_crawl_delay() -> None:
     }
     with TestServer(routes) as srv:
         pol = LocalPoliteness(0.0)
-        fetcher = Fetcher(FetchSettings(), politeness=pol)
+        fetcher = Fetcher(FetchSettings(), politeness=pol, http=http)
         res = fetcher.fetch(srv.url("/private/page"))
         assert (res.error, res.retryable, res.status) == ("robots", False, None)
         assert not srv.requests_for("/private/page")
@@ -259,14 +278,14 @@ def test_robots_disallow_and_crawl_delay() -> None:
         assert len(srv.requests_for("/robots.txt")) == 1
 
 
-def test_robots_5xx_is_a_temporary_disallow() -> None:
+def test_robots_5xx_is_a_temporary_disallow(fetch: Fetch) -> None:
     with TestServer({"/robots.txt": (503, {}, b""), "/": html(PAGE)}) as srv:
         res = fetch(FetchSettings(), srv.url("/"))
         assert (res.error, res.retryable) == ("robots", True)
         assert not srv.requests_for("/")
 
 
-def test_robots_redirect_is_followed_and_missing_robots_allows() -> None:
+def test_robots_redirect_is_followed_and_missing_robots_allows(fetch: Fetch) -> None:
     routes = {
         "/robots.txt": redirect("/real-robots.txt", 301),
         "/real-robots.txt": (200, {}, b"User-agent: *\nDisallow: /x\n"),
@@ -278,10 +297,10 @@ def test_robots_redirect_is_followed_and_missing_robots_allows() -> None:
         assert fetch(FetchSettings(), srv.url("/")).ok
 
 
-def test_close_cancels_a_politeness_wait(srv: TestServer) -> None:
+def test_close_cancels_a_politeness_wait(srv: TestServer, http: str) -> None:
     pol = LocalPoliteness(0.0)
     pol.back_off(host_of(srv.url("/")), 30)
-    fetcher = Fetcher(FAST, politeness=pol)
+    fetcher = Fetcher(FAST, http=http, politeness=pol)
     results = []
     worker = threading.Thread(target=lambda: results.append(fetcher.fetch(srv.url("/"))))
     started = time.monotonic()
@@ -293,7 +312,8 @@ def test_close_cancels_a_politeness_wait(srv: TestServer) -> None:
     assert not srv.requests_for("/")
 
 
-def test_fetch_then_extract_gbk_page_without_declared_charset(srv: TestServer) -> None:
+def test_fetch_then_extract_gbk_page_without_declared_charset(srv: TestServer, fetch: Fetch
+                                                              ) -> None:
     title = GBK_TITLE
     page = f"<html><head><title>{title}</title></head><body><p>{GBK_TEXT}</p></body></html>"
     srv.route("/gbk", (200, {"Content-Type": "text/html"}, page.encode("gbk")))
@@ -301,14 +321,14 @@ def test_fetch_then_extract_gbk_page_without_declared_charset(srv: TestServer) -
     assert extract_record(res.body, res.final_url, content_type=res.content_type).title == title
 
 
-def test_deflate_is_decoded(srv: TestServer) -> None:
+def test_deflate_is_decoded(srv: TestServer, fetch: Fetch) -> None:
     srv.route("/deflate", (200, {"Content-Type": "text/html", "Content-Encoding": "deflate"},
                            zlib.compress(PAGE.encode())))
     res = fetch(FAST, srv.url("/deflate"))
     assert (res.error, res.body) == (None, PAGE.encode())
 
 
-def test_robots_redirect_loop_counts_as_unavailable_and_allows() -> None:
+def test_robots_redirect_loop_counts_as_unavailable_and_allows(fetch: Fetch) -> None:
     # RFC 9309 §2.3.1.2: after too many redirects robots.txt may be treated as a 4xx.
     routes = {"/robots.txt": redirect("/r2.txt"), "/r2.txt": redirect("/robots.txt"),
               "/*": html(PAGE)}
@@ -318,8 +338,8 @@ def test_robots_redirect_loop_counts_as_unavailable_and_allows() -> None:
         assert hops == 6  # the first request and five redirects, then it stops
 
 
-def test_proxy_from_environment_and_no_proxy(srv: TestServer,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_proxy_from_environment_and_no_proxy(srv: TestServer, monkeypatch: pytest.MonkeyPatch,
+                                             fetch: Fetch) -> None:
     # The test server plays the forward proxy: it receives the absolute URL.
     srv.route("/via-proxy", html(PAGE))
     for name in ("http_proxy", "HTTP_PROXY", "no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY"):
@@ -348,7 +368,8 @@ def tls_cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
 
 
 def test_https_is_verified_and_a_ca_bundle_can_be_named(tls_cert: tuple[str, str],
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+                                                        monkeypatch: pytest.MonkeyPatch,
+                                                        fetch: Fetch) -> None:
     cert, key = tls_cert
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(cert, key)
@@ -376,7 +397,7 @@ def test_wire_url_and_parse_head() -> None:
     assert parse_head([]) == (None, {})
 
 
-def test_non_ascii_url_goes_out_percent_encoded(srv: TestServer) -> None:
+def test_non_ascii_url_goes_out_percent_encoded(srv: TestServer, fetch: Fetch) -> None:
     srv.route("/p%C3%A4ge", html(PAGE))
     res = fetch(FAST, srv.url("/päge"))
     assert (res.status, res.error) == (200, None)
@@ -396,8 +417,8 @@ def _nothing(h) -> None:  # type: ignore[no-untyped-def]
     h.close_connection = True  # not even a status line
 
 
-def test_a_truncated_body_or_an_empty_reply_is_a_retryable_connection_error(srv: TestServer
-                                                                           ) -> None:
+def test_a_truncated_body_or_an_empty_reply_is_a_retryable_connection_error(srv: TestServer,
+                                                                           fetch: Fetch) -> None:
     srv.route("/cut", _truncated)
     srv.route("/empty", _nothing)
     res = fetch(FAST, srv.url("/cut"))

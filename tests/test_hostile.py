@@ -14,10 +14,10 @@ import pytest
 from tests.conftest import wait_for
 from tests.httpd import TestServer, delayed, html
 from tests.test_consumer_support import offer, records, spawn
-from zkcrawl import items as wire
 from zkcrawl.cli import main as admin_main
-from zkcrawl.items import Item
-from zkcrawl.untrusted import ITEM_LIMIT, load_json
+from zkcrawl.queue import items as wire
+from zkcrawl.queue.items import Item
+from zkcrawl.queue.untrusted import ITEM_LIMIT, load_json
 
 NESTED = b"[" * 6000 + b"]" * 6000
 

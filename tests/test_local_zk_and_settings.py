@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from zkcrawl.admin.localzk import four_letter, free_port, pid_alive, read_pid
 from zkcrawl.cli import main
 from zkcrawl.errors import UsageError
-from zkcrawl.localzk import four_letter, free_port, pid_alive, read_pid
 from zkcrawl.settings import ArgumentParser, CommonSettings, add_options, opt, parse
 
 

@@ -1,4 +1,4 @@
-"""Per-host politeness (zkcrawl.politeness): pure units on a fake clock, plus one real-server
+"""Per-host politeness (zkcrawl.politeness.local): pure units on a fake clock, plus one real-server
 test measuring the gaps the server sees."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import time
 import pytest
 
 from tests.httpd import TestServer, html
-from zkcrawl.fetch import Fetcher, FetchSettings
-from zkcrawl.politeness import LocalPoliteness, Politeness, wait_for_slot
+from zkcrawl.politeness.local import LocalPoliteness, Politeness, wait_for_slot
+from zkcrawl.web.fetch import Fetcher, FetchSettings
 
 
 class FakeClock:

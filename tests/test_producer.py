@@ -24,9 +24,9 @@ from producer import listing
 from producer.main import main
 from tests.conftest import wait_for
 from tests.httpd import TestServer, html, sequence
-from zkcrawl import items as wire
-from zkcrawl.queue import LeaseQueue
-from zkcrawl.zk import ZkClient
+from zkcrawl.queue import items as wire
+from zkcrawl.queue.leases import LeaseQueue
+from zkcrawl.zk.client import ZkClient
 
 NEXT = '//a[@rel="next"]/@href'
 

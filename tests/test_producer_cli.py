@@ -18,8 +18,8 @@ from producer.main import main
 from producer.summary import Counts, render_table
 from tests.conftest import wait_for
 from tests.test_producer import _fresh_loggers  # noqa: F401 - autouse fixture
-from zkcrawl import items as wire
-from zkcrawl.zk import ZkClient
+from zkcrawl.queue import items as wire
+from zkcrawl.zk.client import ZkClient
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -1,12 +1,12 @@
 """Property tests: untrusted input (page bytes, headers, hrefs, robots.txt, settings) gives a
 result or a recorded reason, never a stray exception.
 
-* charset decoding (zkcrawl.decode): arbitrary bytes, ``Content-Type`` values and ``<meta>``
+* charset decoding (zkcrawl.web.decode): arbitrary bytes, ``Content-Type`` values and ``<meta>``
   declarations decode to UTF-8-encodable text with a codec of the WHATWG set;
-* URL normalization (zkcrawl.urls): arbitrary text (lone surrogates, controls, huge ports, odd
+* URL normalization (zkcrawl.web.urls): arbitrary text (lone surrogates, controls, huge ports, odd
   IP spellings, ``javascript:``, over-long strings) gives an ASCII http(s) URL of at most 8 KiB,
   or ``None`` and a drop reason;
-* robots.txt (zkcrawl.robots): arbitrary bodies, user agents and URLs give a verdict;
+* robots.txt (zkcrawl.web.robots): arbitrary bodies, user agents and URLs give a verdict;
 * settings (zkcrawl.settings, consumer.settings, producer.settings): arbitrary file contents,
   environment values and numeric flag values give settings whose numbers are usable, or a
   :class:`UsageError` (exit 2).
@@ -25,17 +25,17 @@ from hypothesis import strategies as st
 
 from consumer.settings import ConsumerSettings
 from producer.settings import ProducerSettings
-from zkcrawl.decode import (
+from zkcrawl.errors import ExitStatus, UsageError
+from zkcrawl.settings import ArgumentParser, CommonSettings, add_options, parse
+from zkcrawl.web.decode import (
     WEB_CODECS,
     charset_from_content_type,
     decode_html,
     html_encoding,
     normalize_encoding,
 )
-from zkcrawl.errors import ExitStatus, UsageError
-from zkcrawl.robots import RobotsCache, RobotsDecision, robots_url
-from zkcrawl.settings import ArgumentParser, CommonSettings, add_options, parse
-from zkcrawl.urls import (
+from zkcrawl.web.robots import RobotsCache, RobotsDecision, robots_url
+from zkcrawl.web.urls import (
     LinkFilter,
     compile_patterns,
     drop_reason,

@@ -7,9 +7,9 @@ import json
 from kazoo.client import KazooClient
 
 from tests.conftest import expire_session, wait_for
-from zkcrawl import items as wire
-from zkcrawl.items import Item
-from zkcrawl.queue import AT_MOST_ONCE, LeaseQueue
+from zkcrawl.queue import items as wire
+from zkcrawl.queue.items import Item
+from zkcrawl.queue.leases import AT_MOST_ONCE, LeaseQueue
 
 
 def urls(n: int, prefix: str = "http://127.0.0.1/a/") -> list[Item]:

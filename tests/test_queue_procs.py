@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import wait_for
-from zkcrawl.items import Item
-from zkcrawl.localzk import Ensemble
-from zkcrawl.queue import LeaseQueue
-from zkcrawl.zk import ZkClient
+from zkcrawl.admin.localzk import Ensemble
+from zkcrawl.queue.items import Item
+from zkcrawl.queue.leases import LeaseQueue
+from zkcrawl.zk.client import ZkClient
 
 ROOT_DIR = str(Path(__file__).resolve().parent.parent)
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""zkcrawl.report: loading, summary numbers, text and HTML rendering (and a real browser)."""
+"""zkcrawl.admin.report: loading, summary numbers, text and HTML rendering (and a real browser)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from zkcrawl import report
+from zkcrawl.admin import report
+from zkcrawl.admin.report import load_records, render_html, render_text, summarize
 from zkcrawl.errors import UsageError
-from zkcrawl.report import load_records, render_html, render_text, summarize
 
 
 def make_records() -> list[dict[str, Any]]:

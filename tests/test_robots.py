@@ -1,4 +1,4 @@
-"""robots.txt cache (zkcrawl.robots): pure units with a fake fetch and clock."""
+"""robots.txt cache (zkcrawl.web.robots): pure units with a fake fetch and clock."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from zkcrawl.robots import RobotsCache, RobotsDecision, robots_url
+from zkcrawl.web.robots import RobotsCache, RobotsDecision, robots_url
 
 UA = "zkcrawl/0.1 (+https://github.com/zkcrawl/zkcrawl)"
 ROBOTS = b"""

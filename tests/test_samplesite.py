@@ -1,4 +1,4 @@
-"""The demo site serves what it promises (zkcrawl.samplesite)."""
+"""The demo site serves what it promises (zkcrawl.admin.samplesite)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import lxml.html
 import pytest
 import requests
 
-from zkcrawl import samplesite as ss
-from zkcrawl.samplesite import SampleSite, expected_articles, expected_titles
+from zkcrawl.admin import samplesite as ss
+from zkcrawl.admin.samplesite import SampleSite, expected_articles, expected_titles
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -73,9 +73,9 @@ def test_listings_and_expected_articles(site: SampleSite) -> None:
 
 def test_links_normalize_with_urls_module(site: SampleSite) -> None:
     """Cross-check with the producer's own link filter, when it is available."""
-    urls = pytest.importorskip("zkcrawl.urls")
+    urls = pytest.importorskip("zkcrawl.web.urls")
     if not hasattr(urls, "LinkFilter"):
-        pytest.skip("zkcrawl.urls.LinkFilter not available")
+        pytest.skip("zkcrawl.web.urls.LinkFilter not available")
     flt = urls.LinkFilter(same_host=True, strip_params=("utm_*",))
     _, links = crawl_listings(site.base_url)
     kept = {flt.check(h, page)[0] for h, page in links} - {None}
@@ -149,7 +149,7 @@ def test_other_paths_404(site: SampleSite) -> None:
 
 def test_run_as_process() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "zkcrawl.samplesite", "--port", "0"],
+    proc = subprocess.Popen([sys.executable, "-m", "zkcrawl.admin.samplesite", "--port", "0"],
                             stdout=subprocess.PIPE, text=True, env=env)
     try:
         assert proc.stdout is not None

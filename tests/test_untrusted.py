@@ -11,10 +11,11 @@ from types import SimpleNamespace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zkcrawl import admin, control, untrusted
-from zkcrawl import items as wire
-from zkcrawl.clusterpoliteness import _time
-from zkcrawl.items import Item
+from zkcrawl.admin import cluster as admin
+from zkcrawl.politeness.cluster import _time
+from zkcrawl.queue import control, untrusted
+from zkcrawl.queue import items as wire
+from zkcrawl.queue.items import Item
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
@@ -198,7 +199,7 @@ def test_requeue_refuses_a_dead_letter_whose_url_is_not_an_item():
 
 
 def test_items_too_large_are_refused_by_offers_not_sent(zk, zk_root):
-    from zkcrawl.queue import ItemRefused, LeaseQueue
+    from zkcrawl.queue.leases import ItemRefused, LeaseQueue
 
     q = LeaseQueue(zk, zk_root, "t")
     big = Item(url="http://a.example/", meta={"pad": "x" * 70_000})

@@ -1,4 +1,4 @@
-"""URL normalization and link filtering (zkcrawl.urls)."""
+"""URL normalization and link filtering (zkcrawl.web.urls)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from zkcrawl.errors import UsageError
-from zkcrawl.urls import (
+from zkcrawl.web.urls import (
     LinkFilter,
     compile_patterns,
     drop_reason,

@@ -1,4 +1,4 @@
-"""The hand-written wire ops of the kazoo adapter (zkcrawl.zk), against a real ZooKeeper."""
+"""The hand-written wire ops of the kazoo adapter (zkcrawl.zk.client), against a real ZooKeeper."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from kazoo.exceptions import (
     RuntimeInconsistency,
 )
 
-from zkcrawl.zk import ZkClient
+from zkcrawl.zk.client import ZkClient
 
 
 def test_multi_creates_and_deletes_in_one_commit(zk: ZkClient, zk_root: str) -> None:

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from types import ModuleType
 
-from zkcrawl.commands import COMMANDS
+from zkcrawl.admin.commands import COMMANDS
 from zkcrawl.errors import ExitStatus
 from zkcrawl.runner import guarded
 from zkcrawl.settings import ArgumentParser, add_options, resolve
@@ -17,7 +17,7 @@ PROG = "zkcrawl"
 
 
 def _load(name: str) -> ModuleType:
-    return importlib.import_module(f"zkcrawl.commands.{name}")
+    return importlib.import_module(f"zkcrawl.admin.commands.{name}")
 
 
 def build_parser() -> tuple[ArgumentParser, dict[str, ModuleType]]:

@@ -12,7 +12,7 @@ from typing import IO
 from zkcrawl import logs
 from zkcrawl.errors import ExitStatus, ZkCrawlError
 from zkcrawl.settings import CommonSettings
-from zkcrawl.zk import ZkClient
+from zkcrawl.zk.client import ZkClient
 
 Main = Callable[[Sequence[str], Mapping[str, str]], ExitStatus]
 

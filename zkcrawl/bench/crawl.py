@@ -1,6 +1,6 @@
 """``zkcrawl bench crawl``: a whole crawl, zkcrawl against the seed's naive crawler, one run.
 
-The synthetic site (:mod:`zkcrawl.benchsite`) runs in its own process on loopback, every
+The synthetic site (:mod:`zkcrawl.bench.site`) runs in its own process on loopback, every
 response delayed by ``latency_ms`` (asyncio: no thread per request); a throwaway ZooKeeper
 is started unless ``hosts`` is given. N article URLs are crawled three times:
 
@@ -35,12 +35,12 @@ from typing import Any
 
 import psutil
 
-from zkcrawl import control
-from zkcrawl.benchsite import start_benchsite, stop_benchsite
-from zkcrawl.items import Item
-from zkcrawl.localzk import ZkServer
-from zkcrawl.queue import LeaseQueue
-from zkcrawl.zk import ZkClient
+from zkcrawl.admin.localzk import ZkServer
+from zkcrawl.bench.site import start_benchsite, stop_benchsite
+from zkcrawl.queue import control
+from zkcrawl.queue.items import Item
+from zkcrawl.queue.leases import LeaseQueue
+from zkcrawl.zk.client import ZkClient
 
 SLEEP_TIME = 1  # the seed's supervisor period
 SAMPLE_S = 0.05

@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from zkcrawl import logs
-from zkcrawl.localzk import ZkServer
+from zkcrawl.admin.localzk import ZkServer
 from zkcrawl.seen import SeenSet
-from zkcrawl.zk import ZkClient, gather
+from zkcrawl.zk.client import ZkClient, gather
 
 SEED_SAMPLE = 5_000
 SEEN_N = 1_000_000

@@ -1,0 +1,433 @@
+"""Cluster reads and repairs behind the admin commands (``zkcrawl status``, ``dead``, ``queue``).
+
+Everything here talks to ZooKeeper through a connected :class:`~zkcrawl.zk.client.ZkClient` and
+returns plain data; the command modules only parse flags and print. Reads are pipelined
+(one ``get_async`` per node, then gathered) so a status of a large cluster costs a few
+round trips, not one per consumer or lease.
+
+``cluster_status(zk, root)`` is the stable ``zkcrawl status --json`` document (SPEC §4)::
+
+    {"root", "time", "control",                       # "running" | "paused"
+     "queue": {"depth", "claimable", "oldest_age_s"},
+     "leases": {"count", "by_consumer": {id: n}},
+     "consumers": [{"id", "host", "pid", "state", "processed", "failed", "in_flight",
+                    "items_per_s", "heartbeat_age_s", "leases", "control_seen",
+                    "acknowledged"}],
+     "producers": [{"id", "host", "state", "heartbeat_age_s", ...as published}],
+     "dead": {"count"}, "control_pending": [ids that have not acknowledged yet],
+     "hosts": {"tracked", "held_back", "longest": [{"host", "next_slot_in_s"}]}}
+
+``hosts`` reads ``<root>/hosts`` (cluster politeness): hosts with a slot, and how many are
+held back more than 5 s (a ``Retry-After``, a retry's cool-down, a large ``Crawl-delay``),
+the ten longest first.
+
+A consumer *acknowledges* the control state when its status node reports it: the node's
+``control`` key (the state its ControlWatch last saw) equals the cluster's; a node without
+that key is judged by its ``state`` (``paused`` acknowledges a pause, ``running`` or ``idle``
+a resume).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kazoo.exceptions import KazooException, NoNodeError
+
+from zkcrawl.errors import UsageError, ZkCrawlError
+from zkcrawl.politeness.cluster import read_slots
+from zkcrawl.queue import items as wire
+from zkcrawl.queue import untrusted
+from zkcrawl.queue.control import PAUSED, RUNNING, parse_state
+from zkcrawl.queue.items import Item
+from zkcrawl.runner import connect
+from zkcrawl.settings import CommonSettings
+from zkcrawl.zk.client import ZkClient, gather, tx_ok
+
+# Consumer states that show a consumer is taking work (i.e. it has seen "running").
+_RUNNING_STATES = ("running", "idle")
+
+
+@contextlib.contextmanager
+def session(settings: CommonSettings) -> Iterator[ZkClient]:
+    """A connected client for one admin command (unreachable -> exit 2); a ZooKeeper
+    error in the middle of the command becomes one line and exit 1, not a traceback."""
+    zk = connect(settings)  # unreachable: one line (ZkClient holds kazoo's warnings back)
+    try:
+        yield zk
+    except KazooException as exc:
+        detail = f": {exc}" if str(exc) else ""
+        raise ZkCrawlError(f"ZooKeeper error on {settings.zk}: {type(exc).__name__}{detail}"
+                           ) from None
+    finally:
+        zk.close()
+
+
+def _paths(root: str) -> dict[str, str]:
+    root = root.rstrip("/")
+    return {k: f"{root}/{k}" for k in ("queue", "leases", "consumers", "producers", "dead",
+                                       "control")}
+
+
+def _children(zk: ZkClient, path: str) -> list[str]:
+    try:
+        return zk.get_children(path)
+    except NoNodeError:
+        return []
+
+
+def _read_json(zk: ZkClient, base: str, names: Sequence[str]
+               ) -> list[tuple[str, dict[str, Any], Any]]:
+    """(name, JSON object or {}, stat) for each node still there, read pipelined."""
+    results = gather([zk.get_async(f"{base}/{n}") for n in names])
+    out = []
+    for name, res in zip(names, results, strict=True):
+        if isinstance(res, Exception):
+            continue  # gone between the listing and the read: it is no longer live
+        data, stat = res
+        doc, why = untrusted.load_json(data or b"{}")
+        if not isinstance(doc, dict):  # untrusted (SPEC §2): shown with what the stat says
+            untrusted.MALFORMED.warn(f"{base}/{name}", untrusted.version_of(stat),
+                                     why or "not a JSON object")
+            doc = {}
+        out.append((name, doc, stat))
+    return out
+
+
+def _age(now: float, doc: dict[str, Any], stat: Any) -> float:
+    """Seconds since the node's last heartbeat (its own clock, else the server's mtime)."""
+    at = untrusted.number(doc.get("heartbeat_at"), stat.mtime / 1000.0, lo=0.0)
+    return round(max(0.0, now - at), 3)
+
+
+def _num(doc: dict[str, Any], key: str, default: float | None = 0) -> Any:
+    """A number from an untrusted status node: finite and within ±1e15, else ``default``."""
+    value = doc.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return default
+    return value if untrusted.number(value, math.inf) != math.inf else default
+
+
+def control_seen(doc: dict[str, Any]) -> str | None:
+    """The control state a consumer's status node says it runs under, if it says."""
+    seen = doc.get("control")
+    if seen in (RUNNING, PAUSED):
+        return str(seen)
+    state = doc.get("state")
+    if state == PAUSED:
+        return PAUSED
+    if state in _RUNNING_STATES:
+        return RUNNING
+    return None
+
+
+def _consumer(now: float, name: str, doc: dict[str, Any], stat: Any, leases: int,
+              control: str) -> dict[str, Any]:
+    seen = control_seen(doc)
+    extra = {k: v for k, v in doc.items() if k not in ("heartbeat_at", "control")}
+    return {
+        **extra,  # whatever else the consumer publishes (backlog, threads...), passed on
+        "id": str(doc.get("id") or name),
+        "host": doc.get("host"),
+        "pid": doc.get("pid"),
+        "state": doc.get("state", "unknown"),
+        "processed": _num(doc, "processed"),
+        "failed": _num(doc, "failed"),
+        "in_flight": _num(doc, "in_flight", leases),
+        "items_per_s": _num(doc, "items_per_s", 0.0),
+        "heartbeat_age_s": _age(now, doc, stat),
+        "started_at": doc.get("started_at"),
+        "leases": leases,
+        "control_seen": seen,
+        "acknowledged": seen == control,
+    }
+
+
+def _producer(now: float, name: str, doc: dict[str, Any], stat: Any) -> dict[str, Any]:
+    extra = {k: v for k, v in doc.items() if k not in ("heartbeat_at",)}
+    return {**extra, "id": str(doc.get("id") or name), "host": doc.get("host"),
+            "state": doc.get("state", "unknown"), "heartbeat_age_s": _age(now, doc, stat)}
+
+
+def _oldest_age(zk: ZkClient, queue: str, names: list[str], now: float) -> float | None:
+    """Age of the lowest-numbered item (znode ctime, server clock); None when empty."""
+    for _, name in wire.sort_names(names)[:3]:  # the head may be completed meanwhile
+        stat = zk.exists(f"{queue}/{name}")
+        if stat is not None:
+            return round(max(0.0, now - stat.ctime / 1000.0), 3)
+    return None
+
+
+BACKING_OFF_S = 5.0  # a host whose next slot is further away than this is shown as held back
+_HOSTS_SHOWN = 10
+
+
+def _hosts(zk: ZkClient, base: str, now: float) -> dict[str, Any]:
+    """``<root>/hosts`` (cluster politeness): how many hosts have a slot, and those held back
+    longest (a Retry-After, a retry's cool-down or a large Crawl-delay)."""
+    slots = read_slots(zk, base)
+    held = [(slot.time - now, slot.host) for slot in slots if slot.time - now > BACKING_OFF_S]
+    held.sort(reverse=True)
+    return {"tracked": len(slots), "held_back": len(held),
+            "longest": [{"host": h, "next_slot_in_s": round(w, 1)}
+                        for w, h in held[:_HOSTS_SHOWN]]}
+
+
+def cluster_status(zk: ZkClient, root: str, now: float | None = None) -> dict[str, Any]:
+    """The ``zkcrawl status --json`` document for ``root`` (see the module docstring)."""
+    p = _paths(root)
+    now = time.time() if now is None else now
+    names = {k: _children(zk, p[k]) for k in ("queue", "leases", "consumers", "producers",
+                                               "dead")}
+    control_stat = zk.exists(p["control"])
+    control = parse_state(zk.get(p["control"])[0]) if control_stat else RUNNING
+    leases = _read_json(zk, p["leases"], names["leases"])
+    by_consumer = Counter(str(doc.get("consumer", "?")) for _, doc, _ in leases)
+    consumers = [_consumer(now, n, doc, st, by_consumer.get(str(doc.get("id") or n), 0),
+                           control)
+                 for n, doc, st in _read_json(zk, p["consumers"], sorted(names["consumers"]))]
+    producers = [_producer(now, n, doc, st)
+                 for n, doc, st in _read_json(zk, p["producers"], sorted(names["producers"]))]
+    depth = len(names["queue"])
+    return {
+        "root": root,
+        "exists": zk.exists(root.rstrip("/") or "/") is not None,
+        "time": round(now, 3),
+        "control": control,
+        "control_pending": [c["id"] for c in consumers if not c["acknowledged"]],
+        "queue": {"depth": depth, "claimable": max(0, depth - len(leases)),
+                  "oldest_age_s": _oldest_age(zk, p["queue"], names["queue"], now)},
+        "leases": {"count": len(leases), "by_consumer": dict(sorted(by_consumer.items()))},
+        "consumers": consumers,
+        "producers": producers,
+        "dead": {"count": len(names["dead"])},
+        "hosts": _hosts(zk, f"{root}/hosts", now),
+    }
+
+
+# ----------------------------------------------------------------- dead letters --
+@dataclass(frozen=True)
+class DeadLetter:
+    """One ``<root>/dead/dl-NNNNNNNNNN`` node, decoded tolerantly."""
+
+    id: str
+    item: str | None
+    url: str | None
+    error: str | None
+    attempts: int
+    dead_at: float | None
+    data: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "item": self.item, "url": self.url, "error": self.error,
+                "attempts": self.attempts, "dead_at": self.dead_at, "data": self.data}
+
+
+@dataclass
+class Outcome:
+    """What a requeue or purge did, per dead-letter id."""
+
+    done: list[tuple[str, str | None]] = field(default_factory=list)  # (dl id, new item)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (dl id, why)
+
+
+def dead_id(text: str) -> str:
+    """``dl-0000000007``, ``7`` or ``0000000007`` -> ``dl-0000000007``."""
+    raw = text.strip().removeprefix(wire.DEAD_PREFIX)
+    if not raw.lstrip("-").isdigit():
+        raise UsageError(f"not a dead-letter id: {text!r} (expected dl-NNNNNNNNNN or a number)")
+    return f"{wire.DEAD_PREFIX}{int(raw):010d}" if int(raw) >= 0 else f"{wire.DEAD_PREFIX}{raw}"
+
+
+def _decode_dead(name: str, data: bytes, stat: Any) -> DeadLetter:
+    doc, _why = untrusted.load_json(data)
+    if not isinstance(doc, dict):
+        text = data[:wire.DEAD_DATA_LIMIT].decode("utf-8", errors="backslashreplace")
+        return DeadLetter(name, None, None, "unreadable dead letter", 0,
+                          stat.ctime / 1000.0, text)
+    url = doc.get("url")
+    attempts = doc.get("attempts")
+    dead_at = doc.get("dead_at")
+    return DeadLetter(
+        id=name, item=doc.get("item") if isinstance(doc.get("item"), str) else None,
+        url=url if isinstance(url, str) else None,
+        error=str(doc["error"])[:wire.ERROR_LIMIT] if doc.get("error") is not None else None,
+        attempts=int(untrusted.number(attempts, 0, lo=0, hi=1e9)),
+        dead_at=untrusted.number(dead_at, stat.ctime / 1000.0, lo=0.0),
+        data=doc.get("data") if isinstance(doc.get("data"), str) else None)
+
+
+def list_dead(zk: ZkClient, root: str) -> list[DeadLetter]:
+    """Every dead letter, oldest first."""
+    base = _paths(root)["dead"]
+    names = [n for _, n in wire.sort_names(_children(zk, base))]
+    results = gather([zk.get_async(f"{base}/{n}") for n in names])
+    return [_decode_dead(n, bytes(r[0] or b""), r[1])
+            for n, r in zip(names, results, strict=True) if not isinstance(r, Exception)]
+
+
+def select_dead(zk: ZkClient, root: str, ids: Sequence[str], all_: bool) -> list[DeadLetter]:
+    """The dead letters named by ``ids`` (or all); an unknown id is a usage error."""
+    if all_ == bool(ids):
+        raise UsageError("name the dead letters (ID...) or use --all, not both or neither")
+    letters = list_dead(zk, root)
+    if all_:
+        return letters
+    by_id = {d.id: d for d in letters}
+    wanted = [dead_id(i) for i in ids]
+    missing = [w for w in wanted if w not in by_id]
+    if missing:
+        raise UsageError(f"no such dead letter: {', '.join(missing)} under {root}/dead "
+                         f"(see `zkcrawl dead list`)")
+    return [by_id[w] for w in dict.fromkeys(wanted)]
+
+
+def requeue_item(letter: DeadLetter) -> Item | None:
+    """The item to offer again: the original (if its data is a JSON item) with attempt 0."""
+    if letter.url is None:
+        return None
+    data = letter.data.encode("utf-8", "surrogatepass") if letter.data else b""
+    original = wire.decode(data).item if data else None
+    meta = dict(original.meta) if original and original.url == letter.url else {}
+    meta.update({"requeued_from": letter.id, "last_error": letter.error})
+    producer = original.producer if original and original.url == letter.url else None
+    return Item(url=letter.url, attempt=0, producer=producer, meta=meta)
+
+
+def _requeue_body(item: Item) -> tuple[bytes | None, str]:
+    """The item's data if it would pass the consumer's decoder (a dead letter is untrusted
+    input too: its URL may be anything), else ``(None, reason)``."""
+    try:
+        body = item.encode()
+    except UnicodeEncodeError:
+        return None, "its URL is not valid Unicode: purge it instead"
+    dec = wire.decode(body)
+    return (body, "") if dec.item is not None else (None, f"{dec.error}: purge it instead")
+
+
+def _commit_each(zk: ZkClient, builds: Sequence[Any]) -> list[Any]:
+    """One small transaction per dead letter, pipelined: a letter changed meanwhile by
+    someone else fails alone and does not hold the others back."""
+    txs = []
+    for build in builds:
+        tx = zk.transaction()
+        build(tx)
+        txs.append(tx.commit_async())
+    return gather(txs)
+
+
+def requeue_dead(zk: ZkClient, root: str, letters: Sequence[DeadLetter]) -> Outcome:
+    """Offer each letter's item again (attempt 0) and delete the letter, atomically per item."""
+    p = _paths(root)
+    zk.ensure_path(p["queue"])
+    out = Outcome()
+    ops: list[tuple[str, Any]] = []
+    for letter in letters:
+        item = requeue_item(letter)
+        if item is None:
+            out.skipped.append((letter.id, "no URL (a malformed item): purge it instead"))
+            continue
+        body, why = _requeue_body(item)
+        if body is None:
+            out.skipped.append((letter.id, why))
+            continue
+
+        def build(tx: Any, name: str = letter.id, body: bytes = body) -> None:
+            tx.create(f"{p['queue']}/{wire.PREFIX}", body, sequence=True)
+            tx.delete(f"{p['dead']}/{name}")
+
+        ops.append((letter.id, build))
+    for (name, _), res in zip(ops, _commit_each(zk, [b for _, b in ops]), strict=True):
+        if isinstance(res, Exception) or not tx_ok(res):
+            out.skipped.append((name, "changed meanwhile (requeued or purged by someone else)"))
+        else:
+            out.done.append((name, str(res[0]).rsplit("/", 1)[1]))
+    return out
+
+
+def purge_dead(zk: ZkClient, root: str, letters: Sequence[DeadLetter]) -> Outcome:
+    """Delete the given dead letters for good."""
+    base = _paths(root)["dead"]
+    out = Outcome()
+    results = gather([zk.kazoo.delete_async(f"{base}/{d.id}") for d in letters])
+    for letter, res in zip(letters, results, strict=True):
+        if isinstance(res, NoNodeError):
+            out.skipped.append((letter.id, "already gone"))
+        elif isinstance(res, Exception):
+            out.skipped.append((letter.id, f"delete failed: {type(res).__name__}"))
+        else:
+            out.done.append((letter.id, None))
+    return out
+
+
+# -------------------------------------------------------------------- queue --
+def list_queue(zk: ZkClient, root: str, limit: int) -> list[dict[str, Any]]:
+    """The first ``limit`` items (what consumers take next), with their lease holder."""
+    p = _paths(root)
+    names = [n for _, n in wire.sort_names(_children(zk, p["queue"]))][:max(0, limit)]
+    reads = gather([zk.get_async(f"{p['queue']}/{n}") for n in names])
+    leases = gather([zk.get_async(f"{p['leases']}/{n}") for n in names])
+    now = time.time()
+    out = []
+    for name, res, lease in zip(names, reads, leases, strict=True):
+        if isinstance(res, Exception):
+            continue
+        dec = wire.decode(bytes(res[0] or b""))
+        holder = None
+        if not isinstance(lease, Exception):
+            doc, _why = untrusted.load_object(lease[0], {"consumer": str})
+            holder = (doc or {}).get("consumer", "?")
+        out.append({"item": name, "url": dec.item.url if dec.item else None,
+                    "attempt": dec.item.attempt if dec.item else 0, "error": dec.error,
+                    "age_s": round(max(0.0, now - res[1].ctime / 1000.0), 3),
+                    "leased_by": holder})
+    return out
+
+
+def purge_queue(zk: ZkClient, root: str) -> tuple[int, int]:
+    """Delete every queued item; returns (deleted, of which were leased at the time).
+
+    Leases are left to their holders: a consumer that completes a purged item finds it
+    gone and moves on (its record is still written).
+    """
+    p = _paths(root)
+    names = _children(zk, p["queue"])
+    leased = set(_children(zk, p["leases"]))
+    results = gather([zk.kazoo.delete_async(f"{p['queue']}/{n}") for n in names])
+    deleted = [n for n, r in zip(names, results, strict=True) if not isinstance(r, Exception)]
+    return len(deleted), len(leased.intersection(deleted))
+
+
+# ------------------------------------------------------------------ control --
+def wait_acknowledged(zk: ZkClient, root: str, timeout: float) -> list[str]:
+    """Block until every live consumer reports the current control state, or ``timeout``.
+
+    Returns the ids still pending (empty: all acknowledged). Woken by watches on the
+    consumers' status nodes (they republish at once on a state change), never by polling.
+    """
+    p = _paths(root)
+    deadline = time.monotonic() + timeout
+    changed = threading.Event()
+
+    def wake(_event: Any) -> None:
+        changed.set()  # kazoo thread: set a flag, never block
+
+    while True:
+        changed.clear()
+        try:
+            names = zk.get_children(p["consumers"], watch=wake)
+        except NoNodeError:
+            names = []
+        for name in names:
+            zk.exists(f"{p['consumers']}/{name}", watch=wake)
+        pending = cluster_status(zk, root)["control_pending"]
+        remaining = deadline - time.monotonic()
+        if not pending or remaining <= 0:
+            return pending
+        changed.wait(remaining)

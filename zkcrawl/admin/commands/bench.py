@@ -1,0 +1,54 @@
+"""``zkcrawl bench queue|offer|crawl``: benchmarks as ratios against baselines in one run."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from zkcrawl.errors import ExitStatus, UsageError
+from zkcrawl.settings import CommonSettings, opt
+
+NAME = "bench"
+HELP = "measure the queue, the producer's offers or a whole crawl against baselines"
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings(CommonSettings):
+    zk: str = opt("", "ZooKeeper to measure against (default: a throwaway local server)",
+                  metavar="HOSTS")
+    items: int = opt(0, "items per case (default: queue 20000, offer 100000, crawl 2000)")
+    threads: int = opt(32, "crawl: worker threads per consumer")
+    latency_ms: int = opt(50, "crawl: delay of every response of the synthetic site")
+    json: bool = opt(False, "print one JSON object instead of a table")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("what", choices=("queue", "offer", "crawl"))
+
+
+def execute(settings: Settings, ns: argparse.Namespace, env: Mapping[str, str]) -> ExitStatus:
+    if settings.items < 0:
+        raise UsageError("--items must be positive")
+    hosts = settings.zk or None
+    out: dict[str, Any]
+    if ns.what == "queue":
+        from zkcrawl.bench import drain as bq
+
+        out = bq.run_bench(hosts, settings.items or 20_000)
+        text = bq.render(out)
+    elif ns.what == "offer":
+        from zkcrawl.bench import offer as bo
+
+        out = bo.run_bench(hosts, settings.items or 100_000, json_out=settings.json)
+        text = bo.render(out) if hasattr(bo, "render") else json.dumps(out, indent=2)
+    else:
+        from zkcrawl.bench import crawl as bc
+
+        out = bc.run_bench(hosts, settings.items or 2000, threads=settings.threads,
+                           latency_ms=settings.latency_ms, json_out=settings.json)
+        text = bc.render(out) if hasattr(bc, "render") else json.dumps(out, indent=2)
+    print(json.dumps(out) if settings.json else text)
+    return ExitStatus.OK

@@ -1,0 +1,62 @@
+"""``zkcrawl local-zk start|stop|status``: a throwaway standalone ZooKeeper on 127.0.0.1."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from zkcrawl.admin.localzk import ZkServer, four_letter, pid_alive, read_pid, stop_pid
+from zkcrawl.errors import ExitStatus, LocalZkError
+from zkcrawl.settings import CommonSettings, opt
+
+NAME = "local-zk"
+HELP = "start, stop or show a throwaway local ZooKeeper bound to 127.0.0.1"
+
+
+def _default_dir() -> str:
+    state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    return os.path.join(state, "zkcrawl", "local-zk")
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings(CommonSettings):
+    port: int = opt(2181, "client port on 127.0.0.1")
+    data_dir: str = opt(_default_dir(), "where the server keeps its data, log and PID file")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=("start", "stop", "status"))
+
+
+def execute(settings: Settings, ns: argparse.Namespace, env: Mapping[str, str]) -> ExitStatus:
+    data_dir = Path(settings.data_dir)
+    pid = read_pid(data_dir)
+    running = pid is not None and pid_alive(pid)
+    if ns.action == "status":
+        mode = four_letter(settings.port, "srvr")
+        if running and "Mode:" in mode:
+            print(f"running pid={pid} 127.0.0.1:{settings.port} data-dir={data_dir}")
+            return ExitStatus.OK
+        print(f"not running (data-dir={data_dir})")
+        return ExitStatus.FAILURE
+    if ns.action == "stop":
+        if stop_pid(data_dir):
+            print(f"stopped pid={pid}")
+        else:
+            print("not running")
+        return ExitStatus.OK
+    if running:
+        print(f"already running pid={pid} 127.0.0.1:{settings.port}")
+        return ExitStatus.OK
+    if "Mode:" in four_letter(settings.port, "srvr"):
+        raise LocalZkError(f"port {settings.port} already serves a ZooKeeper not started "
+                           "here; use --port")
+    server = ZkServer(data_dir, settings.port).start(wait=settings.zk_timeout * 3, detach=True)
+    print(f"started pid={server.proc.pid if server.proc else '?'} 127.0.0.1:{server.port} "
+          f"log={server.log_path}")
+    print(f"use: --zk 127.0.0.1:{server.port}   stop: zkcrawl local-zk stop "
+          f"--data-dir {data_dir}")
+    return ExitStatus.OK

@@ -1,0 +1,77 @@
+"""``zkcrawl report RESULTS.jsonl... [--html PATH] [--json]``: what happened in a crawl.
+
+Reads consumer result files (``-`` = stdin, ``.gz`` accepted), prints outcomes by reason,
+each consumer's share, hosts and where the time went (queue, dispatch, wait, process:
+p50/p95/max) with the dispatch/process verdict. ``--html PATH`` also writes one
+self-contained page (inline SVG histograms and per-consumer throughput; nothing fetched
+when viewed). ``--json`` prints the summary document instead of the text.
+
+Bad lines and bad values are skipped and counted (``bad_lines``, ``bad_values``), never
+fatal: only an unreadable input or an unwritable ``--html`` path is an error (exit 2), and
+no record at all is exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from collections.abc import Mapping
+
+from zkcrawl.admin import report
+from zkcrawl.errors import ExitStatus, UsageError
+from zkcrawl.runner import setup_logging
+from zkcrawl.settings import CommonSettings, opt
+from zkcrawl.textsafe import printable
+
+NAME = "report"
+HELP = "summarize result files: outcomes, consumers, hosts, timings (text, JSON or HTML)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings(CommonSettings):
+    html: str | None = opt(None, "also write a self-contained HTML report to PATH",
+                           metavar="PATH")
+    json: bool = opt(False, "print the summary as one JSON object instead of text")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("files", nargs="+", metavar="RESULTS.jsonl",
+                        help="consumer result files (JSON Lines; - = stdin)")
+
+
+def write_html(path: str, summary: dict[str, object]) -> None:
+    """Write the page atomically (a half-written report is never left behind)."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(report.render_html(summary))
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise UsageError(f"--html: cannot write {path}: {exc.strerror or exc}") from None
+
+
+def execute(settings: Settings, ns: argparse.Namespace, env: Mapping[str, str]) -> ExitStatus:
+    setup_logging(settings)
+    records, bad = report.load_records(ns.files)
+    summary = report.summarize(records, bad)
+    if settings.html:
+        write_html(settings.html, summary)
+    if settings.json:
+        print(json.dumps(summary, ensure_ascii=False, sort_keys=True))
+    else:
+        sys.stdout.write(report.render_text(summary))
+        if settings.html:
+            print(f"\nHTML report: {printable(settings.html)}")
+    if not records:
+        names = ", ".join(printable(f) for f in ns.files)
+        print(f"zkcrawl report: no records in {names}{report.skipped_note(summary)}",
+              file=sys.stderr)
+        return ExitStatus.FAILURE
+    return ExitStatus.OK

@@ -1,0 +1,343 @@
+"""``zkcrawl bench queue``: the queue recipe against its baselines, in one run.
+
+Cases (same server, a fresh root per case):
+
+* ``seed_take``      the seed's take: getChildren + sort + getData + delete, every time
+* ``kazoo_locking``  kazoo's LockingQueue get + consume
+* ``zkcrawl_alo``    LeaseQueue at-least-once claim + complete
+* ``zkcrawl_alo_uncounted``  the same without counting claims (SPEC §3's "a holder's
+  death is an attempt"): the baseline of that feature's cost, in the same run
+* ``zkcrawl_amo``    LeaseQueue at-most-once
+* ``zkcrawl_alo_4proc`` four consumer processes, at-least-once
+* ``offer_single`` / ``offer_batched``  one create per round trip vs offer_many
+
+The two O(n)-per-take baselines are timed on samples of takes at depth N and at
+depth N/10 (a full drain of 20,000 would take minutes); the zkcrawl cases drain all
+N items and report per-take time over the first and the last tenth of the drain.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from zkcrawl.admin.localzk import ZkServer
+from zkcrawl.queue import items as wire
+from zkcrawl.queue.items import Item
+from zkcrawl.queue.leases import AT_LEAST_ONCE, AT_MOST_ONCE, LeaseQueue
+from zkcrawl.zk.client import ZkClient, gather
+
+SAMPLE = 300
+
+
+def _items(n: int) -> list[Item]:
+    return [Item(url=f"http://127.0.0.1:9/a/{i}.html", producer="bench") for i in range(n)]
+
+
+def _fill(zk: ZkClient, root: str, n: int) -> None:
+    LeaseQueue(zk, root, "filler").offer_many(_items(n))
+
+
+def _trim(zk: ZkClient, path: str, keep: int) -> None:
+    names = [name for _, name in wire.sort_names(zk.get_children(path))]
+    doomed = names[: max(0, len(names) - keep)]
+    for i in range(0, len(doomed), 2000):
+        gather([zk.kazoo.delete_async(f"{path}/{n}") for n in doomed[i:i + 2000]])
+
+
+def _seed_take(zk: ZkClient, path: str) -> bytes | None:
+    """Curator SimpleDistributedQueue.take(), as the seed uses it."""
+    while True:
+        nodes = sorted(zk.get_children(path))
+        if not nodes:
+            return None
+        for node in nodes:
+            try:
+                data, _ = zk.get(f"{path}/{node}")
+                zk.delete(f"{path}/{node}")
+                return data
+            except Exception:  # NoNode: another consumer won; next one
+                continue
+
+
+def _sampled(take: Callable[[], object], n: int, reset: Callable[[int], None]) -> dict[str, float]:
+    reset(n)
+    t0 = time.perf_counter()
+    for _ in range(SAMPLE):
+        take()
+    at_n = (time.perf_counter() - t0) / SAMPLE * 1000
+    reset(n // 10)
+    t0 = time.perf_counter()
+    for _ in range(SAMPLE):
+        take()
+    at_n10 = (time.perf_counter() - t0) / SAMPLE * 1000
+    mean = (at_n + at_n10) / 2
+    return {"items_per_s": round(1000 / mean, 1), "ms_per_take_at_n": round(at_n, 3),
+            "ms_per_take_at_n_10": round(at_n10, 3), "wasted_requests_per_item": 0.0,
+            "sampled_takes": 2 * SAMPLE}
+
+
+def bench_seed(zk: ZkClient, n: int) -> dict[str, float]:
+    root = f"/bench-{uuid.uuid4().hex[:8]}"
+    path = f"{root}/queue"
+
+    def reset(depth: int) -> None:
+        zk.delete(root, recursive=True) if zk.exists(root) else None
+        _fill(zk, root, depth)
+
+    res = _sampled(lambda: _seed_take(zk, path), n, reset)
+    zk.delete(root, recursive=True)
+    return res
+
+
+def bench_kazoo(zk: ZkClient, n: int) -> dict[str, float]:
+    from kazoo.recipe.queue import LockingQueue
+
+    root = f"/bench-{uuid.uuid4().hex[:8]}"
+    holder: dict[str, Any] = {}
+
+    def reset(depth: int) -> None:
+        if zk.exists(root):
+            zk.delete(root, recursive=True)
+        q = LockingQueue(zk.kazoo, root)
+        for i in range(0, depth, 1000):
+            chunk = range(i, min(depth, i + 1000))
+            q.put_all([f"http://127.0.0.1:9/a/{j}".encode() for j in chunk])
+        holder["q"] = q
+
+    def take() -> None:
+        q = holder["q"]
+        q.get(timeout=5)
+        q.consume()
+
+    res = _sampled(take, n, reset)
+    zk.delete(root, recursive=True)
+    return res
+
+
+def drain(q: LeaseQueue, n: int, idle_timeout: float = 2.0, stop_when_empty: bool = False) -> int:
+    """Claim and complete like the consumer does: one thread claims, another completes
+    (the consumer completes after its grouped fsync), so the two round trips overlap."""
+    pending: queue.Queue[list[Any] | None] = queue.Queue(maxsize=4)
+    errors: list[BaseException] = []
+
+    def completer() -> None:
+        batch: list[Any] = []
+        while True:
+            got = pending.get()
+            if got is not None:
+                batch.extend(got)
+            if batch and (got is None or len(batch) >= q.complete_batch or pending.empty()):
+                try:
+                    q.complete(batch)
+                except BaseException as exc:  # surfaced after join
+                    errors.append(exc)
+                batch = []
+            if got is None:
+                return
+
+    t = threading.Thread(target=completer, name="completer")
+    t.start()
+    done = 0
+    try:
+        while done < n:
+            got = q.claim(q.claim_batch, timeout=idle_timeout)
+            if not got:
+                if not stop_when_empty or q.depth() == 0:
+                    break
+                continue
+            pending.put(got)
+            done += len(got)
+    finally:
+        pending.put(None)
+        t.join()
+    if errors:
+        raise errors[0]
+    return done
+
+
+def _drain_from(zk: ZkClient, n: int, delivery: str, count: bool = True
+                ) -> tuple[float, LeaseQueue, int]:
+    root = f"/bench-{uuid.uuid4().hex[:8]}"
+    _fill(zk, root, n)
+    q = LeaseQueue(zk, root, "solo", delivery=delivery, count_claims=count)
+    t0 = time.perf_counter()
+    done = drain(q, n)
+    elapsed = time.perf_counter() - t0
+    zk.delete(root, recursive=True)
+    return elapsed, q, done
+
+
+def bench_lease(zk: ZkClient, n: int, delivery: str, count: bool = True) -> dict[str, float]:
+    """A whole drain from depth N, then a whole drain from depth N/10.
+
+    Per-take time is each drain's time per item: its one listing of the queue is
+    amortised over the items it serves, as in production. O(1) takes give the same
+    time at both depths; the seed's O(n) take is ~depth-proportional.
+    """
+    elapsed, q, done = _drain_from(zk, n, delivery, count)
+    small = max(1, n // 10)
+    elapsed_10, _, done_10 = _drain_from(zk, small, delivery, count)
+    return {"items_per_s": round(done / elapsed, 1),
+            "ms_per_take_at_n": round(elapsed / max(done, 1) * 1000, 4),
+            "ms_per_take_at_n_10": round(elapsed_10 / max(done_10, 1) * 1000, 4),
+            "wasted_requests_per_item": round(q.stats.wasted / max(done, 1), 4),
+            "items": done}
+
+
+def bench_procs(hosts: str, n: int, procs: int = 4) -> dict[str, Any]:
+    zk = ZkClient(hosts).connect()
+    root = f"/bench-{uuid.uuid4().hex[:8]}"
+    try:
+        _fill(zk, root, n)
+        go = f"{root}/go"
+        env = {**os.environ, "PYTHONPATH": _pythonpath()}
+        children = [subprocess.Popen(
+            [sys.executable, "-m", "zkcrawl.bench.drain", "--worker", hosts, root, f"w{i}",
+             str(procs)], stdout=subprocess.PIPE, env=env) for i in range(procs)]
+        _await_children(zk, f"{root}/consumers", procs, children)
+        zk.create(go, b"")
+        outs = [json.loads(c.communicate(timeout=600)[0]) for c in children]
+        leftover = len(zk.get_children(f"{root}/queue")) + len(zk.get_children(f"{root}/leases"))
+        zk.delete(root, recursive=True)
+    finally:
+        zk.close()
+    total = sum(o["items"] for o in outs)
+    span = max(o["end"] for o in outs) - min(o["start"] for o in outs)
+    fair = n / procs
+    return {"items_per_s": round(total / span, 1),
+            "wasted_requests_per_item": round(sum(o["wasted"] for o in outs) / max(total, 1), 4),
+            "per_consumer": [o["items"] for o in outs],
+            "max_share_vs_fair": round(max(o["items"] for o in outs) / fair, 3),
+            "items": total, "left_in_queue": leftover,
+            "ms_per_take_at_n": None, "ms_per_take_at_n_10": None}
+
+
+def _await_children(zk: ZkClient, path: str, want: int, children: list[Any]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if zk.exists(path) and len(zk.get_children(path)) >= want:
+            return
+        if any(c.poll() is not None for c in children):
+            raise RuntimeError("a bench worker died before starting")
+        time.sleep(0.05)  # worker start-up has no event we can watch cheaply; bounded
+    raise RuntimeError("bench workers did not register")
+
+
+def _pythonpath() -> str:
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return os.pathsep.join([here, os.environ.get("PYTHONPATH", "")])
+
+
+def _worker(hosts: str, root: str, wid: str, _procs: str) -> None:
+    """One bench consumer process: register, wait for the go node, drain, report."""
+    zk = ZkClient(hosts, session_timeout=10).connect()
+    q = LeaseQueue(zk, root, wid, delivery=AT_LEAST_ONCE)
+    zk.create(f"{root}/consumers/{wid}", b"{}", ephemeral=True, makepath=True)
+    go = threading.Event()
+    if zk.exists(f"{root}/go", watch=lambda _e: go.set()):
+        go.set()
+    go.wait(60)
+    start = time.time()
+    done = drain(q, 1 << 62, idle_timeout=0.5, stop_when_empty=True)
+    end = time.time()
+    print(json.dumps({"items": done, "start": start, "end": end,
+                      "wasted": q.stats.wasted, "requests": q.stats.requests}))
+    zk.close()
+
+
+def bench_offers(zk: ZkClient, n: int) -> tuple[dict[str, float], dict[str, float]]:
+    root = f"/bench-{uuid.uuid4().hex[:8]}"
+    zk.ensure_path(f"{root}/queue")
+    sample = min(n, 3000)
+    data = [Item(url=f"http://127.0.0.1:9/s/{i}").encode() for i in range(sample)]
+    t0 = time.perf_counter()
+    for d in data:
+        zk.create(f"{root}/queue/qn-", d, sequence=True)
+    single = sample / (time.perf_counter() - t0)
+    zk.delete(root, recursive=True)
+    q = LeaseQueue(zk, root, "offer")
+    items = _items(n)
+    t0 = time.perf_counter()
+    q.offer_many(items)
+    batched = n / (time.perf_counter() - t0)
+    zk.delete(root, recursive=True)
+    return ({"items_per_s": round(single, 1), "sampled": sample},
+            {"items_per_s": round(batched, 1), "items": n})
+
+
+def run_bench(hosts: str | None, n: int = 20_000) -> dict[str, Any]:
+    """Run every case; starts a throwaway local ZooKeeper when ``hosts`` is None."""
+    with tempfile.TemporaryDirectory(prefix="zkcrawl-bench-") as tmp:
+        server = None
+        if hosts is None:
+            server = ZkServer(tmp, heap_mb=512).start(wait=60)
+            hosts = server.hosts
+        try:
+            zk = ZkClient(hosts, session_timeout=30).connect()
+            try:
+                out: dict[str, Any] = {"n": n, "zk": hosts}
+                bench_lease(zk, min(n, 2000), AT_LEAST_ONCE)  # warm-up: JIT, caches
+                out["offer_single"], out["offer_batched"] = bench_offers(zk, n)
+                out["seed_take"] = bench_seed(zk, n)
+                out["kazoo_locking"] = bench_kazoo(zk, n)
+                out["zkcrawl_alo_uncounted"] = bench_lease(zk, n, AT_LEAST_ONCE, count=False)
+                out["zkcrawl_alo"] = bench_lease(zk, n, AT_LEAST_ONCE)
+                out["zkcrawl_amo"] = bench_lease(zk, n, AT_MOST_ONCE)
+            finally:
+                zk.close()
+            out["zkcrawl_alo_4proc"] = bench_procs(hosts, n, 4)
+        finally:
+            if server is not None:
+                server.stop()
+    out["ratios"] = _ratios(out)
+    return out
+
+
+def _ratios(out: dict[str, Any]) -> dict[str, float]:
+    alo = out["zkcrawl_alo"]
+
+    def r(a: float, b: float) -> float:
+        return round(a / b, 2) if b else 0.0
+
+    return {"alo_vs_seed": r(alo["items_per_s"], out["seed_take"]["items_per_s"]),
+            "alo_vs_kazoo": r(alo["items_per_s"], out["kazoo_locking"]["items_per_s"]),
+            "alo_take_n_vs_n10": r(alo["ms_per_take_at_n"], alo["ms_per_take_at_n_10"]),
+            "alo_counted_vs_uncounted": r(alo["items_per_s"],
+                                          out["zkcrawl_alo_uncounted"]["items_per_s"]),
+            "batched_vs_single_offer": r(out["offer_batched"]["items_per_s"],
+                                         out["offer_single"]["items_per_s"])}
+
+
+def render(out: dict[str, Any]) -> str:
+    rows = [f"zkcrawl bench queue  N={out['n']}  zk={out['zk']}",
+            f"{'case':<20}{'items/s':>12}{'ms/take@N':>12}{'ms/take@N/10':>14}{'wasted/item':>13}"]
+    for key in ("seed_take", "kazoo_locking", "zkcrawl_alo_uncounted", "zkcrawl_alo",
+                "zkcrawl_amo",
+                "zkcrawl_alo_4proc", "offer_single", "offer_batched"):
+        c = out[key]
+        rows.append(f"{key:<20}{c['items_per_s']:>12,.0f}{_fmt(c.get('ms_per_take_at_n')):>12}"
+                    f"{_fmt(c.get('ms_per_take_at_n_10')):>14}"
+                    f"{_fmt(c.get('wasted_requests_per_item')):>13}")
+    p = out["zkcrawl_alo_4proc"]
+    rows.append(f"4 processes: per consumer {p['per_consumer']}, max share "
+                f"{p['max_share_vs_fair']}x fair, left in queue {p['left_in_queue']}")
+    rows.append("ratios: " + ", ".join(f"{k}={v}" for k, v in out["ratios"].items()))
+    return "\n".join(rows)
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+if __name__ == "__main__" and len(sys.argv) == 6 and sys.argv[1] == "--worker":
+    _worker(*sys.argv[2:6])

@@ -1,0 +1,358 @@
+"""Synthetic site for ``zkcrawl bench crawl``: many small pages, fixed latency, no threads.
+
+Run it in its own process so the server's CPU does not compete with the crawler's GIL::
+
+    python -m zkcrawl.bench.site --port 0 --latency-ms 50 --articles 2000
+    READY http://127.0.0.1:PORT
+
+Pages:
+
+* ``/`` -- links to every listing page.
+* ``/list/<p>`` (p = 1..ceil(articles/100)) -- 100 ``<a class="item" href="/a/<n>.html">``
+  links and ``<a rel="next" class="next">`` to the following page.
+* ``/a/<n>.html`` (n = 1..articles) -- a 5-15 KB HTML article with ``<title>Article n</title>``,
+  deterministic for a given ``n``.
+* ``/robots.txt`` -- allows everything.
+* ``/stats`` -- JSON counters (not delayed, not counted): ``requests``, ``by_kind``,
+  ``in_flight``, ``max_in_flight``, ``connections``, ``open_connections``, ``uptime_s``.
+
+Every other response is delayed by ``--latency-ms`` with an event-loop timer: one loop serves
+thousands of concurrent keep-alive connections (HTTP/1.1, also HTTP/1.0 and
+``Connection: close``) with a plain asyncio Protocol (~0.1 ms of CPU per request), so the
+latency models a remote server, not a busy one on the crawler's own cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import json
+import math
+import os
+import random
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+PER_LIST = 100
+_MAX_HEAD = 16 * 1024
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+            431: "Request Header Fields Too Large"}
+_WORDS = ("crawl", "queue", "znode", "lease", "consumer", "producer", "latency", "throughput",
+          "bloom", "filter", "session", "watch", "ephemeral", "sequential", "backoff", "retry",
+          "robots", "politeness", "host", "delay", "thread", "pool", "backlog", "dispatch",
+          "process", "record", "sink", "flush")
+
+
+@functools.cache
+def _paragraphs() -> tuple[str, ...]:
+    rng = random.Random(42)
+    return tuple(" ".join(rng.choice(_WORDS) for _ in range(rng.randint(30, 80)))
+                 for _ in range(64))
+
+
+@functools.lru_cache(maxsize=4096)
+def article_body(n: int) -> bytes:
+    """HTML of article ``n``: 5-15 KB, the same bytes on every call and in every process."""
+    rng = random.Random(n)
+    # Paragraphs are < 900 bytes and the frame ~250, so the page lands in 5-15 KB.
+    target = rng.randint(4_800, 13_800)
+    paras, size = [], 0
+    pool = _paragraphs()
+    while size < target:
+        p = f"<p>{pool[rng.randrange(len(pool))]}</p>\n"
+        paras.append(p)
+        size += len(p)
+    return (f'<!doctype html>\n<html><head><meta charset="utf-8"><title>Article {n}</title>'
+            f'</head><body><h1 class="headline">Article {n}</h1>'
+            f'<span class="author">Author {n % 17}</span>\n{"".join(paras)}'
+            f'<p><a href="/list/{(n - 1) // PER_LIST + 1}">back</a></p></body></html>\n'
+            ).encode()
+
+
+def list_pages(articles: int) -> int:
+    """Number of listing pages for ``articles`` articles."""
+    return max(1, math.ceil(articles / PER_LIST))
+
+
+def listing_body(page: int, articles: int) -> bytes:
+    """HTML of listing ``page``."""
+    first = (page - 1) * PER_LIST + 1
+    last = min(articles, page * PER_LIST)
+    links = "".join(f'<li><a class="item" href="/a/{n}.html">Article {n}</a></li>\n'
+                    for n in range(first, last + 1))
+    nxt = (f'<a rel="next" class="next" href="/list/{page + 1}">next</a>'
+           if page < list_pages(articles) else "")
+    return (f"<!doctype html>\n<html><head><title>List {page}</title></head><body>\n"
+            f"<ul>\n{links}</ul>\n{nxt}\n</body></html>\n").encode()
+
+
+class BenchSite:
+    """The asyncio server.  One instance per event loop."""
+
+    def __init__(self, latency_ms: float, articles: int) -> None:
+        """Configure; nothing listens until :meth:`start`."""
+        self.latency_s = max(0.0, latency_ms / 1000.0)
+        self.articles = articles
+        self.requests = 0
+        self.by_kind: dict[str, int] = {"list": 0, "article": 0, "other": 0}
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.connections = 0
+        self.open_connections = 0
+        self.started = time.monotonic()
+        self.server: asyncio.Server | None = None
+        self.base_url = ""
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        """Listen; return the base URL."""
+        loop = asyncio.get_running_loop()
+        self.server = await loop.create_server(self.protocol, host, port, backlog=4096)
+        bound = self.server.sockets[0].getsockname()
+        self.base_url = f"http://{bound[0]}:{bound[1]}"
+        return self.base_url
+
+    def stats(self) -> dict[str, object]:
+        """Counters since start (``requests`` excludes ``/stats`` itself)."""
+        return {"requests": self.requests, "by_kind": dict(self.by_kind),
+                "in_flight": self.in_flight, "max_in_flight": self.max_in_flight,
+                "connections": self.connections, "open_connections": self.open_connections,
+                "uptime_s": round(time.monotonic() - self.started, 3),
+                "latency_ms": self.latency_s * 1000, "articles": self.articles}
+
+    def route(self, path: str) -> tuple[int, str, bytes, str]:
+        """(status, content type, body, kind) for ``path``."""
+        html = "text/html; charset=utf-8"
+        if path.startswith("/a/") and path.endswith(".html"):
+            stem = path[3:-5]
+            if stem.isdigit() and 1 <= int(stem) <= self.articles:
+                return 200, html, article_body(int(stem)), "article"
+        elif path.startswith("/list/"):
+            stem = path[6:]
+            if stem.isdigit() and 1 <= int(stem) <= list_pages(self.articles):
+                return 200, html, listing_body(int(stem), self.articles), "list"
+        elif path == "/robots.txt":
+            return 200, "text/plain", b"User-agent: *\nAllow: /\n", "other"
+        elif path == "/":
+            links = "".join(f'<a href="/list/{p}">{p}</a>\n'
+                            for p in range(1, list_pages(self.articles) + 1))
+            return 200, html, f"<html><body>{links}</body></html>".encode(), "other"
+        return 404, html, b"<html><title>Not found</title></html>", "other"
+
+    def protocol(self) -> _Connection:
+        """A protocol instance for one accepted connection."""
+        return _Connection(self)
+
+    def handle(self, head: bytes) -> tuple[int, str, bytes, bool, bool, bool]:
+        """Parse one request head; return (status, content type, body, keep-alive,
+        head-only, delayed)."""
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split()
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+            return 400, "text/plain", b"bad request line\n", False, False, False
+        method, target, version = parts
+        connection = ""
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            if name.strip().lower() == "connection":
+                connection = value.strip().lower()
+        keep = connection != "close" if version == "HTTP/1.1" else connection == "keep-alive"
+        path = target.split("?", 1)[0]
+        if method not in ("GET", "HEAD"):
+            return 405, "text/plain", b"GET only\n", keep, False, False
+        if path == "/stats":
+            body = json.dumps(self.stats()).encode()
+            return 200, "application/json", body, keep, method == "HEAD", False
+        status, ctype, body, kind = self.route(path)
+        self.requests += 1
+        self.by_kind[kind] += 1
+        return status, ctype, body, keep, method == "HEAD", True
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection. A plain Protocol (no StreamReader, no task per request):
+    the site must cost its clients' machine as little CPU as a remote server would.
+    Responses leave in request order: each one is a timer ``latency`` after its request,
+    and the timers of one connection fire in the order they were set."""
+
+    def __init__(self, site: BenchSite) -> None:
+        self.site = site
+        self.buf = b""
+        self.discard = 0  # request body bytes still to skip
+        self.transport: asyncio.Transport | None = None
+        self.closing = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            # Small responses must not wait for Nagle's algorithm.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.site.connections += 1
+        self.site.open_connections += 1
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.site.open_connections -= 1
+        self.closing = True
+
+    def pause_writing(self) -> None:  # only a slow reader gets back-pressure
+        assert self.transport is not None
+        self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        assert self.transport is not None
+        if not self.closing:
+            self.transport.resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while not self.closing:
+            if self.discard:
+                skip = min(self.discard, len(self.buf))
+                self.buf, self.discard = self.buf[skip:], self.discard - skip
+            end = self.buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(self.buf) > _MAX_HEAD:
+                    self._send(431, "text/plain", b"headers too large\n", False, False)
+                return
+            head, self.buf = self.buf[:end], self.buf[end + 4:]
+            self.discard = _content_length(head)
+            status, ctype, body, keep, head_only, delayed = self.site.handle(head)
+            if not keep:
+                self.closing = True  # answer this one, read no further
+                assert self.transport is not None
+                self.transport.pause_reading()
+            if delayed and self.site.latency_s:
+                self.site.in_flight += 1
+                self.site.max_in_flight = max(self.site.max_in_flight, self.site.in_flight)
+                asyncio.get_running_loop().call_later(
+                    self.site.latency_s, self._late, status, ctype, body, keep, head_only)
+            else:
+                self._send(status, ctype, body, keep, head_only)
+
+    def _late(self, *response: Any) -> None:
+        self.site.in_flight -= 1
+        self._send(*response)
+
+    def _send(self, status: int, ctype: str, body: bytes, keep: bool, head_only: bool
+              ) -> None:
+        assert self.transport is not None
+        if self.transport.is_closing():
+            return
+        header = (f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
+                  f"Content-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
+                  f"Connection: {'keep-alive' if keep else 'close'}\r\n\r\n").encode()
+        self.transport.write(header if head_only else header + body)
+        if not keep:
+            self.closing = True
+            self.transport.close()
+
+
+def _content_length(head: bytes) -> int:
+    at = head.lower().find(b"\r\ncontent-length:")
+    if at < 0:
+        return 0
+    value = head[at + 17:].split(b"\r\n", 1)[0].strip()
+    return int(value) if value.isdigit() else 0
+
+
+async def _serve(host: str, port: int, latency_ms: float, articles: int,
+                 parent_watch: bool) -> None:
+    site = BenchSite(latency_ms, articles)
+    base = await site.start(host, port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if parent_watch:
+        # The parent holds our stdin open; EOF means it died without stopping us.
+        fd = sys.stdin.fileno()
+
+        def on_stdin() -> None:
+            if not os.read(fd, 4096):
+                loop.remove_reader(fd)
+                stop.set()
+
+        loop.add_reader(fd, on_stdin)
+    print(f"READY {base}", flush=True)
+    await stop.wait()
+    assert site.server is not None
+    site.server.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m zkcrawl.bench.site``."""
+    ap = argparse.ArgumentParser(prog="python -m zkcrawl.bench.site",
+                                 description="Synthetic crawl target for zkcrawl bench.")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--latency-ms", type=float, default=50.0)
+    ap.add_argument("--articles", type=int, default=2000)
+    ap.add_argument("--parent-watch", action="store_true",
+                    help="exit when stdin reaches EOF (the parent died)")
+    args = ap.parse_args(argv)
+    if args.articles < 1 or args.latency_ms < 0:
+        ap.error("--articles must be >= 1 and --latency-ms >= 0")
+    asyncio.run(_serve(args.host, args.port, args.latency_ms, args.articles, args.parent_watch))
+    return 0
+
+
+def start_benchsite(latency_ms: float = 50.0, articles: int = 2000, *,
+                    timeout: float = 15.0) -> tuple[subprocess.Popen[bytes], str]:
+    """Start the site in a child process; return ``(process, base_url)`` once it listens.
+
+    The child exits when :func:`stop_benchsite` is called or when this process dies
+    (it watches its stdin).  Raises RuntimeError if it does not become ready in time.
+    """
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zkcrawl.bench.site", "--port", "0", "--latency-ms",
+         str(latency_ms), "--articles", str(articles), "--parent-watch"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout
+    buf = b""
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        while b"\n" not in buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or not sel.select(left):
+                stop_benchsite(proc)
+                raise RuntimeError(f"benchsite did not start within {timeout:g} s")
+            chunk = os.read(proc.stdout.fileno(), 4096)
+            if not chunk:
+                code = proc.wait()
+                raise RuntimeError(f"benchsite exited with status {code} before READY")
+            buf += chunk
+    line = buf.split(b"\n", 1)[0].decode()
+    if not line.startswith("READY "):
+        stop_benchsite(proc)
+        raise RuntimeError(f"benchsite said {line!r} instead of READY")
+    return proc, line.split()[1]
+
+
+def stop_benchsite(proc: subprocess.Popen[bytes], timeout: float = 5.0) -> int:
+    """Stop a site from :func:`start_benchsite` (SIGTERM, then SIGKILL); return its status."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    for stream in (proc.stdin, proc.stdout):
+        if stream is not None:
+            stream.close()
+    return proc.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

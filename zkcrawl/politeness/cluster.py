@@ -1,0 +1,238 @@
+"""Politeness that holds for the whole cluster (SPEC §4): each host's next free slot in ZooKeeper.
+
+One znode per host, ``<root>/hosts/<host>``, holds the wall-clock time (Unix seconds) before
+which no consumer may start a request to that host. Reserving a slot is a compare-and-set on
+it: read the time and the node's version, write ``max(now, time) + gap`` with that version; a
+consumer that lost the race to another reads again. So the slots handed out for one host, by
+every consumer sharing ``<root>``, are at least a gap apart -- the same guarantee as
+:class:`~zkcrawl.politeness.local.LocalPoliteness`, cluster-wide.
+
+Why not a kazoo recipe: a lock per host would cost a lock znode and a watch per request, and a
+lock holder that dies would stall the host for a session timeout; a slot is one read and one
+conditional write, and nothing is held while the request runs.
+
+Limits, by design:
+
+* the gap is measured in wall-clock time across machines, so it holds up to their clock skew
+  (keep NTP running; a skew of a few ms is nothing next to a 1 s gap);
+* it separates the *starts* of requests: one that opens a new connection reaches the server a
+  few ms after it started, so the server may see a gap that much shorter. (Within a consumer,
+  :class:`consumer.pipeline.HostGate` also counts the gap from the end of the previous request.)
+* a robots.txt ``Crawl-delay`` is known to each consumer from its own robots.txt cache (they all
+  read the same file), and a ``Retry-After`` back-off is written to the host's node, so every
+  consumer sees it at its next reservation;
+* when ZooKeeper cannot be reached the reservation falls back to this process's own gap (still
+  polite within the process), logged once per outage;
+* host nodes whose time is long past are deleted by :meth:`ClusterPoliteness.prune`, which the
+  consumer runs every few minutes, so ``<root>/hosts`` holds the hosts crawled lately, not every
+  host ever crawled.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, unquote
+
+import structlog
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
+
+from zkcrawl.politeness.local import LocalPoliteness
+from zkcrawl.queue import untrusted
+from zkcrawl.zk.client import ZkClient
+
+__all__ = ["ClusterPoliteness", "HostSlot", "read_slots"]
+
+log = structlog.get_logger(__name__)
+
+_RACES = 32  # lost compare-and-sets before this reservation settles for the local gap
+_PRUNE_CHUNK = 500
+MAX_AHEAD = LocalPoliteness._MAX_BACK_OFF  # a host slot further ahead is not believed
+_ZK_TROUBLE = (KazooException, KazooTimeoutError, OSError)
+
+
+class ClusterPoliteness:
+    """:class:`~zkcrawl.politeness.local.Politeness` shared through ZooKeeper (see the module
+    docstring). Thread-safe; every call is one or two ZooKeeper round trips."""
+
+    def __init__(self, zk: ZkClient, root: str, delay: float, max_delay: float = 60.0) -> None:
+        if not math.isfinite(delay) or delay < 0:
+            raise ValueError(f"delay must be a finite number >= 0, got {delay!r}")
+        self.zk = zk
+        self.path = f"{root}/hosts"
+        self.delay = delay
+        self.max_delay = max(max_delay, delay)
+        self._local = LocalPoliteness(delay, max_delay=max_delay)  # the fallback
+        self._min_delay: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._degraded = False
+        self._stop = threading.Event()
+        zk.ensure_path(self.path)
+
+    # -- Politeness ---------------------------------------------------------------------
+    def reserve(self, host: str) -> float:
+        gap = self._gap(host)
+        try:
+            start = self._advance(host, lambda now, free: max(now, free), gap)
+        except _ZK_TROUBLE as exc:
+            self._fall_back(exc)
+            return self._local.reserve(host)
+        self._recovered()
+        return time.monotonic() + (start - time.time())
+
+    def back_off(self, host: str, seconds: float) -> None:
+        if not math.isfinite(seconds) or seconds <= 0:
+            return
+        self._local.back_off(host, seconds)
+        until = time.time() + min(seconds, 3600.0)
+        try:
+            # Never shortens a wait already there: the new time is the later of the two.
+            self._advance(host, lambda _now, free: max(free, until), 0.0)
+        except _ZK_TROUBLE as exc:
+            self._fall_back(exc)
+
+    def set_min_delay(self, host: str, seconds: float) -> None:
+        if not math.isfinite(seconds) or seconds < 0:
+            return
+        self._local.set_min_delay(host, seconds)
+        with self._lock:
+            seconds = min(seconds, self.max_delay)
+            if seconds > self.delay:
+                self._min_delay[host] = seconds
+            else:
+                self._min_delay.pop(host, None)
+
+    # -- housekeeping -------------------------------------------------------------------
+    def prune(self, idle: float = 300.0) -> int:
+        """Delete the nodes of hosts whose next slot passed more than ``idle`` seconds ago
+        (a node written meanwhile is kept: the delete is conditional on its version).
+        Returns how many were deleted."""
+        horizon = time.time() - idle
+        stale = [slot for slot in read_slots(self.zk, self.path) if slot.time < horizon]
+        deleted = 0
+        dels = [self.zk.kazoo.delete_async(f"{self.path}/{slot.node}", version=slot.version)
+                for slot in stale]
+        for res in dels:
+            try:
+                res.get()
+                deleted += 1
+            except (BadVersionError, NoNodeError):
+                pass  # reserved meanwhile, or pruned by another consumer
+        return deleted
+
+    def start_pruning(self, every: float = 300.0) -> ClusterPoliteness:
+        """Prune in a daemon thread every ``every`` seconds until :meth:`stop`."""
+        def loop() -> None:
+            while not self._stop.wait(every):
+                try:
+                    if deleted := self.prune(idle=every):
+                        log.info("politeness.pruned", hosts=deleted)
+                except _ZK_TROUBLE as exc:
+                    log.info("politeness.prune_skipped", error=repr(exc))
+
+        threading.Thread(target=loop, name="host-pruner", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @staticmethod
+    def host_of_node(name: str) -> str:
+        """The host a node under ``<root>/hosts`` is for."""
+        return unquote(name)
+
+    # -- internals ----------------------------------------------------------------------
+    def _gap(self, host: str) -> float:
+        with self._lock:
+            return self._min_delay.get(host, self.delay)
+
+    def _advance(self, host: str, start_of: Callable[[float, float], float], gap: float
+                 ) -> float:
+        """Compare-and-set the host's time to ``start_of(now, current) + gap``; returns the
+        start. ``start_of`` is ``(now, current) -> start``."""
+        path = f"{self.path}/{quote(host, safe='')}"
+        kazoo = self.zk.kazoo
+        for _ in range(_RACES):
+            try:
+                data, stat = kazoo.get(path)
+                free, version = _time(data, path, stat), stat.version
+            except NoNodeError:
+                free, version = -math.inf, None
+            now = time.time()
+            start = start_of(now, free)
+            value = f"{max(start + gap, free):.6f}".encode()
+            try:
+                if version is None:
+                    kazoo.create(path, value)
+                else:
+                    kazoo.set(path, value, version=version)
+                return float(start)
+            except (BadVersionError, NodeExistsError, NoNodeError):
+                continue  # another consumer moved it (or pruned it) first: read again
+        raise KazooException(f"{_RACES} lost races for host {host}")
+
+    def _fall_back(self, exc: BaseException) -> None:
+        with self._lock:
+            first, self._degraded = not self._degraded, True
+        if first:
+            log.warning("politeness.local_only", error=repr(exc),
+                        note="ZooKeeper unreachable: host gaps hold within this consumer only")
+
+    def _recovered(self) -> None:
+        if self._degraded:
+            with self._lock:
+                was, self._degraded = self._degraded, False
+            if was:
+                log.info("politeness.cluster_again")
+
+
+@dataclass(frozen=True)
+class HostSlot:
+    """One ``<root>/hosts/<node>``: the host, its next slot (Unix time; -inf when the data
+    is not a time) and the node's version (for a conditional delete)."""
+
+    node: str
+    host: str
+    time: float
+    version: int
+
+
+def read_slots(zk: ZkClient, path: str) -> list[HostSlot]:
+    """Every host's slot under ``path`` (``<root>/hosts``), read with multiRead in chunks;
+    a node deleted between the listing and the read is left out."""
+    try:
+        names = zk.kazoo.get_children(path)
+    except NoNodeError:
+        return []
+    slots: list[HostSlot] = []
+    for i in range(0, len(names), _PRUNE_CHUNK):
+        chunk = names[i:i + _PRUNE_CHUNK]
+        for name, res in zip(chunk, zk.get_many([f"{path}/{n}" for n in chunk]), strict=True):
+            if not isinstance(res, Exception):
+                slots.append(HostSlot(name, unquote(name), _time(res[0]), res[1].version))
+    return slots
+
+
+def _time(data: bytes | None, path: str | None = None, stat: Any = None) -> float:
+    """The slot in a host node (untrusted, SPEC §2): a Unix time no further than
+    ``MAX_AHEAD`` from now. Anything else is no constraint (-inf) -- the next reservation
+    overwrites it -- and, given ``path``, a warning once per node version."""
+    why = None
+    if not data or len(data) > 64:
+        why = "not a time" if data else None
+        value = -math.inf
+    else:
+        try:
+            value = float(data)
+        except ValueError:
+            value, why = -math.inf, "not a time"
+        if not math.isfinite(value) or value > time.time() + MAX_AHEAD:
+            value, why = -math.inf, f"not a time within {MAX_AHEAD:g} s"
+    if why is not None and path is not None:
+        untrusted.MALFORMED.warn(path, untrusted.version_of(stat), why)
+    return value

@@ -1,0 +1,614 @@
+"""The ZooKeeper queue with leases: zkcrawl's one queue recipe.
+
+Layout (SPEC §2)::
+
+    <root>/queue/qn-NNNNNNNNNN   persistent sequential   the item (JSON, or a bare URL)
+    <root>/leases/qn-NNNNNNNNNN  ephemeral               {"consumer": id, "claimed_at": t}
+    <root>/dead/dl-NNNNNNNNNN    persistent sequential   an item that will not pass
+    <root>/offers/<token>        ephemeral               protected-create marker of a batch
+
+Guarantees
+----------
+* **At-least-once** (default). An item is *claimed* by creating its ephemeral lease
+  (leases of a batch in one transaction) and reading the item right behind it: an item
+  that is gone by then (completed by its last holder) drops its lease at once. It is
+  *completed* by deleting item and lease in one transaction, which the caller does
+  only after the result is durable. No item is ever lost: if the holder dies, is killed
+  or loses its session, its leases vanish with the session and the items are claimable
+  again at once.
+  Duplicates can only come from items in flight at such a failure.
+* **At-most-once** (``delivery="at-most-once"``): the seed's behaviour, delete on take.
+  Faster; an item in flight when the process dies is lost.
+* **Offers** go in transactions of up to ``offer_batch`` items (well under the 1 MB
+  request limit), protected against double insert on retry: see :mod:`zkcrawl.queue.offers`.
+* **Takes are O(1) amortised**: the children are listed once, sorted (wrap-safe), and
+  claimed from the cached list -- leases created ``claim_batch`` per transaction (a batch
+  that meets a taken item drops it and retries, then falls back to single creates), the
+  batch's data read with one multiRead. The queue is re-listed only when the cached list is used up.
+  When nothing is claimable the caller blocks on children watches (queue and leases),
+  never in a polling loop.
+* **Fair sharing**: with ``n`` live consumers (``<root>/consumers``) consumer ``i`` first
+  walks the items whose ``seq % n == i``, then steals the others from their tail, so
+  consumers do not all fight for the head of the list.
+
+Counting claims (a holder's death is an attempt, SPEC §3)
+---------------------------------------------------------
+Each lease transaction also writes a record of the items it leases, with an ephemeral
+twin (:mod:`zkcrawl.queue.claimlog`); a relist reaps the records whose twin died with their
+holder's session, raising each surviving item's ``cversion`` by 2 *before* the listing is
+used to claim. So every claim reads, in the item's stat, how many of its holders died:
+:attr:`Claimed.deaths`; :attr:`Claimed.attempt` adds that to the item's own ``attempt``,
+and a retry carries the sum into the re-offered item. Nothing is parsed for it: Curator's
+bare-URL items are counted too. Cost: measured by ``zkcrawl bench queue`` against the same
+drain without it (README, Benchmarks).
+
+Why leases beat a timeout-based repair
+--------------------------------------
+The MongoDB queue in the seeds marks a job "processing" and repairs "stalled" jobs after
+a timeout: a slow job is duplicated, a dead worker's job waits for the timer. Here the
+lease is tied to the holder's ZooKeeper session: it vanishes exactly when the holder is
+gone (session expiry, ``session_timeout`` after the last heartbeat), and never while a
+slow but live holder works on it. No timer to tune, no clock to trust.
+
+What a LOST session means for items in flight
+---------------------------------------------
+When the session expires, every lease this process held is already gone on the server
+and other consumers may be working on those items. The queue forgets them (their
+completion would race the new holder) and reports them through :meth:`drain_lost`; work
+already written for them stays written, so such items may appear twice in the results
+-- the documented at-least-once duplicate. The client carries on with a new session.
+Kazoo callbacks only set flags here: they never block.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from kazoo.exceptions import (
+    ConnectionLoss,
+    KazooException,
+    NoNodeError,
+    RolledBackError,
+    RuntimeInconsistency,
+    SessionExpiredError,
+)
+
+from zkcrawl.errors import UsageError
+from zkcrawl.logs import get_logger
+from zkcrawl.queue import items as wire
+from zkcrawl.queue.claimlog import ClaimLog
+from zkcrawl.queue.claims import AT_LEAST_ONCE, AT_MOST_ONCE, Claimed, CompleteResult, QueueStats
+from zkcrawl.queue.items import Item
+from zkcrawl.queue.offers import BatchOffers, QueueSuspended
+from zkcrawl.zk.client import KazooState, ZkClient, gather, tx_ok
+
+__all__ = ["AT_LEAST_ONCE", "AT_MOST_ONCE", "Claimed", "CompleteResult", "LeaseQueue",
+           "QueueStats", "QueueSuspended"]
+
+log = get_logger(__name__)
+
+
+
+class LeaseQueue:
+    """A FIFO-ish work queue in ZooKeeper where a claim is an ephemeral lease."""
+
+    def __init__(self, zk: ZkClient, root: str, consumer_id: str = "anonymous", *,
+                 delivery: str = AT_LEAST_ONCE, claim_batch: int = 100,
+                 complete_batch: int = 200, offer_batch: int = 500,
+                 count_claims: bool = True) -> None:
+        if delivery not in (AT_LEAST_ONCE, AT_MOST_ONCE):
+            raise ValueError(f"unknown delivery {delivery!r}")
+        self.zk = zk
+        self.root = root.rstrip("/") or ""
+        self.queue_path = f"{self.root}/queue"
+        self.lease_path = f"{self.root}/leases"
+        self.dead_path = f"{self.root}/dead"
+        self.offer_path = f"{self.root}/offers"
+        self.consumers_path = f"{self.root}/consumers"
+        self.consumer_id = consumer_id
+        self.delivery = delivery
+        self.claim_batch = max(1, claim_batch)
+        self.complete_batch = max(1, complete_batch)
+        self.offer_batch = max(1, offer_batch)
+        self.claims_path = f"{self.root}/claims"
+        self.stats = QueueStats()
+        self._lock = threading.RLock()
+        self._held: dict[str, Claimed] = {}
+        self._lost: list[Claimed] = []
+        self._own: deque[tuple[int, str]] = deque()
+        self._steal: deque[tuple[int, str]] = deque()
+        self._steal_fresh = False
+        self._changed = threading.Event()
+        self._connected = threading.Event()
+        self._lost_flag = threading.Event()
+        if zk.connected:
+            self._connected.set()
+        self._session = zk.session_id
+        for path in (self.queue_path, self.lease_path, self.dead_path, self.offer_path):
+            zk.ensure_path(path)
+        # False only for `zkcrawl bench queue`'s baseline (the cost of counting, measured
+        # in the same run): a holder's death is then not an attempt (SPEC §3).
+        self._claimlog = (ClaimLog(zk, self.claims_path, self.queue_path)
+                          if count_claims and delivery == AT_LEAST_ONCE else None)
+        zk.add_listener(self._on_state)
+        self._offers = BatchOffers(zk, self.queue_path, self.offer_path, offer_batch,
+                                   self._connected, lambda: self._session)
+
+    # -- connection state (kazoo thread: set flags only) ---------------------
+    def _on_state(self, state: str) -> bool:
+        if state == KazooState.CONNECTED:
+            self._connected.set()
+        else:
+            self._connected.clear()
+            if state == KazooState.LOST:
+                self._lost_flag.set()
+        self._changed.set()
+        return False
+
+    def _check_session(self) -> None:
+        """Forget leases of an expired session (caller's thread, not kazoo's)."""
+        current = self.zk.session_id if self._connected.is_set() else self._session
+        if not self._lost_flag.is_set() and current == self._session:
+            return
+        if not self._connected.is_set():
+            return  # decide once the new session is there
+        with self._lock:
+            self._lost_flag.clear()
+            gone = [c for c in self._held.values() if c.session != current]
+            for c in gone:
+                del self._held[c.name]
+            self._lost.extend(gone)
+            self._session = current
+            if self._claimlog is not None:
+                self._claimlog.forget()
+            self._own.clear()
+            self._steal.clear()
+        if gone:
+            log.warning("queue.session_lost", items=len(gone), consumer=self.consumer_id)
+
+    def drain_lost(self) -> list[Claimed]:
+        """Items this process no longer holds because its session was lost."""
+        self._check_session()
+        with self._lock:
+            lost, self._lost = self._lost, []
+        return lost
+
+    @property
+    def held(self) -> int:
+        with self._lock:
+            return len(self._held)
+
+    def wait_connected(self, timeout: float | None) -> bool:
+        return self._connected.wait(timeout)
+
+    def close(self) -> None:
+        self.zk.remove_listener(self._on_state)
+
+    # -- offers ----------------------------------------------------------
+    def offer(self, url: str, *, meta: dict[str, Any] | None = None,
+              producer: str | None = None) -> str:
+        names = self.offer_many([Item(url=url, producer=producer, meta=meta or {})])
+        if not names:
+            raise ItemRefused(f"item for {url[:80]!r} is larger than {wire.ITEM_LIMIT} bytes")
+        return names[0]
+
+    def offer_many(self, items: Iterable[Item]) -> list[str]:
+        """Offer items in transactions; returns the created znode names in order. Items
+        over the size limit are refused (counted in :attr:`refused`, logged), not sent."""
+        return self._offers.offer_many(items)
+
+    @property
+    def refused(self) -> int:
+        """Items :meth:`offer_many` refused as over the size limit (SPEC §2)."""
+        return self._offers.refused
+
+    def depth(self) -> int:
+        """Items in the queue (leased ones included), from the parent's stat: O(1)."""
+        return self._offers.depth()
+
+    def wait_depth_below(self, low: int, timeout: float) -> int:
+        """Block until fewer than ``low`` items are queued, or ``timeout``; returns depth."""
+        return self._offers.wait_depth_below(low, timeout)
+
+    def _find_committed(self, marker: str, token: str, n: int) -> list[str] | None:
+        return self._offers.find_committed(marker, token, n)
+
+    # -- claims ----------------------------------------------------------
+    def claim(self, max_items: int = 1, timeout: float | None = None) -> list[Claimed]:
+        """Claim up to ``max_items``; wait up to ``timeout`` s (None: forever) for one."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        relisted = False
+        while True:
+            self._check_session()
+            if not self._connected.wait(_remaining(deadline)):
+                return []
+            try:
+                got = self._claim_cached(max_items)
+                if got:
+                    return got
+                if not relisted:
+                    relisted = True
+                    self._relist(watch=False)
+                    continue
+                self._changed.clear()
+                self._relist(watch=True)
+                if self._own or self._steal:
+                    continue
+            except (ConnectionLoss, SessionExpiredError):
+                continue  # the state listener has the story; loop re-checks
+            remaining = _remaining(deadline)
+            if remaining is not None and remaining <= 0:
+                return []
+            self._changed.wait(remaining)
+            relisted = True  # a watch fired: the next round lists with a watch again
+            if deadline is not None and time.monotonic() >= deadline:
+                return []
+
+    def _relist(self, watch: bool) -> None:
+        cb = self._on_children if watch else None
+        q_res, l_res, c_res, r_res = gather([
+            self.zk.kazoo.get_children_async(self.queue_path, watch=cb),
+            self.zk.kazoo.get_children_async(self.lease_path, watch=cb),
+            self.zk.kazoo.get_children_async(self.consumers_path),
+            # After the leases (one session: in this order on the server), so every item
+            # unleased in that listing has its holder's death in this one.
+            self.zk.kazoo.get_children_async(self.claims_path),
+        ])
+        self.stats.listings += 1
+        self.stats.requests += 1
+        if isinstance(q_res, NoNodeError):
+            # Curator makes the queue a CONTAINER node: an empty one is reaped by the
+            # server. A missing queue is an empty queue; re-create it and keep watching.
+            self.zk.ensure_path(self.queue_path)
+            q_res = self.zk.get_children(self.queue_path, watch=cb)
+        if isinstance(l_res, NoNodeError):
+            self.zk.ensure_path(self.lease_path)
+            l_res = []
+        for res in (q_res, l_res):
+            if isinstance(res, Exception):
+                raise res
+        leased = set(l_res)
+        pairs = [p for p in wire.sort_names(q_res) if p[1] not in leased]
+        consumers = [] if isinstance(c_res, Exception) else sorted(set(c_res))
+        if self.consumer_id not in consumers:
+            consumers = sorted([*consumers, self.consumer_id])
+        n, me = len(consumers), consumers.index(self.consumer_id)
+        own = [p for p in pairs if p[0] % n == me]
+        others = [p for p in pairs if p[0] % n != me]
+        others.reverse()  # steal from the tail, away from the owners walking the head
+        if self._claimlog is not None and isinstance(r_res, list):
+            self._claimlog.reap(r_res)  # before this listing is used to claim
+        with self._lock:
+            self._own = deque(own)
+            self._steal = deque(others)
+            self._steal_fresh = not own  # steal only from a list made after own ran out
+
+    def _on_children(self, _event: Any) -> None:
+        self._changed.set()
+
+    def _claim_cached(self, max_items: int) -> list[Claimed]:
+        got: list[Claimed] = []
+        while len(got) < max_items:
+            with self._lock:
+                if not self._own and self._steal and not self._steal_fresh:
+                    break  # own share used up: list again before stealing from a stale list
+                source = self._own if self._own else self._steal
+                k = min(self.claim_batch, max_items - len(got), len(source))
+                cands = [source.popleft() for _ in range(k)]
+            if not cands:
+                break
+            won = self._take(cands) if self.delivery == AT_MOST_ONCE else self._lease(cands)
+            got.extend(won)
+            if len(won) * 2 < len(cands):
+                with self._lock:  # mostly taken by others: the cached list is stale
+                    self._own.clear()
+                    self._steal.clear()
+        self.stats.claimed += len(got)
+        return got
+
+    def _lease_tx(self, batch: Sequence[tuple[int, str]], body: bytes
+                  ) -> tuple[Any, str | None]:
+        """[create lease x n] + the claim record of the batch (:mod:`zkcrawl.queue.claimlog`,
+        after the leases: a failed op's index is still its item's)."""
+        tx = self.zk.transaction()
+        # No check(item) op: it would cost the server a quarter of its work per item.
+        # A lease created for an item completed meanwhile is found by the multiRead
+        # right behind (NoNode) and dropped at once (see _hold).
+        for _, name in batch:
+            tx.create(f"{self.lease_path}/{name}", body, ephemeral=True)
+        record = None
+        if self._claimlog is not None:
+            record = self._claimlog.add_ops(tx, [n for _, n in batch], self.zk.session_id)
+        return tx, record
+
+    def _leased(self, batch: Sequence[tuple[int, str]], record: str | None, results: Any
+                ) -> bool:
+        """Did the lease transaction commit? If so its claim record is ours to settle."""
+        ok = isinstance(results, list) and _first_error(results) is None
+        if ok and record is not None and self._claimlog is not None:
+            self._claimlog.committed(record, [n for _, n in batch])
+        return ok
+
+    def _lease(self, cands: list[tuple[int, str]]) -> list[Claimed]:
+        """Lease a batch in one transaction; the items' data is read in the same flight."""
+        body = json.dumps({"consumer": self.consumer_id,
+                           "claimed_at": round(time.time(), 3)}).encode()
+        session = self.zk.session_id
+        try:
+            self.stats.requests += 1
+            tx, record = self._lease_tx(cands, body)
+            pending = tx.commit_async()
+            # Sent right behind the transaction on the same session (ZooKeeper keeps a
+            # session's requests in order): one multiRead, no extra round trip waited for.
+            reads = self.zk.get_many([f"{self.queue_path}/{n}" for _, n in cands])
+            results = pending.get()
+            if self._leased(cands, record, results):
+                got = list(zip(cands, reads, strict=True))
+            else:
+                won = self._lease_retry(cands, body, results)
+                # Read again: an item read before a retried lease may have been completed
+                # by its holder in between (without a check op, the new lease proves nothing).
+                datas = self.zk.get_many([f"{self.queue_path}/{n}" for _, n in won])
+                got = list(zip(won, datas, strict=True))
+        except (ConnectionLoss, SessionExpiredError):
+            got = self._recover_leases(cands)
+        return self._hold(got, session)
+
+    def _lease_retry(self, cands: list[tuple[int, str]], body: bytes, results: list[Any]
+                     ) -> list[tuple[int, str]]:
+        """A batch that met a taken lease: drop that item and retry the rest (a taken item
+        is usually alone: the others walk their own share); after 3 such rounds fall
+        back to single creates, pipelined."""
+        for _ in range(3):
+            failed = _first_error(results)
+            if failed is None:
+                return cands
+            self.stats.wasted += 1
+            if failed < len(cands):
+                cands = cands[:failed] + cands[failed + 1:]
+            else:  # the claim record's op: its parent was removed under us
+                self.zk.ensure_path(self.claims_path)
+            if not cands:
+                return []
+            self.stats.requests += 1
+            tx, record = self._lease_tx(cands, body)
+            results = tx.commit()
+            if self._leased(cands, record, results):
+                return cands
+        self.stats.wasted += 1
+        txs = [(c, *self._lease_tx([c], body)) for c in cands]
+        singles = gather([tx.commit_async() for _, tx, _ in txs])
+        won = [c for (c, _, record), r in zip(txs, singles, strict=True)
+               if self._leased([c], record, r)]
+        self.stats.requests += len(cands)
+        self.stats.wasted += len(cands) - len(won)
+        return won
+
+    def _recover_leases(self, cands: list[tuple[int, str]]
+                        ) -> list[tuple[tuple[int, str], Any]]:
+        """ConnectionLoss mid-claim: keep the leases the server did give us."""
+        if not self._connected.wait(self.zk.zk_timeout):
+            return []
+        session = self.zk.session_id
+        stats = gather([self.zk.kazoo.exists_async(f"{self.lease_path}/{n}") for _, n in cands])
+        mine = [c for c, st in zip(cands, stats, strict=True)
+                if st is not None and not isinstance(st, Exception)
+                and st.ephemeralOwner == session]
+        datas = self.zk.get_many([f"{self.queue_path}/{n}" for _, n in mine])
+        return list(zip(mine, datas, strict=True))
+
+    def _hold(self, won: list[tuple[tuple[int, str], Any]], session: int | None
+              ) -> list[Claimed]:
+        out = []
+        for (seq, name), res in won:
+            if isinstance(res, Exception):  # vanished under our lease (a purge): let go
+                self.zk.kazoo.delete_async(f"{self.lease_path}/{name}")
+                if self._claimlog is not None:
+                    self._claimlog.settled([name])
+                continue
+            out.append(self._claimed(seq, name, res, session))
+        with self._lock:
+            for c in out:
+                self._held[c.name] = c
+        return out
+
+    def _claimed(self, seq: int, name: str, res: Any, session: int | None) -> Claimed:
+        data, stat = bytes(res[0] or b""), res[1]
+        dec = wire.decode(data)
+        deaths = stat.cversion // 2 if session is not None and self._claimlog else 0
+        return Claimed(name=name, seq=seq, data=data, item=dec.item, error=dec.error,
+                       ctime=stat.ctime / 1000.0, session=session, bare=dec.bare,
+                       deaths=deaths)
+
+    def _take(self, cands: list[tuple[int, str]]) -> list[Claimed]:
+        """At-most-once: read, then delete; whoever deletes first owns the item."""
+        paths = [f"{self.queue_path}/{n}" for _, n in cands]
+        reads = self.zk.get_many(paths)
+        live = [(c, r) for c, r in zip(cands, reads, strict=True) if not isinstance(r, Exception)]
+        tx = self.zk.transaction()
+        for (_, name), _ in live:
+            tx.delete(f"{self.queue_path}/{name}")
+        self.stats.requests += 1
+        if live and tx_ok(tx.commit()):
+            won = live
+        else:
+            self.stats.wasted += 1
+            dels = gather([self.zk.kazoo.delete_async(f"{self.queue_path}/{c[1]}")
+                           for c, _ in live])
+            won = [lr for lr, d in zip(live, dels, strict=True) if not isinstance(d, Exception)]
+        return [self._claimed(seq, name, r, None) for (seq, name), r in won]
+
+    # -- outcomes --------------------------------------------------------
+    def _owned(self, claimed: Sequence[Claimed]) -> tuple[list[Claimed], list[Claimed]]:
+        self._check_session()
+        if not self._connected.is_set():
+            raise QueueSuspended("not connected to ZooKeeper: completion held")
+        with self._lock:
+            # Identity, not name: a stale claim from an expired session must not pass
+            # for the same item claimed again in the new one.
+            mine = [c for c in claimed if self._held.get(c.name) is c]
+        ids = {id(c) for c in mine}
+        return mine, [c for c in claimed if id(c) not in ids]
+
+    def _forget(self, claimed: Iterable[Claimed]) -> None:
+        gone = []
+        with self._lock:
+            for c in claimed:
+                if self._held.get(c.name) is c:
+                    del self._held[c.name]
+                    gone.append(c.name)
+        if self._claimlog is not None:
+            self._claimlog.settled(gone)
+
+    def _run_per_item(self, mine: list[Claimed], build: Any) -> CompleteResult:
+        """Commit one transaction for all, falling back to one per item."""
+        done: list[Claimed] = []
+        lost: list[Claimed] = []
+        for i in range(0, len(mine), self.complete_batch):
+            chunk = mine[i:i + self.complete_batch]
+            tx = self.zk.transaction()
+            for c in chunk:
+                build(tx, c)
+            try:
+                results = tx.commit()
+                if tx_ok(results):
+                    done.extend(chunk)
+                    continue
+                singles = []
+                for c in chunk:
+                    one = self.zk.transaction()
+                    build(one, c)
+                    singles.append(one.commit_async())
+                for c, res in zip(chunk, gather(singles), strict=True):
+                    (done if self._settled(c, res) else lost).append(c)
+            except (ConnectionLoss, SessionExpiredError):
+                # Nothing forgotten: a retry finds completed items gone and counts them done.
+                raise QueueSuspended("connection lost while completing: held") from None
+        self._forget(done + lost)
+        return CompleteResult(done, lost)
+
+    def _settled(self, c: Claimed, res: Any) -> bool:
+        """Per-item outcome of a failed transaction ending in [delete item, delete lease].
+
+        Done unless our lease was gone while the item still exists: then another
+        consumer may hold it and the item is *lost to us* (not to the queue).
+        """
+        if not isinstance(res, list):
+            return self.zk.exists(f"{self.queue_path}/{c.name}") is None
+        failed = _first_error(res)
+        if failed is None:
+            return True
+        if self.delivery == AT_LEAST_ONCE and failed == len(res) - 1:
+            return False  # the lease was gone; the item was not deleted (rolled back)
+        # Item already gone (completed by us before a ConnectionLoss, or purged).
+        self.zk.kazoo.delete_async(f"{self.lease_path}/{c.name}")
+        return True
+
+    def _drop_lease_ops(self, tx: Any, c: Claimed) -> None:
+        if self.delivery == AT_LEAST_ONCE:
+            tx.delete(f"{self.queue_path}/{c.name}")
+            tx.delete(f"{self.lease_path}/{c.name}")
+
+    def complete(self, claimed: Sequence[Claimed]) -> CompleteResult:
+        """Delete items and their leases (one transaction for up to ``complete_batch``)."""
+        if self.delivery == AT_MOST_ONCE:
+            self.stats.completed += len(claimed)
+            return CompleteResult(list(claimed), [])
+        mine, not_held = self._owned(claimed)
+        res = self._run_per_item(mine, self._drop_lease_ops)
+        self.stats.completed += len(res.done)
+        return CompleteResult(res.done, res.lost + not_held)
+
+    def release(self, claimed: Sequence[Claimed]) -> None:
+        """Give items back: claimable by anyone at once (at-most-once: re-offered)."""
+        if not claimed:
+            return
+        if self.delivery == AT_MOST_ONCE:
+            self.offer_many([c.item for c in claimed if c.item])
+            return
+        mine, _ = self._owned(claimed)
+        if self._claimlog is not None:  # first out of the records: not a death if we die now
+            self._claimlog.released([c.name for c in mine])
+        dels = gather([self.zk.kazoo.delete_async(f"{self.lease_path}/{c.name}") for c in mine])
+        del dels
+        self._forget(mine)
+
+    def retry(self, c: Claimed, error: str) -> CompleteResult:
+        """Re-offer at the tail with ``attempt + 1``; old item and lease go in the same tx.
+
+        The re-offered item never outgrows the limit (SPEC §2): the stored error is short,
+        and dropped if the item would not fit with it; one that still would not fit goes
+        to the dead letters instead of being sent to ZooKeeper.
+        """
+        assert c.item is not None
+        base = Item(url=c.item.url, attempt=c.attempt + 1, producer=c.item.producer,
+                    meta={k: v for k, v in c.item.meta.items() if k != "last_error"},
+                    enqueued_at=c.item.enqueued_at)
+        data = replace(base, meta={**base.meta, "last_error": error[:wire.ERROR_LIMIT]}).encode()
+        if len(data) > wire.ITEM_LIMIT:
+            data = base.encode()
+        if len(data) > wire.ITEM_LIMIT:
+            return self.dead_letter(c, f"{error[:80]}; item too large to retry")
+
+        def build(tx: Any, cl: Claimed) -> None:
+            tx.create(f"{self.queue_path}/{wire.PREFIX}", data, sequence=True)
+            self._drop_lease_ops(tx, cl)
+
+        return self._outcome(c, build)
+
+    def dead_letter(self, c: Claimed, error: str) -> CompleteResult:
+        """Move to ``<root>/dead/`` with the reason (one transaction)."""
+        # An abandoned item was not tried by this claim: its attempts are the dead holders'.
+        tries = c.attempt if error == "abandoned" else c.attempt + 1
+        body = wire.dead_letter(c.name, c.url, error, tries, c.data)
+
+        def build(tx: Any, cl: Claimed) -> None:
+            tx.create(f"{self.dead_path}/{wire.DEAD_PREFIX}", body, sequence=True)
+            self._drop_lease_ops(tx, cl)
+
+        return self._outcome(c, build)
+
+    def _outcome(self, c: Claimed, build: Any) -> CompleteResult:
+        if self.delivery == AT_MOST_ONCE:
+            tx = self.zk.transaction()
+            build(tx, c)
+            tx.commit()
+            return CompleteResult([c], [])
+        mine, not_held = self._owned([c])
+        if not mine:
+            return CompleteResult([], not_held)
+        tx = self.zk.transaction()
+        build(tx, c)
+        try:
+            results = tx.commit()
+        except (ConnectionLoss, SessionExpiredError):
+            raise QueueSuspended("connection lost: outcome held") from None
+        ok = tx_ok(results) or self._settled(c, results)
+        self._forget([c])
+        return CompleteResult([c], []) if ok else CompleteResult([], [c])
+
+
+class ItemRefused(UsageError):
+    """An offered item is over the size limit (SPEC §2): nothing was sent."""
+
+
+def _first_error(results: list[Any]) -> int | None:
+    """Index of the op that failed a transaction (the others are rolled back)."""
+    for i, r in enumerate(results):
+        if isinstance(r, Exception) and not isinstance(r, RolledBackError | RuntimeInconsistency):
+            return i
+    return None
+
+
+def _remaining(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+__all__ = ["AT_LEAST_ONCE", "AT_MOST_ONCE", "Claimed", "CompleteResult", "KazooException",
+           "LeaseQueue", "QueueStats", "QueueSuspended"]

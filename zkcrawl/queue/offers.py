@@ -1,0 +1,175 @@
+"""How items get into the queue: batched, protected offers and back-pressure.
+
+The producer side of :class:`zkcrawl.queue.leases.LeaseQueue` (which delegates here), kept
+apart from the claim side so each reads on its own. Guarantees: offers go in
+transactions of up to ``batch`` items and at most ``MAX_TX_BYTES`` (far below ZooKeeper's
+1 MB request limit); an item over ``ITEM_LIMIT`` (64 KiB, SPEC §2) is refused with a
+warning and not sent, the others go on; each transaction also creates an ephemeral marker
+``<root>/offers/<token>``, so a transaction retried after ConnectionLoss first asks
+whether its first try committed (Curator's ``withProtection`` idea): no silent double
+insert while the session lives, and a search by the items' ``batch`` token after a
+session loss.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError
+
+from zkcrawl.errors import ZkCrawlError
+from zkcrawl.logs import get_logger
+from zkcrawl.queue import items as wire
+from zkcrawl.queue.items import Item
+from zkcrawl.zk.client import ZkClient, tx_ok
+
+MAX_TX_BYTES = 256 * 1024  # far below ZooKeeper's 1 MB jute.maxbuffer per request
+
+log = get_logger(__name__)
+
+
+class QueueSuspended(ZkCrawlError):
+    """Not connected to ZooKeeper right now: hold completions and try again later."""
+
+
+class BatchOffers:
+    """Offers and depth for one queue path."""
+
+    def __init__(self, zk: ZkClient, queue_path: str, offer_path: str, batch: int,
+                 connected: threading.Event, session: Callable[[], int | None]) -> None:
+        self.zk = zk
+        self.queue_path = queue_path
+        self.offer_path = offer_path
+        self.batch = max(1, batch)
+        self._connected = connected
+        self._session = session
+        self.refused = 0  # items over the size limit, never sent (SPEC §2)
+
+    def offer_many(self, items: Iterable[Item]) -> list[str]:
+        """Offer items in transactions; returns the created znode names in order.
+
+        Two transactions are in flight at once (ZooKeeper applies a session's requests
+        in order, so the sequence order is kept): encoding the next batch overlaps the
+        server's work on the previous one.
+        """
+        names: list[str] = []
+        inflight: deque[tuple[str, list[bytes], Any]] = deque()
+        for token, chunk in self._chunks(items):
+            inflight.append((token, chunk, self._offer_async(token, chunk)))
+            if len(inflight) >= 2:
+                names.extend(self._offer_result(*inflight.popleft()))
+        while inflight:
+            names.extend(self._offer_result(*inflight.popleft()))
+        return names
+
+    def _chunks(self, items: Iterable[Item]) -> Iterable[tuple[str, list[bytes]]]:
+        chunk: list[bytes] = []
+        size = 0
+        token = uuid.uuid4().hex
+        for item in items:
+            data = item.encode(batch=token)
+            if len(data) > wire.ITEM_LIMIT:
+                self._refuse(item, len(data))
+                continue
+            if chunk and (len(chunk) >= self.batch or size + len(data) > MAX_TX_BYTES):
+                yield token, chunk
+                token = uuid.uuid4().hex
+                chunk, size = [], 0
+                data = item.encode(batch=token)
+            chunk.append(data)
+            size += len(data) + 64
+        if chunk:
+            yield token, chunk
+
+    def _refuse(self, item: Item, size: int) -> None:
+        """SPEC §2: an item over the limit is refused with a reason; the offer goes on."""
+        self.refused += 1
+        log.warning("queue.offer_refused", url=item.url[:200], bytes=size,
+                    reason=f"item larger than {wire.ITEM_LIMIT} bytes")
+
+    def _offer_async(self, token: str, chunk: list[bytes]) -> Any:
+        """[create marker (ephemeral), create item (sequential) x n] as one transaction."""
+        return self.zk.create_many_async(f"{self.offer_path}/{token}",
+                                         f"{self.queue_path}/{wire.PREFIX}", chunk)
+
+    def _offer_result(self, token: str, chunk: list[bytes], pending: Any) -> list[str]:
+        marker = f"{self.offer_path}/{token}"
+        for attempt in range(5):
+            try:
+                results = pending.get()
+            except (ConnectionLoss, SessionExpiredError) as exc:
+                log.warning("queue.offer_retry", error=type(exc).__name__, attempt=attempt)
+                if not self._connected.wait(self.zk.zk_timeout):
+                    raise QueueSuspended("ZooKeeper unreachable while offering") from None
+                committed = self.find_committed(marker, token, len(chunk))
+                if committed is not None:
+                    return committed
+                pending = self._offer_async(token, chunk)
+                continue
+            if tx_ok(results):
+                self.zk.kazoo.delete_async(marker)  # pipelined: no round trip waited for
+                return [r.rsplit("/", 1)[1] for r in results[1:]]
+            if any(isinstance(r, NoNodeError) for r in results):
+                self.zk.ensure_path(self.queue_path)  # a CONTAINER queue path was reaped
+                self.zk.ensure_path(self.offer_path)
+                pending = self._offer_async(token, chunk)
+                continue
+            first = next(r for r in results if isinstance(r, Exception))
+            raise ZkCrawlError(f"offer failed: {first!r}")
+        raise ZkCrawlError("offer failed after 5 attempts")
+
+    def find_committed(self, marker: str, token: str, n: int) -> list[str] | None:
+        """After ConnectionLoss: did the transaction commit? Exact while the session lives."""
+        if self.zk.exists(marker) is not None:
+            names = self._names_with_token(token)
+            self.zk.kazoo.delete_async(marker)
+            return names if len(names) == n else names + ["?"] * (n - len(names))
+        if self.zk.session_id == self._session():
+            return None  # same session and no marker: the transaction did not commit
+        # New session: the marker died with the old one; fall back to the data token.
+        names = self._names_with_token(token)
+        return names or None
+
+    def _names_with_token(self, token: str) -> list[str]:
+        names = [n for _, n in wire.sort_names(self.zk.get_children(self.queue_path))]
+        datas = self.zk.get_many([f"{self.queue_path}/{n}" for n in names])
+        found = []
+        for name, res in zip(names, datas, strict=True):
+            if not isinstance(res, Exception) and wire.decode(res[0]).batch == token:
+                found.append(name)
+        return found
+
+    # -- depth -----------------------------------------------------------
+    def depth(self) -> int:
+        """Items in the queue (leased ones included), from the parent's stat: O(1)."""
+        stat = self.zk.exists(self.queue_path)
+        return int(stat.numChildren) if stat else 0
+
+    def wait_depth_below(self, low: int, timeout: float) -> int:
+        """Block until fewer than ``low`` items are queued, or ``timeout``; returns depth.
+
+        A children watch would fire on every completion and cost a full listing to
+        re-arm (O(n) per deletion); instead we watch the one item whose deletion
+        brings the depth to ``low`` (items leave roughly in sequence order) and
+        re-check the O(1) depth when it goes.
+        """
+        deadline = time.monotonic() + timeout
+        while (depth := self.depth()) >= low:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return depth
+            names = wire.sort_names(self.zk.get_children(self.queue_path))
+            if len(names) < low:
+                continue
+            gone = threading.Event()
+            target = f"{self.queue_path}/{names[len(names) - low][1]}"
+            if self.zk.exists(target, watch=lambda _e, ev=gone: ev.set()) is None:
+                continue
+            gone.wait(min(remaining, 5.0))
+        return depth
+

@@ -1,0 +1,103 @@
+"""Ephemeral status nodes: ``<root>/consumers/<id>`` and ``<root>/producers/<id>``.
+
+A :class:`Registration` creates the node, refreshes its JSON every ``interval``
+seconds from a callback, and re-creates it after a session loss. The node dies
+with the session, so the registry lists exactly the live processes -- the queue
+uses it to split the sequence space, ``zkcrawl status`` to show the cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+
+from zkcrawl.errors import UsageError
+from zkcrawl.logs import get_logger
+from zkcrawl.zk.client import ZkClient
+
+log = get_logger(__name__)
+
+
+def default_id() -> str:
+    import os
+
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class Registration:
+    """Keep ``path`` (ephemeral) alive with the JSON ``status()`` returns."""
+
+    def __init__(self, zk: ZkClient, path: str, status: Callable[[], dict[str, Any]],
+                 interval: float = 2.0) -> None:
+        self.zk = zk
+        self.path = path
+        self.status = status
+        self.interval = interval
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _body(self) -> bytes:
+        doc = {"host": socket.gethostname(), **self.status(), "heartbeat_at": time.time()}
+        return json.dumps(doc, separators=(",", ":"), default=str).encode()
+
+    def start(self, wait_free: float = 0.0) -> Registration:
+        """Create the node; an id held by another live session is a usage error."""
+        self.zk.ensure_path(self.path.rsplit("/", 1)[0])
+        deadline = time.monotonic() + wait_free
+        while True:
+            try:
+                self.zk.create(self.path, self._body(), ephemeral=True)
+                break
+            except NodeExistsError:
+                stat = self.zk.exists(self.path)
+                if stat is not None and stat.ephemeralOwner == self.zk.session_id:
+                    break
+                if time.monotonic() >= deadline:
+                    raise UsageError(f"{self.path} is held by another live process: "
+                                     "choose another --id") from None
+                time.sleep(0.2)  # its old session is expiring; bounded by wait_free
+        self._thread = threading.Thread(target=self._loop, name="registry", daemon=True)
+        self._thread.start()
+        return self
+
+    def refresh(self) -> None:
+        """Publish now (state changes should be visible at once)."""
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            self._publish()
+
+    def _publish(self) -> None:
+        try:
+            self.zk.set(self.path, self._body())
+        except NoNodeError:  # session was lost: the ephemeral died with it
+            try:
+                self.zk.create(self.path, self._body(), ephemeral=True)
+                log.info("registry.re_registered", path=self.path)
+            except KazooException as exc:
+                log.warning("registry.failed", path=self.path, error=repr(exc))
+        except KazooException as exc:
+            log.debug("registry.skipped", path=self.path, error=repr(exc))
+
+    def stop(self, delete: bool = True) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        if delete:
+            try:
+                self.zk.delete(self.path)
+            except KazooException:
+                pass

@@ -1,0 +1,4 @@
+"""The web layer, from URL to record: :mod:`.urls` (normalization, link filters),
+:mod:`.robots` (robots.txt cache), :mod:`.fetch` (the fetch policy: robots, politeness,
+redirects, retries, outcomes), :mod:`.transfer` (the bytes: one libcurl handle per thread),
+:mod:`.decode` (charset), :mod:`.extract` (lxml: title, fields, links). No ZooKeeper here."""
