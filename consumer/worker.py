@@ -41,6 +41,7 @@ from consumer.sink import GroupCommit, Settle, Sink
 from consumer.timing import ItemTiming, Timings
 from zkcrawl.errors import ExitStatus, SinkError
 from zkcrawl.queue import control
+from zkcrawl.queue.layout import Layout
 from zkcrawl.queue.leases import Claimed, LeaseQueue
 from zkcrawl.queue.registry import Registration
 from zkcrawl.web.urls import host_key
@@ -138,7 +139,7 @@ class Worker:
     # -- steps --------------------------------------------------------------------------
     def start(self) -> None:
         self.zk.add_listener(self._on_zk_state)
-        registration = Registration(self.zk, f"{self.s.root}/consumers/{self.id}",
+        registration = Registration(self.zk, Layout.of(self.s.root).consumer(self.id),
                                     self.status, interval=2.0)
         # Only once it is ours: a node held by another live consumer must not be deleted.
         self.registration = registration.start(wait_free=self.s.session_timeout + 2)

@@ -32,6 +32,7 @@ from producer.summary import Counts, Progress, report
 from zkcrawl import runner
 from zkcrawl.errors import ExitStatus, UsageError, ZkCrawlError
 from zkcrawl.politeness.local import LocalPoliteness
+from zkcrawl.queue.layout import Layout
 from zkcrawl.queue.leases import LeaseQueue
 from zkcrawl.queue.registry import Registration, default_id
 from zkcrawl.seen import SeenSet
@@ -243,7 +244,7 @@ class _Run:
         self.plan, self.seen, self.zk, self.stop = plan, seen, zk, stop
         self.counts = Counts()
         self.fetcher = None if s.from_file else _fetcher(s)
-        self.reg = Registration(zk, f"{s.root}/producers/{plan.producer_id}",
+        self.reg = Registration(zk, Layout.of(s.root).producer(plan.producer_id),
                                 self.counts.status)
         self.progress = Progress(self.counts, progress_to) if progress_to else None
         self.registered = False

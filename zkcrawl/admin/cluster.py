@@ -46,6 +46,7 @@ from zkcrawl.queue import items as wire
 from zkcrawl.queue import untrusted
 from zkcrawl.queue.control import PAUSED, RUNNING, parse_state
 from zkcrawl.queue.items import Item
+from zkcrawl.queue.layout import Layout
 from zkcrawl.runner import connect
 from zkcrawl.settings import CommonSettings
 from zkcrawl.zk.client import ZkClient, gather, tx_ok
@@ -70,9 +71,9 @@ def session(settings: CommonSettings) -> Iterator[ZkClient]:
 
 
 def _paths(root: str) -> dict[str, str]:
-    root = root.rstrip("/")
-    return {k: f"{root}/{k}" for k in ("queue", "leases", "consumers", "producers", "dead",
-                                       "control")}
+    layout = Layout.of(root)
+    return {k: getattr(layout, k) for k in ("queue", "leases", "consumers", "producers", "dead",
+                                            "control", "hosts")}
 
 
 def _children(zk: ZkClient, path: str) -> list[str]:
@@ -207,7 +208,7 @@ def cluster_status(zk: ZkClient, root: str, now: float | None = None) -> dict[st
         "consumers": consumers,
         "producers": producers,
         "dead": {"count": len(names["dead"])},
-        "hosts": _hosts(zk, f"{root}/hosts", now),
+        "hosts": _hosts(zk, p["hosts"], now),
     }
 
 

@@ -33,6 +33,7 @@ from zkcrawl.admin import report, samplesite
 from zkcrawl.admin.localzk import ZkServer
 from zkcrawl.errors import UsageError, ZkCrawlError
 from zkcrawl.queue import untrusted
+from zkcrawl.queue.layout import Layout
 from zkcrawl.zk.client import ZkClient
 
 ROOT = "/zkcrawl-demo"
@@ -292,7 +293,7 @@ def producer_summary(log: Path) -> str:
 def _offered(zk: ZkClient) -> int:
     """What the producer says it offered (0 before it publishes, or once it is gone)."""
     try:
-        data, _ = zk.get(f"{ROOT}/producers/demo-producer")
+        data, _ = zk.get(Layout.of(ROOT).producer("demo-producer"))
     except Exception:  # missing node, no connection: the count is only for the progress bar
         return 0
     doc, _why = untrusted.load_object(data, {"offered": untrusted.NUMBER})
@@ -311,17 +312,17 @@ def _estimate(before: int, zk: ZkClient, children: Children, seen: int) -> int:
 
 
 def _depth(zk: ZkClient) -> int:
-    stat = zk.exists(f"{ROOT}/queue")
+    stat = zk.exists(Layout.of(ROOT).queue)
     return int(stat.numChildren) if stat else 0
 
 
 def _await_first_item(zk: ZkClient, children: Children, timeout: float) -> None:
     """Start consumers once there is work, so ``--exit-when-idle`` cannot fire too early."""
     queued = threading.Event()
-    zk.ensure_path(f"{ROOT}/queue")
+    zk.ensure_path(Layout.of(ROOT).queue)
     deadline = time.monotonic() + timeout
     while not queued.is_set() and time.monotonic() < deadline:
-        if zk.get_children(f"{ROOT}/queue", watch=lambda _e: queued.set()):
+        if zk.get_children(Layout.of(ROOT).queue, watch=lambda _e: queued.set()):
             return
         if not children.running("producer"):
             return  # it ended (or failed) without offering: the caller reports it

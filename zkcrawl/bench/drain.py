@@ -33,6 +33,7 @@ from typing import Any
 from zkcrawl.admin.localzk import ZkServer
 from zkcrawl.queue import items as wire
 from zkcrawl.queue.items import Item
+from zkcrawl.queue.layout import Layout
 from zkcrawl.queue.leases import AT_LEAST_ONCE, AT_MOST_ONCE, LeaseQueue
 from zkcrawl.zk.client import ZkClient, gather
 
@@ -88,7 +89,7 @@ def _sampled(take: Callable[[], object], n: int, reset: Callable[[int], None]) -
 
 def bench_seed(zk: ZkClient, n: int) -> dict[str, float]:
     root = f"/bench-{uuid.uuid4().hex[:8]}"
-    path = f"{root}/queue"
+    path = Layout.of(root).queue
 
     def reset(depth: int) -> None:
         zk.delete(root, recursive=True) if zk.exists(root) else None
@@ -204,10 +205,11 @@ def bench_procs(hosts: str, n: int, procs: int = 4) -> dict[str, Any]:
         children = [subprocess.Popen(
             [sys.executable, "-m", "zkcrawl.bench.drain", "--worker", hosts, root, f"w{i}",
              str(procs)], stdout=subprocess.PIPE, env=env) for i in range(procs)]
-        _await_children(zk, f"{root}/consumers", procs, children)
+        _await_children(zk, Layout.of(root).consumers, procs, children)
         zk.create(go, b"")
         outs = [json.loads(c.communicate(timeout=600)[0]) for c in children]
-        leftover = len(zk.get_children(f"{root}/queue")) + len(zk.get_children(f"{root}/leases"))
+        layout = Layout.of(root)
+        leftover = len(zk.get_children(layout.queue)) + len(zk.get_children(layout.leases))
         zk.delete(root, recursive=True)
     finally:
         zk.close()
@@ -242,7 +244,7 @@ def _worker(hosts: str, root: str, wid: str, _procs: str) -> None:
     """One bench consumer process: register, wait for the go node, drain, report."""
     zk = ZkClient(hosts, session_timeout=10).connect()
     q = LeaseQueue(zk, root, wid, delivery=AT_LEAST_ONCE)
-    zk.create(f"{root}/consumers/{wid}", b"{}", ephemeral=True, makepath=True)
+    zk.create(Layout.of(root).consumer(wid), b"{}", ephemeral=True, makepath=True)
     go = threading.Event()
     if zk.exists(f"{root}/go", watch=lambda _e: go.set()):
         go.set()
@@ -257,12 +259,12 @@ def _worker(hosts: str, root: str, wid: str, _procs: str) -> None:
 
 def bench_offers(zk: ZkClient, n: int) -> tuple[dict[str, float], dict[str, float]]:
     root = f"/bench-{uuid.uuid4().hex[:8]}"
-    zk.ensure_path(f"{root}/queue")
+    zk.ensure_path(Layout.of(root).queue)
     sample = min(n, 3000)
     data = [Item(url=f"http://127.0.0.1:9/s/{i}").encode() for i in range(sample)]
     t0 = time.perf_counter()
     for d in data:
-        zk.create(f"{root}/queue/qn-", d, sequence=True)
+        zk.create(Layout.of(root).item_prefix, d, sequence=True)
     single = sample / (time.perf_counter() - t0)
     zk.delete(root, recursive=True)
     q = LeaseQueue(zk, root, "offer")

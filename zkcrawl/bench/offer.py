@@ -32,6 +32,7 @@ from typing import Any
 
 from zkcrawl import logs
 from zkcrawl.admin.localzk import ZkServer
+from zkcrawl.queue.layout import Layout
 from zkcrawl.seen import SeenSet
 from zkcrawl.zk.client import ZkClient, gather
 
@@ -90,7 +91,7 @@ def bench_producer(hosts: str, root: str, path: Path, n: int, batch: int) -> dic
     elapsed = time.perf_counter() - t0
     zk = ZkClient(hosts).connect()
     try:
-        stat = zk.exists(f"{root}/queue")
+        stat = zk.exists(Layout.of(root).queue)
         offered = int(stat.numChildren) if stat else 0
     finally:
         zk.close()

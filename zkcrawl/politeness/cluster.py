@@ -44,6 +44,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from zkcrawl.politeness.local import LocalPoliteness
 from zkcrawl.queue import untrusted
+from zkcrawl.queue.layout import Layout
 from zkcrawl.zk.client import ZkClient
 
 __all__ = ["ClusterPoliteness", "HostSlot", "read_slots"]
@@ -64,7 +65,7 @@ class ClusterPoliteness:
         if not math.isfinite(delay) or delay < 0:
             raise ValueError(f"delay must be a finite number >= 0, got {delay!r}")
         self.zk = zk
-        self.path = f"{root}/hosts"
+        self.path = Layout.of(root).hosts
         self.delay = delay
         self.max_delay = max(max_delay, delay)
         self._local = LocalPoliteness(delay, max_delay=max_delay)  # the fallback

@@ -20,6 +20,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.recipe.watchers import DataWatch
 
 from zkcrawl.queue import untrusted
+from zkcrawl.queue.layout import Layout
 from zkcrawl.zk.client import ZkClient
 
 RUNNING = "running"
@@ -45,7 +46,7 @@ def parse_state(data: bytes | None) -> str:
 
 def read_state(zk: ZkClient, root: str) -> str:
     """The state now; a missing or malformed node reads as ``running`` (and warns)."""
-    path = f"{root}/control"
+    path = Layout.of(root).control
     try:
         data, stat = zk.get(path)
     except NoNodeError:
@@ -62,7 +63,7 @@ def set_state(zk: ZkClient, root: str, state: str, by: str = "zkcrawl") -> None:
     if state not in STATES:
         raise ValueError(state)
     body = json.dumps({"state": state, "updated_at": round(time.time(), 3), "by": by}).encode()
-    path = f"{root}/control"
+    path = Layout.of(root).control
     try:
         zk.create(path, body, makepath=True)
     except NodeExistsError:
@@ -78,7 +79,7 @@ class ControlWatch:
         self._running = threading.Event()
         self._running.set()
         self._on_change = on_change
-        self._path = f"{root}/control"
+        self._path = Layout.of(root).control
         zk.ensure_path(root)
         DataWatch(zk.kazoo, self._path, self._changed)
 

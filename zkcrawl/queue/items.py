@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zkcrawl.queue import untrusted
+from zkcrawl.queue.layout import DEAD_PREFIX, ITEM_PREFIX
 from zkcrawl.queue.untrusted import ITEM_LIMIT, URL_LIMIT
 
-PREFIX = "qn-"
-DEAD_PREFIX = "dl-"
+PREFIX = ITEM_PREFIX
 DEAD_DATA_LIMIT = 4096
 ERROR_LIMIT = 200  # a stored error (``meta.last_error``, a dead letter's ``error``)
 MAX_ATTEMPT = 1_000_000  # a hostile ``attempt`` is clamped: it only makes the item fail fast

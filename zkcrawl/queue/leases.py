@@ -85,6 +85,7 @@ from zkcrawl.queue import items as wire
 from zkcrawl.queue.claimlog import ClaimLog
 from zkcrawl.queue.claims import AT_LEAST_ONCE, AT_MOST_ONCE, Claimed, CompleteResult, QueueStats
 from zkcrawl.queue.items import Item
+from zkcrawl.queue.layout import Layout
 from zkcrawl.queue.offers import BatchOffers, QueueSuspended
 from zkcrawl.zk.client import KazooState, ZkClient, gather, tx_ok
 
@@ -105,18 +106,19 @@ class LeaseQueue:
         if delivery not in (AT_LEAST_ONCE, AT_MOST_ONCE):
             raise ValueError(f"unknown delivery {delivery!r}")
         self.zk = zk
-        self.root = root.rstrip("/") or ""
-        self.queue_path = f"{self.root}/queue"
-        self.lease_path = f"{self.root}/leases"
-        self.dead_path = f"{self.root}/dead"
-        self.offer_path = f"{self.root}/offers"
-        self.consumers_path = f"{self.root}/consumers"
+        self.layout = Layout.of(root)
+        self.root = self.layout.root
+        self.queue_path = self.layout.queue
+        self.lease_path = self.layout.leases
+        self.dead_path = self.layout.dead
+        self.offer_path = self.layout.offers
+        self.consumers_path = self.layout.consumers
         self.consumer_id = consumer_id
         self.delivery = delivery
         self.claim_batch = max(1, claim_batch)
         self.complete_batch = max(1, complete_batch)
         self.offer_batch = max(1, offer_batch)
-        self.claims_path = f"{self.root}/claims"
+        self.claims_path = self.layout.claims
         self.stats = QueueStats()
         self._lock = threading.RLock()
         self._held: dict[str, Claimed] = {}

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from zkcrawl.admin.cluster import session, wait_acknowledged
 from zkcrawl.errors import ExitStatus, UsageError
 from zkcrawl.queue.control import PAUSED, set_state
+from zkcrawl.queue.layout import Layout
 from zkcrawl.runner import setup_logging
 from zkcrawl.settings import CommonSettings, opt
 from zkcrawl.textsafe import printable
@@ -43,7 +44,7 @@ def switch(settings: Settings, state: str) -> ExitStatus:
     setup_logging(settings)
     with session(settings) as zk:
         set_state(zk, settings.root, state, by=f"zkcrawl@{socket.gethostname()}")
-        print(f"{settings.root}/control: {state}")
+        print(f"{Layout.of(settings.root).control}: {state}")
         pending = wait_acknowledged(zk, settings.root, settings.wait)
     if not pending:
         if settings.wait:

@@ -21,6 +21,7 @@ from typing import Any
 from zkcrawl.admin.cluster import list_queue, purge_queue
 from zkcrawl.admin.cluster import session as zk_session
 from zkcrawl.errors import ExitStatus, UsageError
+from zkcrawl.queue.layout import Layout
 from zkcrawl.runner import setup_logging
 from zkcrawl.settings import CommonSettings, opt
 from zkcrawl.textsafe import printable, scrub
@@ -62,12 +63,12 @@ def execute(settings: Settings, ns: argparse.Namespace, env: Mapping[str, str]) 
     with zk_session(settings) as zk:
         if ns.action == "purge":
             deleted, leased = purge_queue(zk, settings.root)
-            print(f"purged {deleted} item(s) from {settings.root}/queue"
+            print(f"purged {deleted} item(s) from {Layout.of(settings.root).queue}"
                   + (f" ({leased} were leased: their consumers finish and move on)"
                      if leased else ""))
             return ExitStatus.OK
         rows = list_queue(zk, settings.root, settings.limit)
-        depth = zk.exists(f"{settings.root}/queue")
+        depth = zk.exists(Layout.of(settings.root).queue)
     if settings.json:
         print(scrub(json.dumps(rows, ensure_ascii=False)))
         return ExitStatus.OK
