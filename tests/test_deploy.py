@@ -1,15 +1,17 @@
 """Static checks of the deployment files under deploy/ (systemd, Kubernetes, container).
 
 Fast and offline: the files are parsed and their key properties asserted against the
-SPEC's stable surface (commands, flags, exit codes, SIGTERM grace, /healthz).  External
-tools are used when present and skipped otherwise: ``systemd-analyze verify`` for the
-units, ``kubectl kustomize`` to render the Kubernetes directory.  PyYAML is needed for
-the Kubernetes checks (skipped without it).
+SPEC's stable surface (commands, flags, exit codes, SIGTERM grace, /healthz) and the
+network exposure (NetworkPolicy, IPAddressDeny=, the SSRF guard left on).  External
+tools are used when present and skipped otherwise: ``systemd-analyze verify`` and
+``systemd-analyze security --offline`` for the units, ``kubectl kustomize`` to render the
+Kubernetes directory.  PyYAML is needed for the Kubernetes checks (skipped without it).
 """
 
 from __future__ import annotations
 
 import configparser
+import ipaddress
 import json
 import re
 import shlex
@@ -33,7 +35,7 @@ COMMON_FLAGS = frozenset({"zk", "root", "config", "log-format", "log-level", "zk
 CONSUMER_FLAGS = frozenset({
     "id", "threads", "backlog", "out", "field", "timeout", "max-attempts", "domain-delay",
     "robots", "no-robots", "user-agent", "max-bytes", "delivery", "exit-when-idle",
-    "metrics-port", "grace",
+    "metrics-port", "metrics-host", "allow-private-addresses", "grace",
 })
 # Ours, beyond the SPEC (documented in the README): allowed in the examples.
 CONSUMER_EXTRA_FLAGS = frozenset({"politeness"})
@@ -45,6 +47,31 @@ PRODUCER_FLAGS = frozenset({
 DEFAULT_GRACE = 30  # --grace default, seconds
 METRICS_PORT = 9100
 CONTAINER_UID = 10001
+
+# --- network exposure ----------------------------------------------------------------
+IPNet = ipaddress.IPv4Network | ipaddress.IPv6Network
+# What neither the NetworkPolicy's web rule nor the systemd units may let through:
+# cloud metadata, link-local, private (RFC 1918), shared (CGNAT), loopback, IPv6 ULA.
+FORBIDDEN_V4 = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16",
+                "100.64.0.0/10", "127.0.0.0/8")
+FORBIDDEN_V6 = ("fc00::/7", "fe80::/10", "::1/128")
+METADATA = ("169.254.169.254", "fd00:ec2::254")
+# Addresses a crawler must not reach (samples inside the ranges above).
+FORBIDDEN_SAMPLES = (*METADATA, "10.0.0.1", "10.96.0.10", "172.16.0.1", "172.31.255.254",
+                     "192.168.1.1", "100.64.0.1", "127.0.0.1", "fe80::1", "::1",
+                     "fd12:3456::1")
+PUBLIC_SAMPLES = ("93.184.215.14", "1.1.1.1", "2606:2800:21f:cb07:6820:80da:af6b:8b2c")
+# The flag that switches the consumer's SSRF guard off: never in a shipped config.
+GUARD_OFF = re.compile(r"allow[-_]private[-_]addresses", re.IGNORECASE)
+
+
+def _within(inner: IPNet, outer: IPNet) -> bool:
+    """inner is a subnet of outer (False across IPv4/IPv6)."""
+    if isinstance(inner, ipaddress.IPv4Network) and isinstance(outer, ipaddress.IPv4Network):
+        return inner.subnet_of(outer)
+    if isinstance(inner, ipaddress.IPv6Network) and isinstance(outer, ipaddress.IPv6Network):
+        return inner.subnet_of(outer)
+    return False
 
 
 def _env_to_flag(name: str) -> str:
@@ -251,6 +278,69 @@ def test_producer_unit_and_timer() -> None:
     assert _one(timer, "Install", "WantedBy") == "timers.target"
 
 
+# systemd's keywords for IPAddressAllow= / IPAddressDeny=.
+SYSTEMD_IP_KEYWORDS = {
+    "any": ("0.0.0.0/0", "::/0"),
+    "localhost": ("127.0.0.0/8", "::1/128"),
+    "link-local": ("169.254.0.0/16", "fe80::/64"),
+    "multicast": ("224.0.0.0/4", "ff00::/8"),
+}
+NETWORK_DROPIN = SYSTEMD / "network.conf.example"
+
+
+def _ip_list(unit: dict[str, dict[str, list[str]]], key: str) -> list[IPNet]:
+    nets: list[IPNet] = []
+    for word in _all(unit, "Service", key):
+        for text in SYSTEMD_IP_KEYWORDS.get(word, (word,)):
+            nets.append(ipaddress.ip_network(text, strict=False))
+    return nets
+
+
+def _systemd_lets_through(allow: list[IPNet], deny: list[IPNet], address: str) -> bool:
+    """systemd's rule: an allowed prefix wins; otherwise a denied prefix drops."""
+    addr = ipaddress.ip_address(address)
+    if any(addr in net for net in allow):
+        return True
+    return not any(addr in net for net in deny)
+
+
+@pytest.mark.parametrize("name", ["consumer", "producer"])
+def test_units_deny_metadata_and_private_addresses(name: str) -> None:
+    """IPAddressDeny= (BPF on the unit's cgroup) backs up the consumer's SSRF guard."""
+    unit = _unit(UNITS[name])
+    allow = _ip_list(unit, "IPAddressAllow")
+    deny = _ip_list(unit, "IPAddressDeny")
+    assert deny, "IPAddressDeny= missing"
+    # Shipped: loopback only (local ZooKeeper, metrics scrape, stub resolver).  The
+    # ensemble's addresses come from the operator's drop-in (network.conf.example).
+    assert allow and all(net.is_loopback for net in allow), allow
+    for text in (*FORBIDDEN_V4, *FORBIDDEN_V6):
+        net = ipaddress.ip_network(text)
+        if not net.is_loopback:
+            assert any(_within(net, d) for d in deny), text
+    for address in FORBIDDEN_SAMPLES:
+        if not ipaddress.ip_address(address).is_loopback:
+            assert not _systemd_lets_through(allow, deny, address), address
+    for address in PUBLIC_SAMPLES:
+        assert _systemd_lets_through(allow, deny, address), address
+    assert _one(unit, "Service", "MemoryDenyWriteExecute") == "yes"
+
+
+def test_network_dropin_example_opens_single_hosts_only() -> None:
+    dropin = _unit(NETWORK_DROPIN)
+    assert set(dropin) == {"Service"}
+    # Resetting the deny list (IPAddressDeny= empty) would undo the units' protection.
+    assert "IPAddressDeny" not in dropin["Service"]
+    allowed = _ip_list(dropin, "IPAddressAllow")
+    assert allowed, "show the ZooKeeper servers"
+    for net in allowed:
+        assert net.num_addresses == 1, f"{net}: a host, not a subnet (no port filter)"
+        assert str(net.network_address) not in METADATA
+    text = NETWORK_DROPIN.read_text(encoding="utf-8")
+    for unit_name in ("zkcrawl-consumer@.service.d", "zkcrawl-producer.service.d"):
+        assert unit_name in text, f"say where to install it: {unit_name}"
+
+
 def test_systemd_analyze_verify(tmp_path: Path) -> None:
     """systemd's own parser: unknown keys and bad values are errors here."""
     tool = shutil.which("systemd-analyze")
@@ -270,6 +360,10 @@ def test_systemd_analyze_verify(tmp_path: Path) -> None:
         name = path.name.replace("@.service", "@1.service")
         (tmp_path / name).write_text(text)
         names.append(f"./{name}")
+        if name.endswith(".service"):  # with the operator's drop-in, as installed
+            dropin = tmp_path / f"{name}.d" / "network.conf"
+            dropin.parent.mkdir()
+            dropin.write_text(NETWORK_DROPIN.read_text(encoding="utf-8"))
     proc = subprocess.run([tool, "verify", "--man=no", *names], cwd=tmp_path,
                           capture_output=True, text=True, timeout=60, check=False)
     output = (proc.stdout + proc.stderr).strip()
@@ -280,18 +374,36 @@ def test_systemd_analyze_verify(tmp_path: Path) -> None:
         pytest.skip(f"systemd-analyze cannot run here: {output[:300]}")
 
 
+def _stated_exposure() -> tuple[str | None, dict[str, float]]:
+    """deploy/systemd/README.md's exposure table: (systemd version, {unit: after})."""
+    text = (SYSTEMD / "README.md").read_text(encoding="utf-8")
+    version = re.search(r"security --offline=yes` \(systemd (\d+)\)", text)
+    rows = re.findall(r"^\|\s*`([\w@.-]+\.service)`\s*\|\s*(\d+(?:\.\d+)?)\s*\|"
+                      r"\s*(\d+(?:\.\d+)?)\s*\|", text, re.M)
+    return (version.group(1) if version else None), {u: float(after) for u, _, after in rows}
+
+
 def test_systemd_security_exposure(tmp_path: Path) -> None:
-    """systemd's own hardening score stays in its "OK" band (<= 2.0 of 10)."""
+    """systemd's own hardening score: at most the "after" value that
+    deploy/systemd/README.md states, and in any case in the "OK" band (<= 2.0 of 10).
+    The weights change between systemd versions, so the stated values bind on the
+    version they were measured with (named in the README)."""
+    measured_on, stated = _stated_exposure()
+    assert measured_on, "README: name the systemd version the scores come from"
+    assert set(stated) == {"zkcrawl-consumer@1.service", "zkcrawl-producer.service"}
     tool = shutil.which("systemd-analyze")
     if tool is None:
         pytest.skip("systemd-analyze not installed")
+    about = subprocess.run([tool, "--version"], capture_output=True, text=True,
+                           timeout=60, check=False).stdout
+    running = re.match(r"systemd (\d+)", about)
     names = []
     for key in ("consumer", "producer"):
         path = UNITS[key]
         name = path.name.replace("@.service", "@1.service")
         (tmp_path / name).write_text(path.read_text(encoding="utf-8"))
         names.append(f"./{name}")
-    proc = subprocess.run([tool, "security", "--offline=true", "--no-pager", *names],
+    proc = subprocess.run([tool, "security", "--offline=yes", "--no-pager", *names],
                           cwd=tmp_path, capture_output=True, text=True, timeout=60,
                           check=False)
     levels = re.findall(r"Overall exposure level for (\S+): (\d+(?:\.\d+)?)", proc.stdout)
@@ -299,6 +411,10 @@ def test_systemd_security_exposure(tmp_path: Path) -> None:
         pytest.skip(f"systemd-analyze security --offline unsupported: {proc.stderr[:300]}")
     for name, level in levels:
         assert float(level) <= 2.0, f"{name}: exposure {level}\n{proc.stdout}"
+        if running and running.group(1) == measured_on:
+            assert float(level) <= stated[name], (
+                f"{name}: exposure {level} > {stated[name]} stated in "
+                f"deploy/systemd/README.md\n{proc.stdout}")
 
 
 def _env_file(path: Path) -> dict[str, str]:
@@ -452,7 +568,7 @@ def test_configmaps_set_known_flags_as_strings(
     assert common["ZKCRAWL_LOG_FORMAT"] == "json"
     # Set as args, where they must agree with the pod spec.
     assert not set(consumer) & {"ZKCRAWL_ID", "ZKCRAWL_OUT", "ZKCRAWL_METRICS_PORT",
-                                "ZKCRAWL_GRACE"}
+                                "ZKCRAWL_METRICS_HOST", "ZKCRAWL_GRACE"}
 
 
 def test_consumer_deployment(manifests: dict[tuple[str, str], dict[str, Any]]) -> None:
@@ -550,9 +666,127 @@ def test_producer_cronjob(manifests: dict[tuple[str, str], dict[str, Any]]) -> N
                for r in rules if "onExitCodes" in r)
 
 
+def test_consumer_metrics_listen_on_the_pod_address(
+        manifests: dict[tuple[str, str], dict[str, Any]]) -> None:
+    """The consumer's default --metrics-host is 127.0.0.1: unreachable for the kubelet's
+    probes and for Prometheus.  The Deployment says 0.0.0.0; the NetworkPolicy limits
+    who may connect."""
+    pod = manifests[("Deployment", "zkcrawl-consumer")]["spec"]["template"]["spec"]
+    container = _container(pod, "consumer")
+    args = [str(a) for a in container["args"]]
+    env = {e["name"]: e.get("value") for e in container.get("env", [])}
+    host = _arg_value(args, "--metrics-host") or env.get("ZKCRAWL_METRICS_HOST")
+    assert host == "0.0.0.0"
+
+
+# NetworkPolicy name -> the workload whose pods it selects.
+POLICIES = {
+    "zkcrawl-consumer": ("Deployment", "zkcrawl-consumer"),
+    "zkcrawl-producer": ("CronJob", "zkcrawl-producer"),
+}
+
+
+def _pod_labels(workload: dict[str, Any]) -> dict[str, str]:
+    spec = workload["spec"]
+    if workload["kind"] == "CronJob":
+        spec = spec["jobTemplate"]["spec"]
+    return spec["template"]["metadata"]["labels"]
+
+
+def _ports(rule: dict[str, Any]) -> set[tuple[str, int]]:
+    for port in rule.get("ports", []):
+        assert "endPort" not in port, "single ports only"
+    return {(p.get("protocol", "TCP"), p["port"]) for p in rule.get("ports", [])}
+
+
+def _ipblock_lets_through(block: dict[str, Any], address: str) -> bool:
+    addr = ipaddress.ip_address(address)
+    return addr in ipaddress.ip_network(block["cidr"]) and not any(
+        addr in ipaddress.ip_network(e) for e in block.get("except", []))
+
+
+def test_networkpolicy_is_applied(yaml_mod: Any,
+                                  manifests: dict[tuple[str, str], dict[str, Any]]) -> None:
+    kust = yaml_mod.safe_load((K8S / "kustomization.yaml").read_text(encoding="utf-8"))
+    assert "networkpolicy.yaml" in kust["resources"]
+    for name in POLICIES:
+        assert manifests[("NetworkPolicy", name)]["apiVersion"] == "networking.k8s.io/v1"
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_networkpolicy_egress(manifests: dict[tuple[str, str], dict[str, Any]],
+                              name: str) -> None:
+    """Egress: ZooKeeper, DNS, and public addresses on 80/443 -- never the cloud
+    metadata service or a private, shared, link-local or loopback address."""
+    spec = manifests[("NetworkPolicy", name)]["spec"]
+    selector = spec["podSelector"]["matchLabels"]
+    workload = manifests[POLICIES[name]]
+    assert selector and selector.items() <= _pod_labels(workload).items()
+    for other in POLICIES.values():
+        if other != POLICIES[name]:
+            assert not selector.items() <= _pod_labels(manifests[other]).items()
+    assert set(spec["policyTypes"]) == {"Ingress", "Egress"}
+    rules = spec["egress"]
+    for rule in rules:
+        assert rule.get("to"), "a rule without 'to' allows every destination"
+        assert _ports(rule), "a rule without 'ports' allows every port"
+
+    # ZooKeeper: 2181 (2281 with TLS), to pods chosen by label.
+    zk = [r for r in rules if ("TCP", 2181) in _ports(r)]
+    assert zk and all(_ports(r) == {("TCP", 2181), ("TCP", 2281)} for r in zk)
+    for rule in zk:
+        for peer in rule["to"]:
+            assert "ipBlock" not in peer
+            assert peer["podSelector"]["matchLabels"], "ZooKeeper pods, not every pod"
+
+    # DNS: 53 over UDP and TCP, to kube-dns only.
+    dns = [r for r in rules if ("UDP", 53) in _ports(r)]
+    assert dns and all(_ports(r) == {("UDP", 53), ("TCP", 53)} for r in dns)
+    for rule in dns:
+        for peer in rule["to"]:
+            assert peer["podSelector"]["matchLabels"] == {"k8s-app": "kube-dns"}
+            assert peer["namespaceSelector"]["matchLabels"] == {
+                "kubernetes.io/metadata.name": "kube-system"}
+
+    # The web: 80 and 443 only, through ipBlocks that except the internal ranges.
+    web = [r for r in rules if any("ipBlock" in peer for peer in r["to"])]
+    assert web and all(_ports(r) == {("TCP", 80), ("TCP", 443)} for r in web)
+    blocks = [peer["ipBlock"] for r in rules for peer in r["to"] if "ipBlock" in peer]
+    for block in blocks:
+        cidr = ipaddress.ip_network(block["cidr"])
+        for text in block.get("except", []):
+            excepted = ipaddress.ip_network(text)  # valid, and a strict subset (API rule)
+            assert _within(excepted, cidr) and excepted != cidr, (block["cidr"], text)
+    for everything, required in (("0.0.0.0/0", FORBIDDEN_V4), ("::/0", FORBIDDEN_V6)):
+        (block,) = [b for b in blocks if b["cidr"] == everything]
+        excepts = [ipaddress.ip_network(e) for e in block["except"]]
+        for text in required:
+            net = ipaddress.ip_network(text)
+            assert any(_within(net, e) for e in excepts), f"{everything}: except {text}"
+    for address in FORBIDDEN_SAMPLES:
+        assert not any(_ipblock_lets_through(b, address) for b in blocks), address
+    for address in PUBLIC_SAMPLES:
+        assert any(_ipblock_lets_through(b, address) for b in blocks), address
+
+
+def test_networkpolicy_ingress(manifests: dict[tuple[str, str], dict[str, Any]]) -> None:
+    """Only the metrics scrape reaches a consumer, from the monitoring pods; nothing
+    reaches the producer.  (The kubelet's probes come from the node: always allowed.)"""
+    consumer = manifests[("NetworkPolicy", "zkcrawl-consumer")]["spec"]
+    (rule,) = consumer["ingress"]
+    assert _ports(rule) == {("TCP", METRICS_PORT)}
+    for peer in rule["from"]:
+        assert "ipBlock" not in peer
+        assert peer["namespaceSelector"]["matchLabels"], "a monitoring namespace"
+        assert peer["podSelector"]["matchLabels"], "the monitoring pods in it"
+    producer = manifests[("NetworkPolicy", "zkcrawl-producer")]["spec"]
+    assert "Ingress" in producer["policyTypes"] and not producer.get("ingress")
+
+
 def test_kubernetes_readme_covers_operations() -> None:
     text = (K8S / "README.md").read_text(encoding="utf-8")
-    for needle in ("zkcrawl pause", "kubectl apply -k", "ZooKeeper", "/healthz"):
+    for needle in ("zkcrawl pause", "kubectl apply -k", "ZooKeeper", "/healthz",
+                   "## Network exposure", "169.254.169.254", "monitoring"):
         assert needle in text, needle
 
 
@@ -564,6 +798,29 @@ def test_kustomize_renders() -> None:
                           text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "image: registry.example.com/zkcrawl:" in proc.stdout
+    assert proc.stdout.count("kind: NetworkPolicy") == len(POLICIES)
+
+
+# =====================================================================================
+# The SSRF guard
+# =====================================================================================
+
+def test_no_shipped_config_switches_the_ssrf_guard_off() -> None:
+    """--allow-private-addresses (ZKCRAWL_ALLOW_PRIVATE_ADDRESSES, allow-private-addresses
+    in TOML) is for tests on 127.0.0.1: no unit, example, manifest or Containerfile sets
+    it.  Every line of every file under deploy/ except whole-line comments (and the
+    READMEs, which explain it) is checked."""
+    offenders = []
+    for path in sorted(DEPLOY.rglob("*")):
+        if not path.is_file() or path.suffix == ".md":
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip().startswith("#") and GUARD_OFF.search(line):
+                offenders.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)
+    for name in ("consumer.toml.example", "producer.toml.example"):
+        with (SYSTEMD / name).open("rb") as fh:
+            assert not any(GUARD_OFF.fullmatch(key) for key in tomllib.load(fh)), name
 
 
 # =====================================================================================
