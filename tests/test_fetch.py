@@ -16,6 +16,7 @@ import zlib
 from collections.abc import Callable, Iterator
 
 import pytest
+import requests
 
 from tests.httpd import (
     TestServer,
@@ -29,7 +30,9 @@ from tests.httpd import (
     trickle,
 )
 from tests.test_decode import GBK_TEXT, GBK_TITLE
+from zkcrawl.errors import UsageError
 from zkcrawl.politeness.local import LocalPoliteness
+from zkcrawl.settings import parse
 from zkcrawl.web.extract import extract_record
 from zkcrawl.web.fetch import Fetcher, FetchResult, FetchSettings, parse_retry_after
 from zkcrawl.web.transfer import TRANSPORTS, parse_head, wire_url
@@ -427,3 +430,94 @@ def test_a_truncated_body_or_an_empty_reply_is_a_retryable_connection_error(srv:
     res = fetch(FAST, srv.url("/empty"))
     assert (res.error, res.retryable, res.status) == ("connection", True, None)
     assert fetch(FAST, srv.url("/")).ok  # and the next fetch on that thread is fine
+
+
+def _two_types(h) -> None:  # type: ignore[no-untyped-def]
+    h.send_response(200)
+    h.send_header("Content-Type", "text/plain")
+    h.send_header("Content-Type", "text/html")  # a repeated header: the last one counts
+    h.send_header("Set-Cookie", "session=abc; Path=/")
+    h.send_header("Content-Length", str(len(PAGE)))
+    h.end_headers()
+    h.wfile.write(PAGE.encode())
+
+
+def test_a_repeated_header_counts_once_and_cookies_are_not_kept(srv: TestServer,
+                                                                 http: str) -> None:
+    # requests would join repeated headers with commas and keep the cookie in its Session:
+    # the requests transport takes the last value and keeps no cookie, as libcurl does.
+    srv.route("/two", _two_types)
+    fetcher = Fetcher(FAST, http=http)
+    res = fetcher.fetch(srv.url("/two"))
+    assert (res.status, res.error, res.content_type) == (200, None, "text/html")
+    assert fetcher.fetch(srv.url("/")).ok
+    fetcher.close()
+    assert "Cookie" not in srv.requests_for("/")[0].headers
+
+
+def test_an_unsupported_content_coding_is_a_connection_error(srv: TestServer,
+                                                             fetch: Fetch) -> None:
+    srv.route("/lzw", (200, {"Content-Type": "text/html", "Content-Encoding": "compress"},
+                       b"\x1f\x9d\x90<p>"))  # LZW: neither libcurl nor urllib3 inflates it
+    srv.route("/bad-gzip", (200, {"Content-Type": "text/html", "Content-Encoding": "gzip"},
+                            b"not gzip at all"))
+    for path in ("/lzw", "/bad-gzip"):
+        res = fetch(FAST, srv.url(path))
+        assert (res.error, res.retryable, res.status, res.body) == ("connection", True, 200,
+                                                                     b""), path
+
+
+def test_a_cut_transfer_drops_its_connection_and_the_next_fetch_is_fine(srv: TestServer,
+                                                                        http: str) -> None:
+    srv.route("/big", html(b"<p>" + b"a" * 200_000))
+    srv.route("/big-error", (500, {}, b"e" * 200_000))  # more than is worth draining
+    fetcher = Fetcher(FetchSettings(robots=False, max_bytes=1000), http=http)
+    assert fetcher.fetch(srv.url("/big")).error == "too-large"
+    assert fetcher.fetch(srv.url("/")).ok
+    assert fetcher.fetch(srv.url("/big-error")).error == "http-500"
+    assert fetcher.fetch(srv.url("/")).ok
+    fetcher.close()
+    ports = [r.client_port for r in srv.requests]
+    assert ports[0] != ports[1] and ports[2] == ports[1] and ports[3] != ports[2]
+
+
+def test_unknown_transport_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown HTTP transport 'urllib'"):
+        Fetcher(FAST, http="urllib")
+
+
+def test_requests_transport_takes_a_session_of_your_own(srv: TestServer) -> None:
+    # requests-only by nature: what the requests transport is for (auth plugins, adapters).
+    from zkcrawl.web.transfer_requests import SessionWire
+
+    def wire(user_agent: str) -> SessionWire:
+        session = requests.Session()
+        session.auth = ("crawler", "secret")
+        return SessionWire(user_agent, session=session)
+
+    with Fetcher(FAST, http=wire) as fetcher:
+        assert fetcher.fetch(srv.url("/")).ok
+    (req,) = srv.requests_for("/")
+    assert req.headers["Authorization"].startswith("Basic ")
+    assert req.headers["User-Agent"] == FAST.user_agent
+
+
+@pytest.mark.parametrize("argv", [[], ["--start", "http://example.com/"]],
+                         ids=["consumer", "producer"])
+def test_http_flag_takes_curl_or_requests(argv: list[str]) -> None:
+    # Imported here: the commands pull in the queue and ZooKeeper layers, which the fetch
+    # tests above do not need.
+    from consumer.main import build_parser as consumer_parser
+    from consumer.settings import ConsumerSettings
+    from producer.main import build_parser as producer_parser
+    from producer.settings import ProducerSettings
+
+    cls, parser = ((ConsumerSettings, consumer_parser()) if not argv
+                   else (ProducerSettings, producer_parser()))
+    assert parse(cls, parser, argv, {})[0].http == "curl"
+    assert parse(cls, parser, [*argv, "--http", "requests"], {})[0].http == "requests"
+    assert parse(cls, parser, argv, {"ZKCRAWL_HTTP": "requests"})[0].http == "requests"
+    with pytest.raises(UsageError):
+        parse(cls, parser, [*argv, "--http", "urllib"], {})
+    with pytest.raises(UsageError, match="--http"):
+        parse(cls, parser, argv, {"ZKCRAWL_HTTP": "urllib"})

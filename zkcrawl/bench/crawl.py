@@ -2,14 +2,17 @@
 
 The synthetic site (:mod:`zkcrawl.bench.site`) runs in its own process on loopback, every
 response delayed by ``latency_ms`` (asyncio: no thread per request); a throwaway ZooKeeper
-is started unless ``hosts`` is given. N article URLs are crawled three times:
+is started unless ``hosts`` is given. N article URLs are crawled four times:
 
 * ``seed_naive`` -- seed 002's ``threaded_crawler`` as written: threads popping a shared
   list, one ``requests.get`` per URL (no Session, so a new connection each time), a
   supervisor loop that tops the threads up and sleeps ``SLEEP_TIME = 1`` s;
 * ``zkcrawl_1``  -- one ``zkcrawl-consumer`` process with the same thread count, the queue
   filled beforehand, at-least-once leases and the fsynced sink included;
-* ``zkcrawl_2``  -- two consumer processes on one queue.
+* ``zkcrawl_2``  -- two consumer processes on one queue;
+* ``zkcrawl_requests`` -- ``zkcrawl_1`` again with ``--http requests`` (a requests.Session
+  per thread instead of a libcurl handle), run right after it: the CPU per page of each
+  transport, from one run.
 
 Every case runs in child processes; the parent samples them with psutil (CPU, RSS) and
 counts their output lines, so CPU per page is measured between the first and the last page
@@ -39,6 +42,7 @@ from zkcrawl.admin.localzk import ZkServer
 from zkcrawl.bench.site import start_benchsite, stop_benchsite
 from zkcrawl.queue import control
 from zkcrawl.queue.items import Item
+from zkcrawl.queue.layout import Layout
 from zkcrawl.queue.leases import LeaseQueue
 from zkcrawl.zk.client import ZkClient
 
@@ -206,7 +210,7 @@ def case_naive(urls: list[str], threads: int, latency_ms: float, tmp: Path) -> d
 
 
 def case_zkcrawl(hosts: str, urls: list[str], threads: int, latency_ms: float, procs: int,
-                 tmp: Path) -> dict[str, Any]:
+                 tmp: Path, http: str = "curl") -> dict[str, Any]:
     root = f"/bench-crawl-{uuid.uuid4().hex[:8]}"
     zk = ZkClient(hosts, session_timeout=30).connect()
     LeaseQueue(zk, root, "bench").offer_many(Item(url=u, producer="bench") for u in urls)
@@ -214,8 +218,8 @@ def case_zkcrawl(hosts: str, urls: list[str], threads: int, latency_ms: float, p
     # start one after the other, and the first must not run alone while the others
     # import -- the measured span would then hold a one-process stretch.
     control.set_state(zk, root, control.PAUSED, by="bench")
-    outs = [tmp / f"zk{procs}-{i}.jsonl" for i in range(procs)]
-    logs = [tmp / f"zk{procs}-{i}.log" for i in range(procs)]
+    outs = [tmp / f"zk{procs}-{http}-{i}.jsonl" for i in range(procs)]
+    logs = [tmp / f"zk{procs}-{http}-{i}.log" for i in range(procs)]
     children = []
     for i in range(procs):
         with open(logs[i], "wb") as err:
@@ -223,7 +227,8 @@ def case_zkcrawl(hosts: str, urls: list[str], threads: int, latency_ms: float, p
                 [sys.executable, "-m", "consumer.main", "--zk", hosts, "--root", root,
                  "--id", f"bench-{i}", "--threads", str(threads), "--backlog", str(threads * 2),
                  "--out", str(outs[i]), "--exit-when-idle", "2", "--domain-delay", "0",
-                 "--no-robots", "--log-format", "json", "--stats-interval", "5"],
+                 "--no-robots", "--log-format", "json", "--stats-interval", "5",
+                 "--http", http],
                 env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err))
     try:
         _wait_registered(zk, root, procs, children, timeout=60)
@@ -250,7 +255,8 @@ def case_zkcrawl(hosts: str, urls: list[str], threads: int, latency_ms: float, p
 def _wait_registered(zk: ZkClient, root: str, n: int, children: list[subprocess.Popen[bytes]],
                      timeout: float) -> None:
     deadline = time.monotonic() + timeout
-    while len(zk.kazoo.get_children(f"{root}/consumers") if zk.exists(f"{root}/consumers")
+    path = Layout.of(root).consumers
+    while len(zk.get_children(path) if zk.exists(path)
               else []) < n:
         if time.monotonic() > deadline or any(c.poll() is not None for c in children):
             raise RuntimeError("bench consumers did not start")
@@ -271,7 +277,7 @@ def _zookeeper(hosts: str | None, tmp: Path) -> Iterator[str]:
 
 def run_bench(hosts: str | None, n: int = 2000, threads: int = 32, latency_ms: int = 50,
               json_out: bool = False) -> dict[str, Any]:
-    """Run the three cases in one run; returns the figures (``json_out`` only changes what
+    """Run the four cases in one run; returns the figures (``json_out`` only changes what
     the caller prints)."""
     del json_out
     with tempfile.TemporaryDirectory(prefix="zkcrawl-bench-crawl-") as name:
@@ -284,6 +290,8 @@ def run_bench(hosts: str | None, n: int = 2000, threads: int = 32, latency_ms: i
                                        "cpus": os.cpu_count()}
                 out["seed_naive"] = case_naive(urls, threads, latency_ms, tmp)
                 out["zkcrawl_1"] = case_zkcrawl(zk_hosts, urls, threads, latency_ms, 1, tmp)
+                out["zkcrawl_requests"] = case_zkcrawl(zk_hosts, urls, threads, latency_ms, 1,
+                                                       tmp, http="requests")
                 out["zkcrawl_2"] = case_zkcrawl(zk_hosts, urls, threads, latency_ms, 2, tmp)
         finally:
             stop_benchsite(site)
@@ -296,26 +304,32 @@ def _ratios(out: dict[str, Any]) -> dict[str, float]:
         return round(a / b, 2) if b else 0.0
 
     one, two, seed = out["zkcrawl_1"], out["zkcrawl_2"], out["seed_naive"]
+    req = out["zkcrawl_requests"]
     return {"zkcrawl_1_vs_seed": r(one["pages_per_s"], seed["pages_per_s"]),
             "zkcrawl_2_vs_1": r(two["pages_per_s"], one["pages_per_s"]),
-            "dispatch_p95_over_process_p50": r(one["dispatch_p95_ms"], one["process_p50_ms"])}
+            "dispatch_p95_over_process_p50": r(one["dispatch_p95_ms"], one["process_p50_ms"]),
+            # the transports, same run: > 1 means requests costs more CPU per page than libcurl
+            "requests_vs_curl_cpu_per_page": r(req["cpu_ms_per_page"], one["cpu_ms_per_page"]),
+            "requests_vs_curl_pages_per_s": r(req["pages_per_s"], one["pages_per_s"])}
 
 
 def render(out: dict[str, Any]) -> str:
     """A table for humans (``--json`` prints the dict instead)."""
     lines = [f"crawl of {out['n']} articles, {out['threads']} threads per process, "
              f"{out['latency_ms']} ms per response, {out['cpus']} CPUs",
-             f"{'case':<12}{'pages/s':>9}{'% ideal':>9}{'CPU ms/pg':>11}{'RSS MB':>8}"
+             f"{'case':<17}{'pages/s':>9}{'% ideal':>9}{'CPU ms/pg':>11}{'RSS MB':>8}"
              f"{'disp p95':>10}{'proc p50':>10}"]
-    for key in ("seed_naive", "zkcrawl_1", "zkcrawl_2"):
+    for key in ("seed_naive", "zkcrawl_1", "zkcrawl_2", "zkcrawl_requests"):
         c = out[key]
-        lines.append(f"{key:<12}{c['pages_per_s']:>9}{c['pct_ideal']:>9}"
+        lines.append(f"{key:<17}{c['pages_per_s']:>9}{c['pct_ideal']:>9}"
                      f"{c['cpu_ms_per_page']:>11}{c['rss_mb']:>8}"
                      f"{c.get('dispatch_p95_ms', '-'):>10}{c.get('process_p50_ms', '-'):>10}")
     rt = out["ratios"]
     lines.append(f"zkcrawl_1 / seed = {rt['zkcrawl_1_vs_seed']}x, zkcrawl_2 / zkcrawl_1 = "
                  f"{rt['zkcrawl_2_vs_1']}x, dispatch p95 / process p50 = "
                  f"{rt['dispatch_p95_over_process_p50']}")
+    lines.append(f"CPU per page, --http requests / curl = {rt['requests_vs_curl_cpu_per_page']}x, "
+                 f"pages/s = {rt['requests_vs_curl_pages_per_s']}x")
     return "\n".join(lines)
 
 

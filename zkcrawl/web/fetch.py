@@ -18,13 +18,14 @@ error               retryable    meaning
 ==================  ===========  =================================================
 
 Bounds: connecting is bounded by ``connect_timeout``, a silence by ``timeout`` (in whole
-seconds), and the whole request+body by ``total_timeout`` (default ``2 * timeout``), so a
-server trickling one byte at a time is cut at the budget.  The body never exceeds
-``max_bytes`` in memory, decompressed or not.  The bytes are moved by a transport
-(:class:`~zkcrawl.web.transfer.Transport`, one per thread): libcurl by default
+seconds with libcurl), and the whole request+body by ``total_timeout`` (default
+``2 * timeout``), so a server trickling one byte at a time is cut at the budget (with
+requests, the head is bounded per read only: :mod:`zkcrawl.web.transfer_requests`).  The
+body never exceeds ``max_bytes`` in memory, decompressed or not.  The bytes are moved by a
+transport (:class:`~zkcrawl.web.transfer.Transport`, one per thread): libcurl by default
 (:mod:`zkcrawl.web.transfer`), or a ``requests.Session`` with ``http="requests"``
-(:mod:`zkcrawl.web.transfer_requests`). This module is the policy around it and the same code
-for either, so every outcome above means the same whatever the transport.
+(:mod:`zkcrawl.web.transfer_requests`). This module is the policy around it and the same
+code for either, so every outcome above means the same whatever the transport.
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ Guarantees, matching the libcurl transport:
   one bounded chunk at a time, so a gzip bomb inflates no further than ``limit``), then the
   transfer stops with ``too-large``; an error or redirect body is drained up to
   :data:`~zkcrawl.web.transfer.DRAIN_BYTES` for connection reuse; anything cut short closes
-  its connection. Another content coding than gzip, deflate or identity is a ``connection``
-  error, as libcurl has it.
+  its connection. A content coding urllib3 cannot inflate is a ``connection`` error, as one
+  libcurl cannot inflate is (both do gzip and deflate; br and zstd depend on the build).
 * **Time**: connecting within ``connect``; the head within ``min(idle, budget)`` of silence;
   each body read within the smaller of ``idle`` and what is left of ``budget`` (the socket
   timeout is set before every read), so a server trickling bytes is cut at the budget. The
@@ -49,7 +49,8 @@ from zkcrawl.web.transfer import ACCEPT, BodySink, Response, ca_bundle, wire_url
 __all__ = ["SessionWire"]
 
 CHUNK = 64 * 1024  # decoded bytes per read: a bound on what one read inflates
-_CODINGS = frozenset({"gzip", "x-gzip", "deflate", "identity", ""})
+# What urllib3 inflates here (gzip, deflate; br and zstd when their modules are installed).
+_CODINGS = frozenset({*urllib3.HTTPResponse.CONTENT_DECODERS, "identity", ""})
 
 
 class SessionWire:
