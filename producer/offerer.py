@@ -35,6 +35,7 @@ from collections.abc import Callable
 import structlog
 
 from producer.summary import Counts
+from zkcrawl.errors import UsageError
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.leases import LeaseQueue
 from zkcrawl.queue.untrusted import URL_LIMIT
@@ -48,8 +49,10 @@ _WAIT_SLICE = 2.0
 # Batches handed over but not yet committed: enough to overlap, little to lose on a stop.
 _IN_FLIGHT = 2
 _COMMITTERS = 2
-# Save the seen state at most this often while running (and always at the end).
-CHECKPOINT_EVERY = 10.0
+# The checkpoint window: the seen state is saved this often while offers commit, also while
+# the producer waits at --max-depth (and always at the end). A SIGKILL re-offers at most
+# what committed in the last window (README, Reliability).
+CHECKPOINT_EVERY = 0.5
 
 Batch = list[tuple[str, str]]  # (url, source)
 
@@ -89,11 +92,14 @@ class Offerer:
         self._cond = threading.Condition()  # guards _reserved and the shared counters
         self._reserved = 0  # places reserved by transactions not yet committed
         self._closing = threading.Event()
-        self._last_save = time.monotonic()
         self._threads = [threading.Thread(target=self._commit_loop, name=f"committer-{i}",
                                           daemon=True) for i in range(_COMMITTERS)]
         for thread in self._threads:
             thread.start()
+        self._checkpointer = threading.Thread(target=self._checkpoint_loop,
+                                              name="checkpointer", daemon=True)
+        if seen.path is not None:
+            self._checkpointer.start()
 
     @property
     def pending(self) -> int:
@@ -121,7 +127,6 @@ class Offerer:
             self._hand_over()
         self._handoff.join()
         self._raise_failure()
-        self._maybe_checkpoint()
 
     def close(self) -> None:
         """Stop the committers; what was never committed is counted and logged."""
@@ -130,6 +135,8 @@ class Offerer:
             self._put(None)
         for thread in self._threads:
             thread.join()
+        if self._checkpointer.is_alive():
+            self._checkpointer.join()
         self._abandon(list(self._pending.items()))
         self._pending.clear()
 
@@ -139,7 +146,6 @@ class Offerer:
         self._pending.clear()
         self._put(batch)
         self._raise_failure()
-        self._maybe_checkpoint()
 
     def _put(self, item: Batch | None) -> None:
         # Bounded waits: the committers may be gone and never take it.
@@ -247,9 +253,20 @@ class Offerer:
                     else f"offer failed: {self._failure!r}",
                     hint="not in the seen state: the next run offers them")
 
-    def _maybe_checkpoint(self) -> None:
-        if self.seen.path is None or time.monotonic() - self._last_save < CHECKPOINT_EVERY:
-            return
-        if self.seen.dirty:
-            self.seen.save()
-        self._last_save = time.monotonic()
+    def _checkpoint_loop(self) -> None:
+        """Save the seen state every ``CHECKPOINT_EVERY`` while anything new committed;
+        on its own thread, so a producer held by back-pressure or a slow listing still
+        checkpoints. A failed save is logged and tried again; the final save (by the
+        caller, ``seen.close()``) reports it."""
+        failing = False
+        while not self._closing.wait(CHECKPOINT_EVERY):
+            if not self.seen.dirty:
+                continue
+            try:
+                self.seen.save()
+            except UsageError as exc:
+                if not failing:
+                    log.warning("producer.checkpoint_failed", error=str(exc))
+                failing = True
+            else:
+                failing = False

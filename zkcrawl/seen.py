@@ -18,6 +18,8 @@ Guarantees:
 * :meth:`SeenSet.save` is atomic: the new state goes to a temporary file in the
   same directory, is fsynced, then ``os.replace``-d over the old file and the
   directory is fsynced.  A crash at any point leaves the previous file loadable.
+  Additions wait only for the in-memory snapshot, not for the write; saves run one at a
+  time, so a later snapshot is never overwritten by an earlier one.
 * A damaged or foreign file raises :class:`~zkcrawl.errors.UsageError` with one
   clear line; it is never silently replaced by an empty set.
 
@@ -95,7 +97,9 @@ class SeenSet:
         self._exact = exact
         self._bloom = bloom
         self._lock = threading.Lock()
+        self._save_lock = threading.Lock()  # one save at a time: a newer file never loses
         self._dirty = False
+        self._generation = 0  # additions so far; a save clears ``dirty`` only if none came
         self._warned_saturated = False
 
     # ----------------------------------------------------------------- open --
@@ -234,6 +238,7 @@ class SeenSet:
 
     def _new_item(self) -> None:
         self.count += 1
+        self._generation += 1
         self._dirty = True
         if self._exact is not None:
             if len(self._exact) >= EXACT_LIMIT:
@@ -275,14 +280,16 @@ class SeenSet:
         """
         if self.path is None:
             return
-        with self._lock:
-            data = self._encode()
+        with self._save_lock:
+            with self._lock:  # only the snapshot holds up add_many, not the fsync
+                data, generation = self._encode(), self._generation
             try:
                 _atomic_write(self.path, data)
             except OSError as exc:
                 raise UsageError(f"{self.path}: cannot save seen set: "
                                  f"{exc.strerror or exc}") from None
-            self._dirty = False
+            with self._lock:
+                self._dirty = self._generation != generation
         log.debug("seen.saved", path=str(self.path), count=self.count, bytes=len(data))
 
     def close(self) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.metadata
 import math
 import os
 import re
@@ -76,12 +77,44 @@ class CommonSettings:
 
     def validate(self) -> None:
         """Raise :class:`UsageError` for values no command can work with."""
+        problem = zk_hosts_problem(self.zk)
+        if problem:
+            raise UsageError(f"--zk: {problem} in {self.zk[:200]!r} "
+                             "(expected HOST:PORT[,HOST:PORT...][/chroot])")
         problem = znode_path_problem(self.root)
         if problem:
             raise UsageError(f"--root must be an absolute znode path ({problem}), "
                              f"got {self.root!r}")
         if self.zk_timeout <= 0 or self.session_timeout <= 0:
             raise UsageError("--zk-timeout and --session-timeout must be positive")
+
+
+_HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)$")
+
+
+def zk_hosts_problem(hosts: str) -> str | None:
+    """Why ``hosts`` is not a ZooKeeper connect string kazoo can use, or ``None``."""
+    servers, slash, chroot = hosts.strip().partition("/")
+    if slash and (problem := znode_path_problem("/" + chroot)):
+        return f"bad chroot ({problem})"
+    if not servers:
+        return "no server"
+    for server in servers.split(","):
+        host, port = _split_port(server.strip())
+        if not host or not _HOST.match(host):
+            return f"bad host {server.strip()[:60]!r}"
+        if port is not None and not (port.isdigit() and 0 < int(port) < 65536):
+            return f"bad port {port[:20]!r}"
+    return None
+
+
+def _split_port(server: str) -> tuple[str, str | None]:
+    """``host:port`` / ``[v6]:port`` / ``host`` -> (host, port or None)."""
+    if server.startswith("["):
+        host, _, rest = server.partition("]")
+        return host + "]", rest[1:] if rest.startswith(":") else (rest or None)
+    host, colon, port = server.rpartition(":")
+    return (host, port) if colon else (server, None)
 
 
 def znode_path_problem(path: str) -> str | None:
@@ -280,8 +313,23 @@ def resolve(cls: type[T], ns: argparse.Namespace, env: Mapping[str, str]) -> T:
     return obj
 
 
+def version() -> str:
+    """The installed zkcrawl's version."""
+    try:
+        return importlib.metadata.version("zkcrawl")
+    except importlib.metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse that raises :class:`UsageError` instead of printing usage and exiting."""
+    """argparse that raises :class:`UsageError` instead of printing usage and exiting, takes
+    no abbreviated flags (``--star`` is not ``--start``) and answers ``--version``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+        self.add_argument("--version", action="version", version=f"%(prog)s {version()}",
+                          help="print the version and exit")
 
     def error(self, message: str) -> typing.NoReturn:
         exc = UsageError(message)

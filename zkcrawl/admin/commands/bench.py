@@ -45,7 +45,11 @@ def execute(settings: Settings, ns: argparse.Namespace, env: Mapping[str, str]) 
         out = bo.run_bench(hosts, settings.items or 100_000, json_out=settings.json)
         text = bo.render(out) if hasattr(bo, "render") else json.dumps(out, indent=2)
     else:
-        from zkcrawl.bench import crawl as bc
+        try:
+            from zkcrawl.bench import crawl as bc
+        except ImportError as exc:  # psutil: the `bench` extra
+            raise UsageError(f"zkcrawl bench crawl needs {exc.name}: "
+                             "pip install 'zkcrawl[bench]'") from None
 
         out = bc.run_bench(hosts, settings.items or 2000, threads=settings.threads,
                            latency_ms=settings.latency_ms, json_out=settings.json)
