@@ -72,6 +72,8 @@ case "$what" in
     need_venv
     say "ruff check"
     "$venv/bin/ruff" check .
+    say "mypy (strict, see pyproject.toml): zkcrawl/zk zkcrawl/queue consumer"
+    "$venv/bin/mypy" zkcrawl/zk zkcrawl/queue consumer
     say "pytest"
     exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@"
     ;;

@@ -69,7 +69,8 @@ def ensemble(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ensemble]:
 
 def expire_session(client: ZkClient, timeout: float = 20.0) -> None:
     """Expire ``client``'s session the way kazoo's own test harness does: a second
-    client attaches to the same session and closes it."""
+    client attaches to the same session and closes it. (A raw KazooClient on purpose:
+    ZkClient cannot attach to another's session; an exception to the banned-import rule.)"""
     lost = threading.Event()
 
     def watch(state: str) -> bool:
@@ -79,7 +80,7 @@ def expire_session(client: ZkClient, timeout: float = 20.0) -> None:
         return False
 
     client.add_listener(watch)
-    other = KazooClient(hosts=client.hosts, client_id=client.kazoo.client_id, timeout=10)
+    other = KazooClient(hosts=client.hosts, client_id=client.client_id, timeout=10)
     other.start(timeout=timeout)
     other.stop()
     other.close()

@@ -112,8 +112,9 @@ def summary(stderr: str) -> dict[str, Any]:
 
 
 def common(zk_hosts: str, zk_root: str, *extra: str) -> list[str]:
+    # The test sites are on 127.0.0.1: the SSRF guard must let the producer connect there.
     return ["--zk", zk_hosts, "--root", zk_root, "--log-format", "json", "--delay", "0",
-            "--session-timeout", "4", *extra]
+            "--session-timeout", "4", "--allow-private-addresses", *extra]
 
 
 @pytest.fixture
@@ -129,7 +130,7 @@ def test_listing_walk_offers_exactly_the_expected_set_then_nothing_on_restart(
     seen_path = tmp_path / "seen.state"
     registered: list[list[str]] = []
     zk.ensure_path(f"{zk_root}/producers")
-    zk.kazoo.ChildrenWatch(f"{zk_root}/producers", lambda c: registered.append(list(c)))
+    zk.watch_children(f"{zk_root}/producers", lambda c: registered.append(list(c)))
     argv = common(zk_hosts, zk_root, "--start", f"{base}/list/1", "--start",
                   f"{base}/private/list", "--start", f"{base}/feed.json",
                   "--links-css", "a.item", "--next", NEXT, "--same-host",
@@ -200,7 +201,7 @@ def test_backpressure_holds_at_max_depth_until_items_are_removed(
     src.write_text("\n".join(urls) + "\n")
     zk.ensure_path(f"{zk_root}/queue")
     sizes: list[int] = []
-    zk.kazoo.ChildrenWatch(f"{zk_root}/queue", lambda c: sizes.append(len(c)))
+    zk.watch_children(f"{zk_root}/queue", lambda c: sizes.append(len(c)))
     rc: list[int] = []
     argv = common(zk_hosts, zk_root, "--from-file", str(src), "--max-depth", "100",
                   "--batch", "40", "--id", "bp")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from kazoo.client import KazooClient
+import pytest
 
 from tests.conftest import expire_session, wait_for
 from zkcrawl.queue import items as wire
@@ -118,14 +118,11 @@ def test_missing_queue_path_is_an_empty_queue(zk, zk_root):
     assert q.claim(1, timeout=5)[0].url == "http://127.0.0.1/after-reap"
 
 
-def test_curator_style_bare_offer_interoperates(zk_hosts, zk, zk_root):
-    raw = KazooClient(hosts=zk_hosts)
-    raw.start(10)
-    try:  # what SimpleDistributedQueue.offer(url.getBytes()) writes
-        raw.create(f"{zk_root}/queue/qn-", b"http://127.0.0.1/from-java",
-                   sequence=True, makepath=True)
-    finally:
-        raw.stop()
+def test_curator_style_bare_offer_interoperates(zk_factory, zk, zk_root):
+    other = zk_factory()  # what SimpleDistributedQueue.offer(url.getBytes()) writes
+    other.create(f"{zk_root}/queue/qn-", b"http://127.0.0.1/from-java",
+                 sequence=True, makepath=True)
+    other.close()
     q = LeaseQueue(zk, zk_root, "c")
     [c] = q.claim(1, timeout=5)
     assert c.url == "http://127.0.0.1/from-java" and c.error is None
@@ -157,6 +154,21 @@ def test_offer_batches_and_protected_retry_finds_committed_batch(zk, zk_root):
     assert found is not None and len(found) == 1
     assert q._find_committed(f"{zk_root}/offers/{'u' * 32}", "u" * 32, 1) is None
     assert q.depth() == 51
+
+
+def test_delivery_and_run_state_are_str_enums(zk, zk_root):
+    from zkcrawl.queue import control
+    from zkcrawl.queue.claims import AT_LEAST_ONCE, Delivery
+
+    assert AT_LEAST_ONCE is Delivery.AT_LEAST_ONCE and AT_LEAST_ONCE == "at-least-once"
+    assert Delivery("at-most-once") is AT_MOST_ONCE and f"{AT_MOST_ONCE}" == "at-most-once"
+    assert LeaseQueue(zk, zk_root, "c", delivery="at-most-once").delivery is AT_MOST_ONCE
+    with pytest.raises(ValueError, match="unknown delivery 'twice'"):
+        LeaseQueue(zk, zk_root, "c", delivery="twice")
+    assert control.PAUSED is control.RunState.PAUSED and control.PAUSED == "paused"
+    assert control.STATES == ("running", "paused")
+    assert control.parse_state(b'{"state": "paused"}') is control.PAUSED
+    assert json.dumps({"state": control.RUNNING}) == '{"state": "running"}'
 
 
 def test_sequence_sort_is_wrap_safe():

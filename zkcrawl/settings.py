@@ -75,9 +75,12 @@ class CommonSettings:
     session_timeout: float = opt(10.0, "ZooKeeper session timeout in seconds: how fast the "
                                  "leases of a dead process are released", metavar="S")
 
+    #: True where an empty ``--zk`` means something (bench: start a throwaway server).
+    zk_optional: typing.ClassVar[bool] = False
+
     def validate(self) -> None:
         """Raise :class:`UsageError` for values no command can work with."""
-        problem = zk_hosts_problem(self.zk)
+        problem = zk_hosts_problem(self.zk) if self.zk or not self.zk_optional else None
         if problem:
             raise UsageError(f"--zk: {problem} in {self.zk[:200]!r} "
                              "(expected HOST:PORT[,HOST:PORT...][/chroot])")

@@ -34,11 +34,9 @@ import math
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-from kazoo.exceptions import KazooException, NoNodeError
 
 from zkcrawl.errors import UsageError, ZkCrawlError
 from zkcrawl.politeness.cluster import read_slots
@@ -49,7 +47,17 @@ from zkcrawl.queue.items import Item
 from zkcrawl.queue.layout import Layout
 from zkcrawl.runner import connect
 from zkcrawl.settings import CommonSettings
-from zkcrawl.zk.client import ZkClient, gather, tx_ok
+from zkcrawl.zk import (
+    KazooException,
+    Multi,
+    NoNodeError,
+    Stat,
+    TxResult,
+    WatchedEvent,
+    ZkClient,
+    gather,
+    tx_ok,
+)
 
 # Consumer states that show a consumer is taking work (i.e. it has seen "running").
 _RUNNING_STATES = ("running", "idle")
@@ -84,7 +92,7 @@ def _children(zk: ZkClient, path: str) -> list[str]:
 
 
 def _read_json(zk: ZkClient, base: str, names: Sequence[str]
-               ) -> list[tuple[str, dict[str, Any], Any]]:
+               ) -> list[tuple[str, dict[str, Any], Stat]]:
     """(name, JSON object or {}, stat) for each node still there, read pipelined."""
     results = gather([zk.get_async(f"{base}/{n}") for n in names])
     out = []
@@ -101,7 +109,7 @@ def _read_json(zk: ZkClient, base: str, names: Sequence[str]
     return out
 
 
-def _age(now: float, doc: dict[str, Any], stat: Any) -> float:
+def _age(now: float, doc: dict[str, Any], stat: Stat) -> float:
     """Seconds since the node's last heartbeat (its own clock, else the server's mtime)."""
     at = untrusted.number(doc.get("heartbeat_at"), stat.mtime / 1000.0, lo=0.0)
     return round(max(0.0, now - at), 3)
@@ -128,7 +136,7 @@ def control_seen(doc: dict[str, Any]) -> str | None:
     return None
 
 
-def _consumer(now: float, name: str, doc: dict[str, Any], stat: Any, leases: int,
+def _consumer(now: float, name: str, doc: dict[str, Any], stat: Stat, leases: int,
               control: str) -> dict[str, Any]:
     seen = control_seen(doc)
     extra = {k: v for k, v in doc.items() if k not in ("heartbeat_at", "control")}
@@ -150,7 +158,7 @@ def _consumer(now: float, name: str, doc: dict[str, Any], stat: Any, leases: int
     }
 
 
-def _producer(now: float, name: str, doc: dict[str, Any], stat: Any) -> dict[str, Any]:
+def _producer(now: float, name: str, doc: dict[str, Any], stat: Stat) -> dict[str, Any]:
     extra = {k: v for k, v in doc.items() if k not in ("heartbeat_at",)}
     return {**extra, "id": str(doc.get("id") or name), "host": doc.get("host"),
             "state": doc.get("state", "unknown"), "heartbeat_age_s": _age(now, doc, stat)}
@@ -246,7 +254,7 @@ def dead_id(text: str) -> str:
     return f"{wire.DEAD_PREFIX}{int(raw):010d}" if int(raw) >= 0 else f"{wire.DEAD_PREFIX}{raw}"
 
 
-def _decode_dead(name: str, data: bytes, stat: Any) -> DeadLetter:
+def _decode_dead(name: str, data: bytes, stat: Stat) -> DeadLetter:
     doc, _why = untrusted.load_json(data)
     if not isinstance(doc, dict):
         text = data[:wire.DEAD_DATA_LIMIT].decode("utf-8", errors="backslashreplace")
@@ -312,7 +320,8 @@ def _requeue_body(item: Item) -> tuple[bytes | None, str]:
     return (body, "") if dec.item is not None else (None, f"{dec.error}: purge it instead")
 
 
-def _commit_each(zk: ZkClient, builds: Sequence[Any]) -> list[Any]:
+def _commit_each(zk: ZkClient, builds: Sequence[Callable[[Multi], None]]
+                 ) -> list[list[TxResult] | Exception]:
     """One small transaction per dead letter, pipelined: a letter changed meanwhile by
     someone else fails alone and does not hold the others back."""
     txs = []
@@ -328,7 +337,7 @@ def requeue_dead(zk: ZkClient, root: str, letters: Sequence[DeadLetter]) -> Outc
     p = _paths(root)
     zk.ensure_path(p["queue"])
     out = Outcome()
-    ops: list[tuple[str, Any]] = []
+    ops: list[tuple[str, Callable[[Multi], None]]] = []
     for letter in letters:
         item = requeue_item(letter)
         if item is None:
@@ -339,7 +348,7 @@ def requeue_dead(zk: ZkClient, root: str, letters: Sequence[DeadLetter]) -> Outc
             out.skipped.append((letter.id, why))
             continue
 
-        def build(tx: Any, name: str = letter.id, body: bytes = body) -> None:
+        def build(tx: Multi, name: str = letter.id, body: bytes = body) -> None:
             tx.create(f"{p['queue']}/{wire.PREFIX}", body, sequence=True)
             tx.delete(f"{p['dead']}/{name}")
 
@@ -356,7 +365,7 @@ def purge_dead(zk: ZkClient, root: str, letters: Sequence[DeadLetter]) -> Outcom
     """Delete the given dead letters for good."""
     base = _paths(root)["dead"]
     out = Outcome()
-    results = gather([zk.kazoo.delete_async(f"{base}/{d.id}") for d in letters])
+    results = gather([zk.delete_async(f"{base}/{d.id}") for d in letters])
     for letter, res in zip(letters, results, strict=True):
         if isinstance(res, NoNodeError):
             out.skipped.append((letter.id, "already gone"))
@@ -400,7 +409,7 @@ def purge_queue(zk: ZkClient, root: str) -> tuple[int, int]:
     p = _paths(root)
     names = _children(zk, p["queue"])
     leased = set(_children(zk, p["leases"]))
-    results = gather([zk.kazoo.delete_async(f"{p['queue']}/{n}") for n in names])
+    results = gather([zk.delete_async(f"{p['queue']}/{n}") for n in names])
     deleted = [n for n, r in zip(names, results, strict=True) if not isinstance(r, Exception)]
     return len(deleted), len(leased.intersection(deleted))
 
@@ -416,7 +425,7 @@ def wait_acknowledged(zk: ZkClient, root: str, timeout: float) -> list[str]:
     deadline = time.monotonic() + timeout
     changed = threading.Event()
 
-    def wake(_event: Any) -> None:
+    def wake(_event: WatchedEvent) -> None:
         changed.set()  # kazoo thread: set a flag, never block
 
     while True:

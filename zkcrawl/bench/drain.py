@@ -3,7 +3,8 @@
 Cases (same server, a fresh root per case):
 
 * ``seed_take``      the seed's take: getChildren + sort + getData + delete, every time
-* ``kazoo_locking``  kazoo's LockingQueue get + consume
+* ``kazoo_locking``  kazoo's LockingQueue get + consume (on a KazooClient of its own: the
+  one kazoo import outside zkcrawl/zk, an exception pyproject's ruff config names)
 * ``zkcrawl_alo``    LeaseQueue at-least-once claim + complete
 * ``zkcrawl_alo_uncounted``  the same without counting claims (SPEC §3's "a holder's
   death is an attempt"): the baseline of that feature's cost, in the same run
@@ -35,7 +36,7 @@ from zkcrawl.queue import items as wire
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.layout import Layout
 from zkcrawl.queue.leases import AT_LEAST_ONCE, AT_MOST_ONCE, LeaseQueue
-from zkcrawl.zk.client import ZkClient, gather
+from zkcrawl.zk import ZkClient, gather
 
 SAMPLE = 300
 
@@ -52,7 +53,7 @@ def _trim(zk: ZkClient, path: str, keep: int) -> None:
     names = [name for _, name in wire.sort_names(zk.get_children(path))]
     doomed = names[: max(0, len(names) - keep)]
     for i in range(0, len(doomed), 2000):
-        gather([zk.kazoo.delete_async(f"{path}/{n}") for n in doomed[i:i + 2000]])
+        gather([zk.delete_async(f"{path}/{n}") for n in doomed[i:i + 2000]])
 
 
 def _seed_take(zk: ZkClient, path: str) -> bytes | None:
@@ -101,15 +102,20 @@ def bench_seed(zk: ZkClient, n: int) -> dict[str, float]:
 
 
 def bench_kazoo(zk: ZkClient, n: int) -> dict[str, float]:
+    from kazoo.client import KazooClient
     from kazoo.recipe.queue import LockingQueue
 
+    # kazoo's own recipe is the baseline, so it runs on a plain KazooClient of its own
+    # (ZkClient keeps its kazoo client private), on the same server as the other cases.
+    raw = KazooClient(hosts=zk.hosts, timeout=30)
+    raw.start(timeout=zk.zk_timeout)
     root = f"/bench-{uuid.uuid4().hex[:8]}"
     holder: dict[str, Any] = {}
 
     def reset(depth: int) -> None:
         if zk.exists(root):
             zk.delete(root, recursive=True)
-        q = LockingQueue(zk.kazoo, root)
+        q = LockingQueue(raw, root)
         for i in range(0, depth, 1000):
             chunk = range(i, min(depth, i + 1000))
             q.put_all([f"http://127.0.0.1:9/a/{j}".encode() for j in chunk])
@@ -120,8 +126,12 @@ def bench_kazoo(zk: ZkClient, n: int) -> dict[str, float]:
         q.get(timeout=5)
         q.consume()
 
-    res = _sampled(take, n, reset)
-    zk.delete(root, recursive=True)
+    try:
+        res = _sampled(take, n, reset)
+        zk.delete(root, recursive=True)
+    finally:
+        raw.stop()
+        raw.close()
     return res
 
 

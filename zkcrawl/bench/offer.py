@@ -34,7 +34,7 @@ from zkcrawl import logs
 from zkcrawl.admin.localzk import ZkServer
 from zkcrawl.queue.layout import Layout
 from zkcrawl.seen import SeenSet
-from zkcrawl.zk.client import ZkClient, gather
+from zkcrawl.zk import ZkClient, gather
 
 SEED_SAMPLE = 5_000
 SEEN_N = 1_000_000
@@ -69,7 +69,7 @@ def bench_seed(zk: ZkClient, root: str, urls: list[str]) -> dict[str, Any]:
     zk.ensure_path(path)
     t0 = time.perf_counter()
     for url in urls:
-        zk.kazoo.create(f"{path}/qn-", url.encode(), sequence=True)
+        zk.create(f"{path}/qn-", url.encode(), sequence=True)
     elapsed = time.perf_counter() - t0
     return {"urls_per_s": round(len(urls) / elapsed, 1), "sample": len(urls),
             "elapsed_s": round(elapsed, 3), "round_trips_per_url": 1.0}
@@ -126,8 +126,8 @@ def _drop(hosts: str, root: str) -> None:
                 continue
             names = zk.get_children(path)
             for i in range(0, len(names), 2000):
-                gather([zk.kazoo.delete_async(f"{path}/{n}") for n in names[i:i + 2000]])
-        zk.kazoo.delete(root, recursive=True)
+                gather([zk.delete_async(f"{path}/{n}") for n in names[i:i + 2000]])
+        zk.delete(root, recursive=True)
     finally:
         zk.close()
 

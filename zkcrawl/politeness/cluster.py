@@ -35,17 +35,22 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import quote, unquote
 
 import structlog
-from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
-from kazoo.handlers.threading import KazooTimeoutError
 
 from zkcrawl.politeness.local import LocalPoliteness
 from zkcrawl.queue import untrusted
 from zkcrawl.queue.layout import Layout
-from zkcrawl.zk.client import ZkClient
+from zkcrawl.zk import (
+    BadVersionError,
+    KazooException,
+    KazooTimeoutError,
+    NodeExistsError,
+    NoNodeError,
+    Stat,
+    ZkClient,
+)
 
 __all__ = ["ClusterPoliteness", "HostSlot", "read_slots"]
 
@@ -116,7 +121,7 @@ class ClusterPoliteness:
         horizon = time.time() - idle
         stale = [slot for slot in read_slots(self.zk, self.path) if slot.time < horizon]
         deleted = 0
-        dels = [self.zk.kazoo.delete_async(f"{self.path}/{slot.node}", version=slot.version)
+        dels = [self.zk.delete_async(f"{self.path}/{slot.node}", version=slot.version)
                 for slot in stale]
         for res in dels:
             try:
@@ -157,10 +162,10 @@ class ClusterPoliteness:
         """Compare-and-set the host's time to ``start_of(now, current) + gap``; returns the
         start. ``start_of`` is ``(now, current) -> start``."""
         path = f"{self.path}/{quote(host, safe='')}"
-        kazoo = self.zk.kazoo
+        zk = self.zk
         for _ in range(_RACES):
             try:
-                data, stat = kazoo.get(path)
+                data, stat = zk.get(path)
                 free, version = _time(data, path, stat), stat.version
             except NoNodeError:
                 free, version = -math.inf, None
@@ -169,9 +174,9 @@ class ClusterPoliteness:
             value = f"{max(start + gap, free):.6f}".encode()
             try:
                 if version is None:
-                    kazoo.create(path, value)
+                    zk.create(path, value)
                 else:
-                    kazoo.set(path, value, version=version)
+                    zk.set(path, value, version=version)
                 return float(start)
             except (BadVersionError, NodeExistsError, NoNodeError):
                 continue  # another consumer moved it (or pruned it) first: read again
@@ -207,7 +212,7 @@ def read_slots(zk: ZkClient, path: str) -> list[HostSlot]:
     """Every host's slot under ``path`` (``<root>/hosts``), read with multiRead in chunks;
     a node deleted between the listing and the read is left out."""
     try:
-        names = zk.kazoo.get_children(path)
+        names = zk.get_children(path)
     except NoNodeError:
         return []
     slots: list[HostSlot] = []
@@ -219,7 +224,7 @@ def read_slots(zk: ZkClient, path: str) -> list[HostSlot]:
     return slots
 
 
-def _time(data: bytes | None, path: str | None = None, stat: Any = None) -> float:
+def _time(data: bytes | None, path: str | None = None, stat: Stat | None = None) -> float:
     """The slot in a host node (untrusted, SPEC §2): a Unix time no further than
     ``MAX_AHEAD`` from now. Anything else is no constraint (-inf) -- the next reservation
     overwrites it -- and, given ``path``, a warning once per node version."""

@@ -35,13 +35,10 @@ import json
 import re
 import threading
 from collections.abc import Iterable, Sequence
-from typing import Any
-
-from kazoo.exceptions import NoNodeError
 
 from zkcrawl.logs import get_logger
 from zkcrawl.queue import untrusted
-from zkcrawl.zk.client import ZkClient, tx_ok
+from zkcrawl.zk import Multi, NoNodeError, Stat, ZkClient, tx_ok
 
 log = get_logger(__name__)
 
@@ -66,7 +63,7 @@ class ClaimLog:
         zk.ensure_path(path)
 
     # -- the holder's side -------------------------------------------------------------
-    def add_ops(self, tx: Any, names: Sequence[str], session: int | None) -> str:
+    def add_ops(self, tx: Multi, names: Sequence[str], session: int | None) -> str:
         """Add the record of ``names`` (and its twin) to lease transaction ``tx``."""
         record = f"{session or 0:016x}.{next(self._n)}"
         body = json.dumps(list(names), separators=(",", ":")).encode()
@@ -117,18 +114,18 @@ class ClaimLog:
             self._record_of.clear()
 
     def _take_out(self, names: Iterable[str]) -> list[str]:
-        emptied = []
+        emptied: list[str] = []
         with self._lock:
             for name in names:
                 record = self._record_of.pop(name, None)
                 left = self._names.get(record) if record else None
-                if left is None:
+                if left is None or record is None:
                     continue
                 left.discard(name)
                 if not left:
-                    del self._names[record]  # type: ignore[arg-type]
+                    del self._names[record]
                     emptied.append(record)
-        return emptied  # type: ignore[return-value]
+        return emptied
 
     # -- the reaper's side -------------------------------------------------------------
     def reap(self, children: Sequence[str]) -> int:
@@ -146,7 +143,7 @@ class ClaimLog:
             return 0  # reaped by another consumer
         names = self._decode(path, data, stat)
         if names is None:  # garbage in our namespace: warned about, then removed
-            self.zk.kazoo.delete_async(path, stat.version)
+            self.zk.delete_async(path, stat.version)
             return 0
         reads = self.zk.get_many([f"{self.queue_path}/{n}" for n in names])
         alive = [n for n, r in zip(names, reads, strict=True) if not isinstance(r, Exception)]
@@ -163,7 +160,7 @@ class ClaimLog:
         return len(alive)
 
     @staticmethod
-    def _decode(path: str, data: bytes, stat: Any) -> list[str] | None:
+    def _decode(path: str, data: bytes, stat: Stat) -> list[str] | None:
         doc, why = untrusted.load_json(data, limit=_NAMES_MAX * 16)
         names = doc if isinstance(doc, list) else None
         if names is None or not all(isinstance(n, str) and _ITEM_NAME.match(n) for n in names):

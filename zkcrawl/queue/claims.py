@@ -5,13 +5,26 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from zkcrawl.queue.items import Item
 
-__all__ = ["AT_LEAST_ONCE", "AT_MOST_ONCE", "Claimed", "CompleteResult", "QueueStats"]
+__all__ = ["AT_LEAST_ONCE", "AT_MOST_ONCE", "Claimed", "CompleteResult", "Delivery",
+           "QueueStats"]
 
-AT_LEAST_ONCE = "at-least-once"
-AT_MOST_ONCE = "at-most-once"
+
+class Delivery(StrEnum):
+    """A queue's delivery guarantee (a ``str``: equal to its value, e.g. ``--delivery``'s)."""
+
+    AT_LEAST_ONCE = "at-least-once"  # a lease per claim, deleted on completion: none lost
+    AT_MOST_ONCE = "at-most-once"  # delete on take (the seed's): in flight at a crash, lost
+
+    def __repr__(self) -> str:  # the plain string it replaced, e.g. in argparse's messages
+        return repr(self.value)
+
+
+AT_LEAST_ONCE = Delivery.AT_LEAST_ONCE  # the names callers have always used
+AT_MOST_ONCE = Delivery.AT_MOST_ONCE
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """``<root>/control``: the cluster-wide run state, ``{"state": "running"|"paused"}``.
 
 Writers (``zkcrawl pause`` / ``resume``) set it; every consumer keeps a data watch
-on it (kazoo's DataWatch re-arms itself and also fires on create/delete). A missing
+on it (:meth:`ZkClient.watch_data`, kazoo's DataWatch: it re-arms itself and also fires on
+create/delete). A missing
 node means ``running``. A malformed one (untrusted data, SPEC §2: not JSON, nested too
 deep, an unknown state...) is a warning, once per node version, and leaves the watcher
 in its last good state (``running`` at start): a broken control node neither stops nor
@@ -14,21 +15,29 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
-
-from kazoo.exceptions import NodeExistsError, NoNodeError
-from kazoo.recipe.watchers import DataWatch
+from enum import StrEnum
 
 from zkcrawl.queue import untrusted
 from zkcrawl.queue.layout import Layout
-from zkcrawl.zk.client import ZkClient
-
-RUNNING = "running"
-PAUSED = "paused"
-STATES = (RUNNING, PAUSED)
+from zkcrawl.zk import NodeExistsError, NoNodeError, Stat, ZkClient
 
 
-def decode_state(data: bytes | None) -> tuple[str | None, str | None]:
+class RunState(StrEnum):
+    """The cluster-wide run state (a ``str``: equal to its value, JSON-serializable)."""
+
+    RUNNING = "running"
+    PAUSED = "paused"
+
+    def __repr__(self) -> str:  # the plain string it replaced, e.g. in argparse's messages
+        return repr(self.value)
+
+
+RUNNING = RunState.RUNNING  # the names callers have always used
+PAUSED = RunState.PAUSED
+STATES = tuple(RunState)
+
+
+def decode_state(data: bytes | None) -> tuple[RunState | None, str | None]:
     """``(state, None)``, or ``(None, reason)`` for malformed data; never raises."""
     doc, why = untrusted.load_object(data, {"state": str}, limit=4096)
     if doc is None:
@@ -36,15 +45,15 @@ def decode_state(data: bytes | None) -> tuple[str | None, str | None]:
     state = doc.get("state")
     if state not in STATES:
         return None, "no 'state' of running|paused"
-    return state, None
+    return RunState(state), None
 
 
-def parse_state(data: bytes | None) -> str:
+def parse_state(data: bytes | None) -> RunState:
     """The state, ``running`` for malformed data (no warning: see :class:`ControlWatch`)."""
     return decode_state(data)[0] or RUNNING
 
 
-def read_state(zk: ZkClient, root: str) -> str:
+def read_state(zk: ZkClient, root: str) -> RunState:
     """The state now; a missing or malformed node reads as ``running`` (and warns)."""
     path = Layout.of(root).control
     try:
@@ -59,7 +68,8 @@ def read_state(zk: ZkClient, root: str) -> str:
 
 
 def set_state(zk: ZkClient, root: str, state: str, by: str = "zkcrawl") -> None:
-    """Write the cluster state; returns once ZooKeeper has it."""
+    """Write the cluster state (a :class:`RunState` or its value); returns once ZooKeeper
+    has it."""
     if state not in STATES:
         raise ValueError(state)
     body = json.dumps({"state": state, "updated_at": round(time.time(), 3), "by": by}).encode()
@@ -74,25 +84,21 @@ class ControlWatch:
     """Tracks the control state; ``wait_running`` blocks while paused."""
 
     def __init__(self, zk: ZkClient, root: str,
-                 on_change: Callable[[str], Any] | None = None) -> None:
+                 on_change: Callable[[RunState], object] | None = None) -> None:
         self.state = RUNNING
         self._running = threading.Event()
         self._running.set()
         self._on_change = on_change
         self._path = Layout.of(root).control
         zk.ensure_path(root)
-        DataWatch(zk.kazoo, self._path, self._changed)
+        zk.watch_data(self._path, self._changed)
 
-    def _changed(self, data: bytes | None, stat: Any, *_: Any) -> None:
+    def _changed(self, data: bytes | None, stat: Stat | None, *_: object) -> None:
         # kazoo thread: set flags, never block
-        if stat is None:
-            state: str | None = RUNNING  # no node: running
-        else:
-            state, why = decode_state(data)
-            if state is None:  # keep the last good state
-                untrusted.MALFORMED.warn(self._path, untrusted.version_of(stat),
-                                         why or "malformed")
-                return
+        state, why = (RUNNING, None) if stat is None else decode_state(data)  # no node: running
+        if state is None:  # malformed: keep the last good state
+            untrusted.MALFORMED.warn(self._path, untrusted.version_of(stat), why or "malformed")
+            return
         self.state = state
         if self.state == PAUSED:
             self._running.clear()

@@ -20,6 +20,9 @@ from zkcrawl.queue import untrusted
 from zkcrawl.queue.layout import DEAD_PREFIX, ITEM_PREFIX
 from zkcrawl.queue.untrusted import ITEM_LIMIT, URL_LIMIT
 
+__all__ = ["DEAD_DATA_LIMIT", "DEAD_PREFIX", "ERROR_LIMIT", "ITEM_LIMIT", "MAX_ATTEMPT", "PREFIX",
+           "URL_LIMIT", "Decoded", "Item", "dead_letter", "decode", "parse_seq", "sort_names"]
+
 PREFIX = ITEM_PREFIX
 DEAD_DATA_LIMIT = 4096
 ERROR_LIMIT = 200  # a stored error (``meta.last_error``, a dead letter's ``error``)
@@ -91,7 +94,8 @@ def _from_json(doc: Any, *, escaped: bool) -> Decoded:
     attempt = doc.get("attempt", 0)
     if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 0:
         attempt = 0
-    meta = doc.get("meta") if isinstance(doc.get("meta"), dict) else {}
+    raw_meta = doc.get("meta")
+    meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
     enq = untrusted.number(doc.get("enqueued_at"), -1.0, lo=0.0)
     producer = doc.get("producer")
     batch = doc.get("batch")

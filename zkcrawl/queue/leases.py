@@ -66,41 +66,55 @@ import json
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from typing import Any
-
-from kazoo.exceptions import (
-    ConnectionLoss,
-    KazooException,
-    NoNodeError,
-    RolledBackError,
-    RuntimeInconsistency,
-    SessionExpiredError,
-)
+from typing import Any, TypeAlias
 
 from zkcrawl.errors import UsageError
 from zkcrawl.logs import get_logger
 from zkcrawl.queue import items as wire
 from zkcrawl.queue.claimlog import ClaimLog
-from zkcrawl.queue.claims import AT_LEAST_ONCE, AT_MOST_ONCE, Claimed, CompleteResult, QueueStats
+from zkcrawl.queue.claims import (
+    AT_LEAST_ONCE,
+    AT_MOST_ONCE,
+    Claimed,
+    CompleteResult,
+    Delivery,
+    QueueStats,
+)
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.layout import Layout
 from zkcrawl.queue.offers import BatchOffers, QueueSuspended
-from zkcrawl.zk.client import KazooState, ZkClient, gather, tx_ok
-
-__all__ = ["AT_LEAST_ONCE", "AT_MOST_ONCE", "Claimed", "CompleteResult", "LeaseQueue",
-           "QueueStats", "QueueSuspended"]
+from zkcrawl.zk import (
+    ConnectionLoss,
+    KazooException,
+    Multi,
+    NoNodeError,
+    Pending,
+    ReadResult,
+    RolledBackError,
+    RuntimeInconsistency,
+    SessionExpiredError,
+    Stat,
+    TxResult,
+    WatchedEvent,
+    ZkClient,
+    ZkState,
+    gather,
+    tx_ok,
+)
 
 log = get_logger(__name__)
 
+Cand: TypeAlias = tuple[int, str]  # (sequence number, item name)
+Build: TypeAlias = Callable[[Multi, Claimed], None]  # adds an outcome's ops for one item
 
 
 class LeaseQueue:
     """A FIFO-ish work queue in ZooKeeper where a claim is an ephemeral lease."""
 
     def __init__(self, zk: ZkClient, root: str, consumer_id: str = "anonymous", *,
-                 delivery: str = AT_LEAST_ONCE, claim_batch: int = 100,
+                 delivery: Delivery | str = AT_LEAST_ONCE, claim_batch: int = 100,
                  complete_batch: int = 200, offer_batch: int = 500,
                  count_claims: bool = True) -> None:
         if delivery not in (AT_LEAST_ONCE, AT_MOST_ONCE):
@@ -114,7 +128,7 @@ class LeaseQueue:
         self.offer_path = self.layout.offers
         self.consumers_path = self.layout.consumers
         self.consumer_id = consumer_id
-        self.delivery = delivery
+        self.delivery = Delivery(delivery)
         self.claim_batch = max(1, claim_batch)
         self.complete_batch = max(1, complete_batch)
         self.offer_batch = max(1, offer_batch)
@@ -123,8 +137,8 @@ class LeaseQueue:
         self._lock = threading.RLock()
         self._held: dict[str, Claimed] = {}
         self._lost: list[Claimed] = []
-        self._own: deque[tuple[int, str]] = deque()
-        self._steal: deque[tuple[int, str]] = deque()
+        self._own: deque[Cand] = deque()
+        self._steal: deque[Cand] = deque()
         self._steal_fresh = False
         self._changed = threading.Event()
         self._connected = threading.Event()
@@ -144,11 +158,11 @@ class LeaseQueue:
 
     # -- connection state (kazoo thread: set flags only) ---------------------
     def _on_state(self, state: str) -> bool:
-        if state == KazooState.CONNECTED:
+        if state == ZkState.CONNECTED:
             self._connected.set()
         else:
             self._connected.clear()
-            if state == KazooState.LOST:
+            if state == ZkState.LOST:
                 self._lost_flag.set()
         self._changed.set()
         return False
@@ -255,12 +269,12 @@ class LeaseQueue:
     def _relist(self, watch: bool) -> None:
         cb = self._on_children if watch else None
         q_res, l_res, c_res, r_res = gather([
-            self.zk.kazoo.get_children_async(self.queue_path, watch=cb),
-            self.zk.kazoo.get_children_async(self.lease_path, watch=cb),
-            self.zk.kazoo.get_children_async(self.consumers_path),
+            self.zk.get_children_async(self.queue_path, watch=cb),
+            self.zk.get_children_async(self.lease_path, watch=cb),
+            self.zk.get_children_async(self.consumers_path),
             # After the leases (one session: in this order on the server), so every item
             # unleased in that listing has its holder's death in this one.
-            self.zk.kazoo.get_children_async(self.claims_path),
+            self.zk.get_children_async(self.claims_path),
         ])
         self.stats.listings += 1
         self.stats.requests += 1
@@ -272,9 +286,10 @@ class LeaseQueue:
         if isinstance(l_res, NoNodeError):
             self.zk.ensure_path(self.lease_path)
             l_res = []
-        for res in (q_res, l_res):
-            if isinstance(res, Exception):
-                raise res
+        if isinstance(q_res, Exception):
+            raise q_res
+        if isinstance(l_res, Exception):
+            raise l_res
         leased = set(l_res)
         pairs = [p for p in wire.sort_names(q_res) if p[1] not in leased]
         consumers = [] if isinstance(c_res, Exception) else sorted(set(c_res))
@@ -291,7 +306,7 @@ class LeaseQueue:
             self._steal = deque(others)
             self._steal_fresh = not own  # steal only from a list made after own ran out
 
-    def _on_children(self, _event: Any) -> None:
+    def _on_children(self, _event: WatchedEvent) -> None:
         self._changed.set()
 
     def _claim_cached(self, max_items: int) -> list[Claimed]:
@@ -314,8 +329,7 @@ class LeaseQueue:
         self.stats.claimed += len(got)
         return got
 
-    def _lease_tx(self, batch: Sequence[tuple[int, str]], body: bytes
-                  ) -> tuple[Any, str | None]:
+    def _lease_tx(self, batch: Sequence[Cand], body: bytes) -> tuple[Multi, str | None]:
         """[create lease x n] + the claim record of the batch (:mod:`zkcrawl.queue.claimlog`,
         after the leases: a failed op's index is still its item's)."""
         tx = self.zk.transaction()
@@ -329,15 +343,15 @@ class LeaseQueue:
             record = self._claimlog.add_ops(tx, [n for _, n in batch], self.zk.session_id)
         return tx, record
 
-    def _leased(self, batch: Sequence[tuple[int, str]], record: str | None, results: Any
-                ) -> bool:
+    def _leased(self, batch: Sequence[Cand], record: str | None,
+                results: list[TxResult] | Exception) -> bool:
         """Did the lease transaction commit? If so its claim record is ours to settle."""
         ok = isinstance(results, list) and _first_error(results) is None
         if ok and record is not None and self._claimlog is not None:
             self._claimlog.committed(record, [n for _, n in batch])
         return ok
 
-    def _lease(self, cands: list[tuple[int, str]]) -> list[Claimed]:
+    def _lease(self, cands: list[Cand]) -> list[Claimed]:
         """Lease a batch in one transaction; the items' data is read in the same flight."""
         body = json.dumps({"consumer": self.consumer_id,
                            "claimed_at": round(time.time(), 3)}).encode()
@@ -350,6 +364,7 @@ class LeaseQueue:
             # session's requests in order): one multiRead, no extra round trip waited for.
             reads = self.zk.get_many([f"{self.queue_path}/{n}" for _, n in cands])
             results = pending.get()
+            got: list[tuple[Cand, ReadResult]]
             if self._leased(cands, record, results):
                 got = list(zip(cands, reads, strict=True))
             else:
@@ -362,8 +377,8 @@ class LeaseQueue:
             got = self._recover_leases(cands)
         return self._hold(got, session)
 
-    def _lease_retry(self, cands: list[tuple[int, str]], body: bytes, results: list[Any]
-                     ) -> list[tuple[int, str]]:
+    def _lease_retry(self, cands: list[Cand], body: bytes, results: list[TxResult]
+                     ) -> list[Cand]:
         """A batch that met a taken lease: drop that item and retry the rest (a taken item
         is usually alone: the others walk their own share); after 3 such rounds fall
         back to single creates, pipelined."""
@@ -392,25 +407,23 @@ class LeaseQueue:
         self.stats.wasted += len(cands) - len(won)
         return won
 
-    def _recover_leases(self, cands: list[tuple[int, str]]
-                        ) -> list[tuple[tuple[int, str], Any]]:
+    def _recover_leases(self, cands: list[Cand]) -> list[tuple[Cand, ReadResult]]:
         """ConnectionLoss mid-claim: keep the leases the server did give us."""
         if not self._connected.wait(self.zk.zk_timeout):
             return []
         session = self.zk.session_id
-        stats = gather([self.zk.kazoo.exists_async(f"{self.lease_path}/{n}") for _, n in cands])
+        stats = gather([self.zk.exists_async(f"{self.lease_path}/{n}") for _, n in cands])
         mine = [c for c, st in zip(cands, stats, strict=True)
                 if st is not None and not isinstance(st, Exception)
                 and st.ephemeralOwner == session]
         datas = self.zk.get_many([f"{self.queue_path}/{n}" for _, n in mine])
         return list(zip(mine, datas, strict=True))
 
-    def _hold(self, won: list[tuple[tuple[int, str], Any]], session: int | None
-              ) -> list[Claimed]:
+    def _hold(self, won: list[tuple[Cand, ReadResult]], session: int | None) -> list[Claimed]:
         out = []
         for (seq, name), res in won:
             if isinstance(res, Exception):  # vanished under our lease (a purge): let go
-                self.zk.kazoo.delete_async(f"{self.lease_path}/{name}")
+                self.zk.delete_async(f"{self.lease_path}/{name}")
                 if self._claimlog is not None:
                     self._claimlog.settled([name])
                 continue
@@ -420,19 +433,21 @@ class LeaseQueue:
                 self._held[c.name] = c
         return out
 
-    def _claimed(self, seq: int, name: str, res: Any, session: int | None) -> Claimed:
-        data, stat = bytes(res[0] or b""), res[1]
+    def _claimed(self, seq: int, name: str, res: tuple[bytes, Stat], session: int | None
+                 ) -> Claimed:
+        data, stat = res
         dec = wire.decode(data)
         deaths = stat.cversion // 2 if session is not None and self._claimlog else 0
         return Claimed(name=name, seq=seq, data=data, item=dec.item, error=dec.error,
                        ctime=stat.ctime / 1000.0, session=session, bare=dec.bare,
                        deaths=deaths)
 
-    def _take(self, cands: list[tuple[int, str]]) -> list[Claimed]:
+    def _take(self, cands: list[Cand]) -> list[Claimed]:
         """At-most-once: read, then delete; whoever deletes first owns the item."""
         paths = [f"{self.queue_path}/{n}" for _, n in cands]
         reads = self.zk.get_many(paths)
-        live = [(c, r) for c, r in zip(cands, reads, strict=True) if not isinstance(r, Exception)]
+        live = [(c, r) for c, r in zip(cands, reads, strict=True)
+                if not isinstance(r, Exception)]
         tx = self.zk.transaction()
         for (_, name), _ in live:
             tx.delete(f"{self.queue_path}/{name}")
@@ -441,8 +456,7 @@ class LeaseQueue:
             won = live
         else:
             self.stats.wasted += 1
-            dels = gather([self.zk.kazoo.delete_async(f"{self.queue_path}/{c[1]}")
-                           for c, _ in live])
+            dels = gather([self.zk.delete_async(f"{self.queue_path}/{c[1]}") for c, _ in live])
             won = [lr for lr, d in zip(live, dels, strict=True) if not isinstance(d, Exception)]
         return [self._claimed(seq, name, r, None) for (seq, name), r in won]
 
@@ -468,7 +482,7 @@ class LeaseQueue:
         if self._claimlog is not None:
             self._claimlog.settled(gone)
 
-    def _run_per_item(self, mine: list[Claimed], build: Any) -> CompleteResult:
+    def _run_per_item(self, mine: list[Claimed], build: Build) -> CompleteResult:
         """Commit one transaction for all, falling back to one per item."""
         done: list[Claimed] = []
         lost: list[Claimed] = []
@@ -482,7 +496,7 @@ class LeaseQueue:
                 if tx_ok(results):
                     done.extend(chunk)
                     continue
-                singles = []
+                singles: list[Pending[list[TxResult]]] = []
                 for c in chunk:
                     one = self.zk.transaction()
                     build(one, c)
@@ -495,7 +509,7 @@ class LeaseQueue:
         self._forget(done + lost)
         return CompleteResult(done, lost)
 
-    def _settled(self, c: Claimed, res: Any) -> bool:
+    def _settled(self, c: Claimed, res: list[TxResult] | Exception) -> bool:
         """Per-item outcome of a failed transaction ending in [delete item, delete lease].
 
         Done unless our lease was gone while the item still exists: then another
@@ -509,10 +523,10 @@ class LeaseQueue:
         if self.delivery == AT_LEAST_ONCE and failed == len(res) - 1:
             return False  # the lease was gone; the item was not deleted (rolled back)
         # Item already gone (completed by us before a ConnectionLoss, or purged).
-        self.zk.kazoo.delete_async(f"{self.lease_path}/{c.name}")
+        self.zk.delete_async(f"{self.lease_path}/{c.name}")
         return True
 
-    def _drop_lease_ops(self, tx: Any, c: Claimed) -> None:
+    def _drop_lease_ops(self, tx: Multi, c: Claimed) -> None:
         if self.delivery == AT_LEAST_ONCE:
             tx.delete(f"{self.queue_path}/{c.name}")
             tx.delete(f"{self.lease_path}/{c.name}")
@@ -537,7 +551,7 @@ class LeaseQueue:
         mine, _ = self._owned(claimed)
         if self._claimlog is not None:  # first out of the records: not a death if we die now
             self._claimlog.released([c.name for c in mine])
-        dels = gather([self.zk.kazoo.delete_async(f"{self.lease_path}/{c.name}") for c in mine])
+        dels = gather([self.zk.delete_async(f"{self.lease_path}/{c.name}") for c in mine])
         del dels
         self._forget(mine)
 
@@ -558,7 +572,7 @@ class LeaseQueue:
         if len(data) > wire.ITEM_LIMIT:
             return self.dead_letter(c, f"{error[:80]}; item too large to retry")
 
-        def build(tx: Any, cl: Claimed) -> None:
+        def build(tx: Multi, cl: Claimed) -> None:
             tx.create(f"{self.queue_path}/{wire.PREFIX}", data, sequence=True)
             self._drop_lease_ops(tx, cl)
 
@@ -570,13 +584,13 @@ class LeaseQueue:
         tries = c.attempt if error == "abandoned" else c.attempt + 1
         body = wire.dead_letter(c.name, c.url, error, tries, c.data)
 
-        def build(tx: Any, cl: Claimed) -> None:
+        def build(tx: Multi, cl: Claimed) -> None:
             tx.create(f"{self.dead_path}/{wire.DEAD_PREFIX}", body, sequence=True)
             self._drop_lease_ops(tx, cl)
 
         return self._outcome(c, build)
 
-    def _outcome(self, c: Claimed, build: Any) -> CompleteResult:
+    def _outcome(self, c: Claimed, build: Build) -> CompleteResult:
         if self.delivery == AT_MOST_ONCE:
             tx = self.zk.transaction()
             build(tx, c)
@@ -600,7 +614,7 @@ class ItemRefused(UsageError):
     """An offered item is over the size limit (SPEC §2): nothing was sent."""
 
 
-def _first_error(results: list[Any]) -> int | None:
+def _first_error(results: Sequence[TxResult]) -> int | None:
     """Index of the op that failed a transaction (the others are rolled back)."""
     for i, r in enumerate(results):
         if isinstance(r, Exception) and not isinstance(r, RolledBackError | RuntimeInconsistency):
@@ -612,5 +626,5 @@ def _remaining(deadline: float | None) -> float | None:
     return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
-__all__ = ["AT_LEAST_ONCE", "AT_MOST_ONCE", "Claimed", "CompleteResult", "KazooException",
-           "LeaseQueue", "QueueStats", "QueueSuspended"]
+__all__ = ["AT_LEAST_ONCE", "AT_MOST_ONCE", "Claimed", "CompleteResult", "Delivery",
+           "ItemRefused", "KazooException", "LeaseQueue", "QueueStats", "QueueSuspended"]

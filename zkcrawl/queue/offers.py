@@ -18,19 +18,27 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Any
-
-from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError
+from typing import TypeAlias, cast
 
 from zkcrawl.errors import ZkCrawlError
 from zkcrawl.logs import get_logger
 from zkcrawl.queue import items as wire
 from zkcrawl.queue.items import Item
-from zkcrawl.zk.client import ZkClient, tx_ok
+from zkcrawl.zk import (
+    ConnectionLoss,
+    NoNodeError,
+    Pending,
+    SessionExpiredError,
+    WatchedEvent,
+    ZkClient,
+    tx_ok,
+)
 
 MAX_TX_BYTES = 256 * 1024  # far below ZooKeeper's 1 MB jute.maxbuffer per request
 
 log = get_logger(__name__)
+
+Offered: TypeAlias = Pending[list[str | Exception]]  # a batch's transaction in flight
 
 
 class QueueSuspended(ZkCrawlError):
@@ -58,7 +66,7 @@ class BatchOffers:
         server's work on the previous one.
         """
         names: list[str] = []
-        inflight: deque[tuple[str, list[bytes], Any]] = deque()
+        inflight: deque[tuple[str, list[bytes], Offered]] = deque()
         for token, chunk in self._chunks(items):
             inflight.append((token, chunk, self._offer_async(token, chunk)))
             if len(inflight) >= 2:
@@ -92,12 +100,12 @@ class BatchOffers:
         log.warning("queue.offer_refused", url=item.url[:200], bytes=size,
                     reason=f"item larger than {wire.ITEM_LIMIT} bytes")
 
-    def _offer_async(self, token: str, chunk: list[bytes]) -> Any:
+    def _offer_async(self, token: str, chunk: list[bytes]) -> Offered:
         """[create marker (ephemeral), create item (sequential) x n] as one transaction."""
         return self.zk.create_many_async(f"{self.offer_path}/{token}",
                                          f"{self.queue_path}/{wire.PREFIX}", chunk)
 
-    def _offer_result(self, token: str, chunk: list[bytes], pending: Any) -> list[str]:
+    def _offer_result(self, token: str, chunk: list[bytes], pending: Offered) -> list[str]:
         marker = f"{self.offer_path}/{token}"
         for attempt in range(5):
             try:
@@ -112,8 +120,9 @@ class BatchOffers:
                 pending = self._offer_async(token, chunk)
                 continue
             if tx_ok(results):
-                self.zk.kazoo.delete_async(marker)  # pipelined: no round trip waited for
-                return [r.rsplit("/", 1)[1] for r in results[1:]]
+                self.zk.delete_async(marker)  # pipelined: no round trip waited for
+                paths = cast("list[str]", results)  # no error: every result is a path
+                return [r.rsplit("/", 1)[1] for r in paths[1:]]
             if any(isinstance(r, NoNodeError) for r in results):
                 self.zk.ensure_path(self.queue_path)  # a CONTAINER queue path was reaped
                 self.zk.ensure_path(self.offer_path)
@@ -127,7 +136,7 @@ class BatchOffers:
         """After ConnectionLoss: did the transaction commit? Exact while the session lives."""
         if self.zk.exists(marker) is not None:
             names = self._names_with_token(token)
-            self.zk.kazoo.delete_async(marker)
+            self.zk.delete_async(marker)
             return names if len(names) == n else names + ["?"] * (n - len(names))
         if self.zk.session_id == self._session():
             return None  # same session and no marker: the transaction did not commit
@@ -168,8 +177,14 @@ class BatchOffers:
                 continue
             gone = threading.Event()
             target = f"{self.queue_path}/{names[len(names) - low][1]}"
-            if self.zk.exists(target, watch=lambda _e, ev=gone: ev.set()) is None:
+            if self.zk.exists(target, watch=_setter(gone)) is None:
                 continue
             gone.wait(min(remaining, 5.0))
         return depth
 
+
+def _setter(event: threading.Event) -> Callable[[WatchedEvent], None]:
+    """A watch that sets ``event`` (kazoo's thread: nothing else)."""
+    def watch(_event: WatchedEvent) -> None:
+        event.set()
+    return watch

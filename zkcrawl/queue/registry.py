@@ -15,11 +15,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
-
 from zkcrawl.errors import UsageError
 from zkcrawl.logs import get_logger
-from zkcrawl.zk.client import ZkClient
+from zkcrawl.zk import KazooException, NodeExistsError, NoNodeError, ZkClient
 
 log = get_logger(__name__)
 

@@ -170,6 +170,7 @@ class MalformedLog:
 MALFORMED = MalformedLog()
 
 
-def version_of(stat: Any) -> int | None:
-    """The data version of a kazoo ``ZnodeStat`` (mzxid: it also changes on re-create)."""
+def version_of(stat: object) -> int | None:
+    """The data version of a znode's stat (mzxid: it also changes on re-create); None
+    for no stat."""
     return getattr(stat, "mzxid", None)

@@ -1,18 +1,83 @@
 """The ZooKeeper core: the only package of zkcrawl that imports kazoo (ruff's banned-API
-rule enforces it). :mod:`.client` is the typed session adapter, :mod:`.wire` the
-hand-serialized multi requests. Re-exported here so callers write ``from zkcrawl.zk import
-ZkClient``."""
+rule, TID251, enforces it).
 
-from zkcrawl.zk.client import (
+* :mod:`.client`  :class:`ZkClient`, the typed session adapter (connection policy, calls,
+  pipelined calls, watches);
+* :mod:`.wire`    the hand-serialized multi requests (``multi``, ``multiRead``): the one
+  module on kazoo's private API;
+* :mod:`.errors`  kazoo's exceptions, re-exported (typed) for callers to catch;
+* :mod:`.types`   what crosses the boundary: :class:`Stat`, :class:`Pending`,
+  :class:`WatchedEvent`, :class:`ZkState`, the callback and result aliases.
+
+Callers write ``from zkcrawl.zk import ZkClient, NoNodeError``.
+"""
+
+from zkcrawl.zk.client import ZkClient, gather, tx_ok
+from zkcrawl.zk.errors import (
+    BadVersionError,
+    CancelledError,
+    ConnectionClosedError,
+    ConnectionDropped,
+    ConnectionLoss,
     KazooException,
-    KazooState,
+    KazooTimeoutError,
+    MarshallingError,
     NodeExistsError,
     NoNodeError,
-    ZkClient,
-    ZnodeStat,
-    gather,
-    tx_ok,
+    NotEmptyError,
+    OperationTimeoutError,
+    RolledBackError,
+    RuntimeInconsistency,
+    SessionExpiredError,
+    UnimplementedError,
+    ZookeeperError,
+    ZookeeperStoppedError,
 )
+from zkcrawl.zk.types import (
+    ChildrenWatcher,
+    DataWatcher,
+    Pending,
+    ReadResult,
+    Stat,
+    StateListener,
+    TxResult,
+    WatchedEvent,
+    Watcher,
+    ZkState,
+)
+from zkcrawl.zk.wire import Multi
 
-__all__ = ["KazooException", "KazooState", "NoNodeError", "NodeExistsError", "ZkClient",
-           "ZnodeStat", "gather", "tx_ok"]
+__all__ = [
+    "BadVersionError",
+    "CancelledError",
+    "ChildrenWatcher",
+    "ConnectionClosedError",
+    "ConnectionDropped",
+    "ConnectionLoss",
+    "DataWatcher",
+    "KazooException",
+    "KazooTimeoutError",
+    "MarshallingError",
+    "Multi",
+    "NoNodeError",
+    "NodeExistsError",
+    "NotEmptyError",
+    "OperationTimeoutError",
+    "Pending",
+    "ReadResult",
+    "RolledBackError",
+    "RuntimeInconsistency",
+    "SessionExpiredError",
+    "Stat",
+    "StateListener",
+    "TxResult",
+    "UnimplementedError",
+    "WatchedEvent",
+    "Watcher",
+    "ZkClient",
+    "ZkState",
+    "ZookeeperError",
+    "ZookeeperStoppedError",
+    "gather",
+    "tx_ok",
+]

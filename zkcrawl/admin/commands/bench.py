@@ -24,6 +24,8 @@ class Settings(CommonSettings):
     latency_ms: int = opt(50, "crawl: delay of every response of the synthetic site")
     json: bool = opt(False, "print one JSON object instead of a table")
 
+    zk_optional = True  # no --zk: each bench starts a throwaway local ZooKeeper
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("what", choices=("queue", "offer", "crawl"))

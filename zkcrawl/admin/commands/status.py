@@ -20,13 +20,12 @@ import time
 from collections.abc import Mapping
 from typing import IO, Any
 
-from kazoo.exceptions import KazooException
-
 from zkcrawl.admin.cluster import cluster_status, session
 from zkcrawl.errors import ExitStatus, UsageError
 from zkcrawl.runner import setup_logging
 from zkcrawl.settings import CommonSettings, opt
 from zkcrawl.textsafe import printable
+from zkcrawl.zk import KazooException
 from zkcrawl.zk.client import ZkClient
 
 NAME = "status"
