@@ -311,3 +311,43 @@ def test_json_log_lines_stay_json_with_non_finite_numbers():
 
     line = _json_line({"event": "x", "v": float("nan"), "w": [float("-inf"), 1.5]})
     assert json.loads(line) == {"event": "x", "v": None, "w": [None, 1.5]}
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("https://user:secret@example.org/a", "https://***@example.org/a"),
+    ("http://:secret@example.org/", "http://***@example.org/"),
+    ("https://example.org/a?mail=x@y.test", "https://example.org/a?mail=x@y.test"),
+    ("no url here@all", "no url here@all"),
+])
+def test_credentials_in_urls_are_redacted(url, shown):
+    from zkcrawl.textsafe import redact_userinfo
+
+    assert redact_userinfo(url) == shown
+
+
+def test_log_lines_never_carry_url_credentials():
+    import io
+
+    from zkcrawl import logs
+
+    buf = io.StringIO()
+    logs.configure("json", "info", stream=buf)
+    try:
+        logs.get_logger("t").info("item.done", url="https://bob:hunter2@example.org/x")
+        logs.flush()
+    finally:
+        logs.configure("json", "info")
+    assert "hunter2" not in buf.getvalue() and "https://***@example.org/x" in buf.getvalue()
+
+
+def test_html_report_is_written_atomically_without_following_a_planted_name(tmp_path):
+    from zkcrawl.admin.commands.report import write_html
+    from zkcrawl.admin.report import summarize
+
+    target = tmp_path / "report.html"
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    (tmp_path / "report.html.tmp-1").symlink_to(victim)  # the old predictable name
+    write_html(str(target), summarize([{"url": "http://a.test/", "error": None}]))
+    assert victim.read_text() == "keep" and target.read_text().startswith("<!")
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".zkcrawl-report")] == []

@@ -27,7 +27,7 @@ from typing import IO, Any
 
 import structlog
 
-from zkcrawl.textsafe import printable, scrub
+from zkcrawl.textsafe import printable, redact_userinfo, scrub
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
            "error": logging.ERROR}
@@ -44,6 +44,14 @@ def _escape_values(_logger: Any, _name: str, event_dict: dict[str, Any]) -> dict
             event_dict[key] = "\n".join(printable(line) for line in value.split("\n"))
         elif isinstance(value, str) or key == "event":
             event_dict[key] = printable(str(value))
+    return event_dict
+
+
+def _redact_urls(_logger: Any, _name: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    """Credentials inside URLs (``https://user:pass@host``) never reach a log line."""
+    for key, value in event_dict.items():
+        if isinstance(value, str) and "@" in value:
+            event_dict[key] = redact_userinfo(value)
     return event_dict
 
 
@@ -181,6 +189,7 @@ def configure(fmt: str = "auto", level: str = "info", stream: IO[str] | None = N
     stream = _WRITER.stream
     lvl = _LEVELS.get(level, logging.INFO)
     shared: list[Any] = [
+        _redact_urls,
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,

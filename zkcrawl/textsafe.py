@@ -59,3 +59,14 @@ def scrub(text: str) -> str:
         # joined is a lone surrogate, which "replace" turns into U+FFFD.
         return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
     return text
+
+
+_USERINFO = re.compile(r"(?<=://)[^/?#@\s]*@")
+
+
+def redact_userinfo(text: str) -> str:
+    """``https://user:pass@host/x`` -> ``https://***@host/x``: credentials in URLs are never
+    logged or recorded. Cheap when there is nothing to redact (two substring tests)."""
+    if "@" not in text or "://" not in text:
+        return text
+    return _USERINFO.sub("***@", text)

@@ -14,10 +14,12 @@ no record at all is exit 1.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Mapping
 
 from zkcrawl.admin import report
@@ -43,18 +45,30 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def write_html(path: str, summary: dict[str, object]) -> None:
-    """Write the page atomically (a half-written report is never left behind)."""
-    tmp = f"{path}.tmp-{os.getpid()}"
+    """Write the page atomically through a private temporary file (``mkstemp``: an
+    unpredictable name, created exclusively, mode 0600, in the target's directory, so
+    nobody can plant a symlink there first); a half-written report is never left behind.
+    The report gets the usual mode for a new file (0666 less the umask)."""
+    directory = os.path.dirname(os.path.abspath(path))
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
+        fd, tmp = tempfile.mkstemp(prefix=".zkcrawl-report-", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise UsageError(f"--html: cannot write {path}: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(report.render_html(summary))
+            os.fchmod(fh.fileno(), 0o666 & ~_umask())
         os.replace(tmp, path)
     except OSError as exc:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise UsageError(f"--html: cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def execute(settings: Settings, ns: argparse.Namespace, env: Mapping[str, str]) -> ExitStatus:
