@@ -200,3 +200,15 @@ def test_bad_arguments(tmp_path: Path) -> None:
         SeenSet.open(None, fp_rate=1.5)
     with pytest.raises(UsageError, match="does not exist"):
         SeenSet.open(tmp_path / "nope" / "seen.bin")
+
+
+def test_a_symlink_planted_at_the_seen_path_is_replaced_not_followed(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    path = tmp_path / "seen.state"
+    path.symlink_to(victim)
+    s = SeenSet._fresh(path, 100, 0.01)  # the planted link is not read, only replaced
+    s.add("http://a.test/1")
+    s.save()
+    assert victim.read_bytes() == b"precious"
+    assert not path.is_symlink() and (path.stat().st_mode & 0o777) == 0o600
