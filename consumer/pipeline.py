@@ -13,24 +13,22 @@ The outcome rules are SPEC §3's:
 * a malformed item: a record with the reason and a *dead* letter at once;
 * the fetch was cancelled by our own shutdown: *release* (not the item's fault).
 
-:class:`HostGate` is the politeness front: it wraps the
-:class:`~zkcrawl.politeness.Politeness` protocol (so a ZooKeeper-backed implementation can
-replace the local one) and adds what a scheduler that never sleeps on a host needs -- see its
-docstring.
+:class:`~zkcrawl.politeness.gate.HostGate` is the politeness front the pipeline reports to
+(``finished``, ``back_off``, ``set_min_delay``); it lives with the rest of politeness in
+:mod:`zkcrawl.politeness`.
 """
 
 from __future__ import annotations
 
-import math
 import re
-import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 from consumer.timing import ItemTiming
-from zkcrawl.politeness.local import Politeness
+from zkcrawl.politeness.gate import HostGate
 from zkcrawl.queue.leases import Claimed
 from zkcrawl.web.decode import html_encoding
 from zkcrawl.web.extract import parse_html as _parse_html
@@ -38,12 +36,25 @@ from zkcrawl.web.extract import record_from_doc
 from zkcrawl.web.fetch import Fetcher, FetchResult
 from zkcrawl.web.urls import host_of
 
-COMPLETE, RETRY, DEAD, RELEASE = "complete", "retry", "dead", "release"
+
+class OutcomeKind(StrEnum):
+    """What the committer does with an item in ZooKeeper (a ``str``: the values are in logs
+    and metrics labels)."""
+
+    COMPLETE = "complete"  # delete it: done (its record, if any, is durable first)
+    RETRY = "retry"  # back to the queue's tail with attempt + 1
+    DEAD = "dead"  # to the dead letters
+    RELEASE = "release"  # give the lease back untouched (our shutdown, not the item's fault)
+
+
+COMPLETE = OutcomeKind.COMPLETE  # the names callers have always used
+RETRY = OutcomeKind.RETRY
+DEAD = OutcomeKind.DEAD
+RELEASE = OutcomeKind.RELEASE
+
 BACKOFF_BASE = 1.0  # seconds; doubled per failed attempt
 BACKOFF_CAP = 60.0
 ABANDONED = "abandoned"  # SPEC §3: --max-attempts holders died with it
-EARLY = 0.002  # a slot this close is slept for on the worker thread; farther ones are queued
-_PRUNE_AT = 10_000
 _TITLE_END = re.compile(rb"</title\s*>", re.IGNORECASE)
 _TITLE_SCAN = 64 * 1024
 
@@ -52,119 +63,10 @@ _TITLE_SCAN = 64 * 1024
 class Outcome:
     """What to do with an item after processing; ``record`` is None only for retry/release."""
 
-    kind: str
+    kind: OutcomeKind
     record: dict[str, Any] | None
     error: str | None
     status: int | None = None
-
-
-class HostGate:
-    """Politeness for a scheduler whose worker threads never wait for a host.
-
-    ``admit(host, slot)`` is called by a worker thread as it picks an item: the first call
-    reserves the host's next slot from the wrapped :class:`Politeness`; if that slot is
-    more than a couple of milliseconds away the item goes back to the scheduler's time-ordered
-    heap (carrying its slot) instead of idling the thread. Because an item can start a little
-    *after* its slot (all threads busy at that moment), the gate also keeps the time of the
-    last request per host -- its actual start, then its end -- and the ``Retry-After``
-    deadlines it has seen, and admits an item only when ``now >= last + gap``: the gap holds
-    between requests as the server sees them, not just between reservations.
-
-    The gate is also the :class:`Politeness` given to the Fetcher: the first ``reserve`` of a
-    fetch on a thread that was just admitted is the slot already paid for; later ones (a
-    redirect to the same host, robots.txt) reserve and are waited for by the Fetcher.
-    """
-
-    def __init__(self, inner: Politeness, domain_delay: float, crawl_delay_cap: float,
-                 clock: Any = time.monotonic) -> None:
-        self.inner = inner
-        self.delay = domain_delay
-        self.cap = crawl_delay_cap
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._gap: dict[str, float] = {}
-        self._last: dict[str, float] = {}
-        self._cool: dict[str, float] = {}
-        self._busy: dict[str, int] = {}  # requests in flight per host
-        self._paid = threading.local()
-
-    # -- Politeness protocol (the Fetcher's side) -----------------------------------------
-    def reserve(self, host: str) -> float:
-        if getattr(self._paid, "host", None) == host:
-            self._paid.host = None
-            return self._clock()
-        start = self.inner.reserve(host)
-        with self._lock:
-            self._last[host] = max(self._last.get(host, -math.inf), start)
-        return start
-
-    def back_off(self, host: str, seconds: float) -> None:
-        if not math.isfinite(seconds) or seconds <= 0:
-            return
-        self.inner.back_off(host, seconds)
-        with self._lock:
-            until = self._clock() + seconds
-            self._cool[host] = max(self._cool.get(host, -math.inf), until)
-
-    def set_min_delay(self, host: str, seconds: float) -> None:
-        seconds = min(seconds, self.cap)
-        self.inner.set_min_delay(host, seconds)
-        with self._lock:
-            if seconds > self.delay:
-                self._gap[host] = seconds
-            else:
-                self._gap.pop(host, None)
-
-    # -- scheduler side -------------------------------------------------------------------
-    def admit(self, host: str, slot: float | None) -> tuple[float, float | None]:
-        """Decide whether an item for ``host`` may start now.
-
-        ``slot`` is the reservation the item already holds (None the first time). Returns
-        ``(start, None)`` when it may go -- the caller sleeps until ``start``, at most
-        ``EARLY`` seconds -- or ``(slot, due)``: queue the item until ``due``, keeping ``slot``.
-        """
-        if slot is None:
-            slot = self.inner.reserve(host)
-        with self._lock:
-            now = self._clock()
-            gap = self._gap.get(host, self.delay)
-            due = max(slot, self._last.get(host, -math.inf) + gap,
-                      self._cool.get(host, -math.inf))
-            if gap > 0 and self._busy.get(host):
-                # One request at a time to a polite host: the gap counts from its end, which
-                # is at least a gap from now.
-                due = max(due, now + gap)
-            if due - now > EARLY:
-                return slot, due
-            start = max(now, due)
-            self._last[host] = start
-            self._busy[host] = self._busy.get(host, 0) + 1
-            if len(self._last) > _PRUNE_AT:
-                self._prune(now)
-        self._paid.host = host
-        return start, None
-
-    def _prune(self, now: float) -> None:
-        horizon = now - max(self.delay, self.cap)
-        for host in [h for h, t in self._last.items() if t < horizon]:
-            del self._last[host]
-        for host in [h for h, t in self._cool.items() if t < now]:
-            del self._cool[host]
-
-    def finished(self, host: str) -> None:
-        """A request to ``host`` is over: the next one waits a gap from *now*.
-
-        Counting the gap from the end of the previous request, not only from its start, is
-        what makes it hold where the server measures it: a request that had to open a new
-        connection reaches the server late, and the next one must not arrive early."""
-        self._paid.host = None  # an unused prepaid slot (robots said no) is not kept
-        with self._lock:
-            self._last[host] = max(self._last.get(host, -math.inf), self._clock())
-            left = self._busy.get(host, 0) - 1
-            if left > 0:
-                self._busy[host] = left
-            else:
-                self._busy.pop(host, None)
 
 
 def iso_now() -> str:
@@ -175,12 +77,14 @@ def backoff(attempt: int, retry_after: float | None) -> float:
     """Cool-down before a retried item's host is asked again."""
     if retry_after is not None and retry_after > 0:
         return retry_after
-    return min(BACKOFF_CAP, BACKOFF_BASE * 2 ** max(0, attempt))
+    # The exponent is clamped: past 2**6 the cap holds anyway, and a hostile attempt (up to
+    # items.MAX_ATTEMPT) must not overflow the float.
+    return min(BACKOFF_CAP, BACKOFF_BASE * 2.0 ** min(max(0, attempt), 32))
 
 
 class Pipeline:
-    """Fetch + extract + record for one item; thread-safe (the Fetcher keeps a Session per
-    thread, extraction is pure)."""
+    """Fetch + extract + record for one item; thread-safe (the Fetcher keeps one transport --
+    a libcurl handle or a requests Session -- per thread, extraction is pure)."""
 
     def __init__(self, fetcher: Fetcher, gate: HostGate, fields: dict[str, Any],
                  consumer_id: str, max_attempts: int) -> None:

@@ -12,14 +12,16 @@ import dataclasses
 import math
 
 from zkcrawl.errors import UsageError
+from zkcrawl.politeness.local import MAX_CRAWL_DELAY
 from zkcrawl.queue.leases import AT_LEAST_ONCE, AT_MOST_ONCE
 from zkcrawl.settings import CommonSettings, opt, znode_path_problem
+from zkcrawl.web.addresses import BLOCK_PRIVATE
 from zkcrawl.web.fetch import FetchSettings
 
 DEFAULT_USER_AGENT = "zkcrawl/0.1 (+https://github.com/zkcrawl/zkcrawl)"
 # robots.txt Crawl-delay above --domain-delay wins, up to this (a typo of "3600" must not
-# stall a host for an hour).
-CRAWL_DELAY_CAP = 30.0
+# stall a host for an hour): the one cap of politeness, zkcrawl.politeness.MAX_CRAWL_DELAY.
+CRAWL_DELAY_CAP = MAX_CRAWL_DELAY
 #: Worker threads start up front: far more than this fails with "can't start new thread".
 MAX_THREADS = 1024
 
@@ -50,6 +52,10 @@ class ConsumerSettings(CommonSettings):
                          "too-large", metavar="N")
     http: str = opt("curl", "HTTP transport: 'curl' (libcurl, least CPU per page) or "
                     "'requests' (a requests.Session per thread)", choices=("curl", "requests"))
+    allow_private_addresses: bool = opt(False, "let fetches connect to loopback, link-local, "
+                                        "private, multicast or reserved addresses; off: such "
+                                        "a connected address (checked after DNS, on every "
+                                        "redirect hop) gets error blocked-address")
     delivery: str = opt(AT_LEAST_ONCE, "at-least-once (no item lost) or at-most-once "
                         "(delete on take, lossy)", choices=(AT_LEAST_ONCE, AT_MOST_ONCE))
     exit_when_idle: float | None = opt(None, "exit 0 after S seconds with nothing in flight "
@@ -66,9 +72,9 @@ class ConsumerSettings(CommonSettings):
         super().validate()
         positive = {"--threads": self.threads, "--max-attempts": self.max_attempts,
                     "--max-bytes": self.max_bytes}
-        for flag, value in positive.items():
-            if value < 1:
-                raise UsageError(f"{flag} must be at least 1, got {value}")
+        for flag, count in positive.items():
+            if count < 1:
+                raise UsageError(f"{flag} must be at least 1, got {count}")
         if self.threads > MAX_THREADS:
             raise UsageError(f"--threads must be at most {MAX_THREADS}, got {self.threads}")
         if self.backlog < 0:
@@ -98,4 +104,5 @@ class ConsumerSettings(CommonSettings):
         return FetchSettings(user_agent=self.user_agent,
                              connect_timeout=min(5.0, self.timeout), timeout=self.timeout,
                              total_timeout=2 * self.timeout, max_bytes=self.max_bytes,
-                             max_redirects=10, retries=0, robots=self.robots)
+                             max_redirects=10, retries=0, robots=self.robots,
+                             guard=None if self.allow_private_addresses else BLOCK_PRIVATE)

@@ -2,9 +2,10 @@
 
 At-least-once (SPEC §3) needs "the record is on disk" to happen before "the item is deleted
 from ZooKeeper". Workers hand each record to :meth:`Sink.write`, which only encodes it and
-queues the line; the committer thread (:class:`GroupCommit`) then calls :meth:`Sink.sync`,
-which writes every queued line in one ``write`` and makes them durable with one ``fsync``
--- per group of items, not per item -- and only then completes those items in ZooKeeper.
+queues the line; the committer thread (:class:`consumer.committer.GroupCommit`) then calls
+:meth:`Sink.sync`, which writes every queued line in one ``write`` and makes them durable
+with one ``fsync`` -- per group of items, not per item -- and only then completes those
+items in ZooKeeper.
 One writer and one system call per group also means worker threads never queue up behind
 a lock held across a disk write. A record lost with a crashed process was never completed:
 its item is taken again, nothing is lost.
@@ -22,24 +23,15 @@ import math
 import os
 import sys
 import threading
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import IO, Any
 
 import structlog
 
-from consumer.pipeline import COMPLETE, DEAD, RETRY
 from zkcrawl.errors import SinkError, UsageError
-from zkcrawl.queue.leases import Claimed, LeaseQueue, QueueSuspended
 from zkcrawl.textsafe import scrub
 
 # structlog.get_logger is a lazy proxy: it picks up the configuration made at start-up.
 log = structlog.get_logger(__name__)
-
-
-COMMIT_WINDOW = 0.01  # seconds a finished item may wait for others to be committed with it
-
 
 # Built once: json.dumps with any non-default option builds a new encoder on every call.
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
@@ -170,111 +162,3 @@ class Sink:
                 self._fh.close()
             except OSError:
                 pass
-
-
-@dataclass
-class Settle:
-    """One item waiting for the committer: what to do in ZooKeeper once its record (if any)
-    is durable. ``token`` is the caller's handle, given back through the callbacks."""
-
-    claimed: Claimed
-    kind: str  # complete / retry / dead / release (consumer.pipeline)
-    error: str | None
-    durable: bool  # a record was written for it: fsync before touching ZooKeeper
-    token: Any
-
-
-class GroupCommit:
-    """The committer thread: one fsync for every record written since the last one, then
-    the group's items settled in ZooKeeper (completions batched in transactions).
-
-    ``live(token)`` says whether the item is still ours to settle (not released or lost
-    meanwhile), ``settled(tokens)`` is told when items are done with, ``failed(exc, tokens)``
-    when the sink broke (``exc``) or a commit failed unexpectedly (``None``): those items
-    were not completed and must be released. While ZooKeeper is suspended the group is kept
-    and retried once reconnected.
-    """
-
-    def __init__(self, sink: Sink, queue: LeaseQueue, *, live: Callable[[Any], bool],
-                 settled: Callable[[list[Any]], None],
-                 failed: Callable[[SinkError | None, list[Any]], None]) -> None:
-        self.sink, self.queue = sink, queue
-        self._live, self._settled, self._failed = live, settled, failed
-        self._cond = threading.Condition()
-        self._pending: list[Settle] = []
-        self._closed = False
-        self._thread = threading.Thread(target=self._loop, name="committer", daemon=True)
-
-    def start(self) -> GroupCommit:
-        self._thread.start()
-        return self
-
-    def put(self, item: Settle) -> None:
-        with self._cond:
-            self._pending.append(item)
-            self._cond.notify()
-
-    @property
-    def pending(self) -> int:
-        return len(self._pending)
-
-    def close(self, timeout: float) -> None:
-        """Commit what is pending (bounded by ``timeout``), then stop."""
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-        if self._thread.is_alive():  # never started if the consumer failed to start
-            self._thread.join(timeout)
-
-    def _loop(self) -> None:
-        while True:
-            with self._cond:
-                while not self._pending and not self._closed:
-                    self._cond.wait(0.5)
-                if not self._pending:
-                    return
-            if not self._closed:
-                # Let the group gather (a database's commit_delay): one fsync and one
-                # transaction for the items of a few milliseconds, not for each item.
-                time.sleep(COMMIT_WINDOW)
-            with self._cond:
-                group, self._pending = self._pending, []
-            self._commit(group)
-
-    def _commit(self, group: list[Settle]) -> None:
-        if any(s.durable for s in group):
-            try:
-                self.sink.sync()
-            except SinkError as exc:
-                self._failed(exc, [s.token for s in group])
-                return
-        try:
-            self._apply(group)
-        except QueueSuspended:
-            if self._closed:
-                return  # shutting down: the caller releases what is left
-            with self._cond:
-                self._pending[:0] = group  # retried once reconnected, order kept
-            self.queue.wait_connected(0.5)
-        except Exception:  # never let the committer die: completions would stop for good
-            log.exception("consumer.commit_failed", items=len(group))
-            self._failed(None, [s.token for s in group])
-
-    def _apply(self, group: list[Settle]) -> None:
-        done = [s for s in group if s.kind == COMPLETE and self._live(s.token)]
-        if done:
-            result = self.queue.complete([s.claimed for s in done])
-            if result.lost:
-                log.warning("consumer.completed_lost", items=len(result.lost),
-                            note="lease gone (session lost): recorded, may be recorded twice")
-            self._settled([s.token for s in done])
-        for s in group:
-            if s.kind == COMPLETE or not self._live(s.token):
-                continue
-            if s.kind == RETRY:
-                self.queue.retry(s.claimed, s.error or "error")
-            elif s.kind == DEAD:
-                self.queue.dead_letter(s.claimed, s.error or "error")
-            else:
-                self.queue.release([s.claimed])
-            self._settled([s.token])

@@ -109,7 +109,6 @@ class Timings:
         self.failed = 0  # of which had an error
         self._interval = _Interval()
         self._rate = 0.0
-        self._started = time.monotonic()
 
     def record(self, durations: tuple[float, float, float], outcome: str, final: bool,
                failed: bool) -> None:

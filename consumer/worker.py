@@ -1,9 +1,11 @@
 """The consumer's Worker: claim -> schedule -> pool -> fetch/extract/sink -> outcome.
 
 Read it like rq's worker: :meth:`Worker.run` is a short loop of named steps; stopping is
-decided in one place, :meth:`Worker.request_stop` (called by the signal handlers installed
-in ``consumer.main``), plus the idle timer and a sink failure. Each held item is a
-:class:`Task` holding one lease::
+decided in one place, :meth:`Worker.request_stop` (called by the signal handlers of
+:mod:`zkcrawl.signals`, installed in ``consumer.main``), plus the idle timer and a sink
+failure. Each held item is a :class:`~consumer.backlog.Task` holding one lease, kept in the
+:class:`~consumer.backlog.Backlog` (the capped queue in front of the pool: its docstring has
+the states and the guarantees)::
 
     claim -> ready -> [pool thread] admit -> running -> settling (committer) -> gone
                ^                      | host cooling: time-ordered heap, no thread waits
@@ -11,8 +13,9 @@ in ``consumer.main``), plus the idle timer and a sink failure. Each held item is
 
 * **Bounded**: never more than ``threads + backlog`` leases, whatever state they are in.
 * **Polite without idling**: a cooled item waits in the heap; the scheduler thread hands it
-  back, ahead of fresh items, when its host's turn comes (:class:`~consumer.pipeline.HostGate`).
-* **Durable before done**: the committer (:class:`~consumer.sink.GroupCommit`) writes the
+  back, ahead of fresh items, when its host's turn comes
+  (:class:`~zkcrawl.politeness.gate.HostGate`).
+* **Durable before done**: the committer (:class:`~consumer.committer.GroupCommit`) writes the
   group's records in one write, fsyncs once, then completes the group in ZooKeeper.
 * **Connection trouble**: SUSPENDED holds claims and completions; after LOST, items not yet
   started are dropped (others take them), the rest finish and come back as "lost" -- the
@@ -21,25 +24,25 @@ in ``consumer.main``), plus the idle timer and a sink failure. Each held item is
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import os
 import threading
 import time
-from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 import structlog
 
+from consumer.backlog import COOLING, GONE, READY, RUNNING, SETTLING, Backlog, Task, TaskState
+from consumer.committer import GroupCommit, Settle
 from consumer.metrics import Metrics
-from consumer.pipeline import COMPLETE, DEAD, EARLY, RETRY, Outcome, Pipeline
+from consumer.pipeline import COMPLETE, DEAD, RETRY, Outcome, Pipeline
 from consumer.settings import ConsumerSettings
-from consumer.sink import GroupCommit, Settle, Sink
+from consumer.sink import Sink
 from consumer.timing import ItemTiming, Timings
 from zkcrawl.errors import ExitStatus, SinkError
+from zkcrawl.politeness.gate import EARLY
 from zkcrawl.queue import control
 from zkcrawl.queue.layout import Layout
 from zkcrawl.queue.leases import Claimed, LeaseQueue
@@ -47,31 +50,27 @@ from zkcrawl.queue.registry import Registration
 from zkcrawl.web.urls import host_key
 from zkcrawl.zk.client import ZkClient
 
+__all__ = ["COOLING", "GONE", "READY", "RUNNING", "SETTLING", "ConsumerState", "Task",
+           "TaskState", "Worker"]
+
 # structlog.get_logger is a lazy proxy: it picks up the configuration made at start-up.
 log = structlog.get_logger(__name__)
 
-TICK = 0.5  # longest the claim loop blocks: reaction time to signals, pause and idleness
-READY, COOLING, RUNNING, SETTLING, GONE = "ready", "cooling", "running", "settling", "gone"
+TICK = 0.5  # longest any consumer thread blocks: reaction time to signals, pause, idleness
 # A cooled item leaves the heap this much before its slot; the pool thread that picks it up
 # sleeps the rest (< EARLY), so the hand-over does not make it start late.
 LEAD = EARLY / 2
 
 
-@dataclass(eq=False)
-class Task:
-    """One held item on its way through the consumer."""
+class ConsumerState(StrEnum):
+    """The consumer's own state, ``state`` in ``<root>/consumers/<id>`` and in
+    ``consumer.stats`` (a ``str``: the values are what status readers compare with)."""
 
-    claimed: Claimed
-    timing: ItemTiming
-    host: str
-    state: str = READY
-    slot: float | None = None  # politeness slot reserved for it, once asked
-    gated: bool = False  # admitted by the HostGate: the fetch holds the host's turn
-    cooled_at: float = 0.0
-
-    @property
-    def name(self) -> str:
-        return self.claimed.name
+    STARTING = "starting"  # connecting, registering: /healthz says 503
+    RUNNING = "running"  # claiming and fetching (== zkcrawl.queue.control.RUNNING)
+    PAUSED = "paused"  # the cluster is paused: nothing claimed or started (== control.PAUSED)
+    DRAINING = "draining"  # stopping: nothing claimed, running fetches get --grace
+    STOPPED = "stopped"  # everything released or settled, deregistering
 
 
 class Worker:
@@ -85,26 +84,17 @@ class Worker:
         self.id = consumer_id
         self.timings = Timings()
         self.started_at = time.time()
-        self.state = "starting"
-        self._lock = threading.Lock()
-        self._capacity = threading.Condition(self._lock)
-        self._sched = threading.Condition(self._lock)
-        self._work = threading.Condition(self._lock)  # the capped backlog has items
-        self._tasks: dict[str, Task] = {}
-        self._ready: deque[Task] = deque()
-        self._priority: deque[Task] = deque()  # cooled items whose turn came: they go first
-        self._heap: list[tuple[float, int, Task]] = []
-        self._seq = itertools.count()
-        self._running = 0
+        self.state: ConsumerState = ConsumerState.STARTING
+        self.backlog = Backlog(settings.capacity)
         self._stop_claiming = False  # request_stop/fail set plain flags: signal-safe
         self._force = False
-        self._closed = False
         self._failure: SinkError | None = None
         self._idle_since: float | None = None
         self._next_stats = time.monotonic() + settings.stats_interval
         self._pool = ThreadPoolExecutor(settings.threads, thread_name_prefix="fetch")
-        self._committer = GroupCommit(sink, queue, live=lambda t: t.state == SETTLING,
-                                      settled=self._finish, failed=self._commit_failed)
+        self._committer: GroupCommit[Task] = GroupCommit(
+            sink, queue, live=lambda t: t.state is SETTLING, settled=self._finish,
+            failed=self._commit_failed)
         self._scheduler = threading.Thread(target=self._schedule_loop, name="scheduler",
                                            daemon=True)
         self.control: control.ControlWatch | None = None
@@ -148,7 +138,7 @@ class Worker:
         self._scheduler.start()
         for _ in range(self.s.threads):
             self._pool.submit(self._work_loop)
-        self.state = control.PAUSED if self.control.paused else control.RUNNING
+        self.state = ConsumerState.PAUSED if self.control.paused else ConsumerState.RUNNING
         self.registration.refresh()
         log.info("consumer.started", consumer=self.id, threads=self.s.threads,
                  backlog=self.s.backlog, delivery=self.s.delivery, out=self.s.out)
@@ -158,24 +148,14 @@ class Worker:
         lost = self.queue.drain_lost()
         if not lost:
             return
-        dropped = 0
-        with self._lock:
-            for c in lost:
-                task = self._tasks.get(c.name)
-                # Identity, not name: the item may already be claimed again in the new
-                # session, and that claim is valid.
-                if task is not None and task.claimed is c and task.state in (READY, COOLING):
-                    self._gone(task)
-                    dropped += 1
-            self._capacity.notify_all()
+        dropped = self.backlog.drop_unstarted(lost)
         log.warning("consumer.leases_lost", consumer=self.id, items=len(lost),
                     dropped_unstarted=dropped,
                     note="records already written stay; these items may be recorded twice")
 
     def report_stats(self) -> None:
         now = time.monotonic()
-        with self._lock:
-            in_flight, backlog, held = self._running, self._backlog(), len(self._tasks)
+        in_flight, backlog, held = self.backlog.stats()
         self.metrics.in_flight.set(in_flight)
         self.metrics.backlog.set(backlog)
         self.metrics.leases.set(held)
@@ -195,16 +175,7 @@ class Worker:
     def wait_capacity(self, timeout: float) -> int:
         """Free lease slots, once a batch's worth is free (or nothing is held)."""
         want = max(1, min(self.queue.claim_batch, self.s.capacity // 4))
-        deadline = time.monotonic() + timeout
-        with self._capacity:
-            while True:
-                free = self.s.capacity - len(self._tasks)
-                if free >= want or (free > 0 and not self._tasks) or self._stop_claiming:
-                    return free
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return free
-                self._capacity.wait(left)
+        return self.backlog.wait_capacity(want, timeout, self._stopping)
 
     def claim(self, n: int) -> list[Claimed]:
         # One lease transaction's worth at a time: each batch reaches the pool as soon as it
@@ -216,9 +187,7 @@ class Worker:
             self._idle_since = None
             return
         now = time.monotonic()
-        with self._lock:
-            busy = bool(self._tasks)
-        if busy or not self.zk.connected:  # unreachable ZooKeeper is not an empty queue
+        if len(self.backlog) or not self.zk.connected:  # unreachable ZK is not an empty queue
             self._idle_since = None
         elif self._idle_since is None:
             self._idle_since = now
@@ -228,35 +197,22 @@ class Worker:
 
     def schedule(self, claimed: Sequence[Claimed]) -> None:
         """Hand claimed items to the pool through the capped backlog."""
-        tasks = [Task(c, ItemTiming(c.claimed_mono, c.queue_ms), host_key(c.url))
-                 for c in claimed]
         now = time.monotonic()
-        with self._lock:
-            for t in tasks:
-                t.timing.submitted = now
-                self._tasks[t.name] = t
-                self._ready.append(t)
-            self._work.notify(len(tasks))
+        tasks = [Task(c, ItemTiming(c.claimed_mono, c.queue_ms, submitted=now),
+                      host_key(c.url)) for c in claimed]
+        self.backlog.put(tasks)
 
     # -- pool threads -------------------------------------------------------------------
     def _work_loop(self) -> None:
         """One of the pool's ``--threads`` loops: take from the backlog, run, repeat. (A
         loop per thread rather than a Future per item: no per-item executor overhead.)"""
-        while (task := self._next_task()) is not None:
-            self._run(task)
-
-    def _next_task(self) -> Task | None:
-        with self._lock:
-            while True:
-                while self._priority or self._ready:
-                    task = (self._priority or self._ready).popleft()
-                    if task.state == READY:  # else released or lost while it waited
-                        task.state = RUNNING
-                        self._running += 1
-                        return task
-                if self._closed:
-                    return None
-                self._work.wait(TICK)
+        backlog = self.backlog
+        while True:
+            task = backlog.take(TICK)
+            if task is not None:
+                self._run(task)
+            elif backlog.closed:
+                return
 
     def _run(self, task: Task) -> None:
         try:
@@ -268,8 +224,7 @@ class Worker:
             kind = RETRY if c.item and c.attempt + 1 < self.s.max_attempts else DEAD
             self._settle(task, Outcome(kind, None, f"internal: {type(exc).__name__}"))
         finally:
-            with self._lock:
-                self._running -= 1
+            self.backlog.task_done()
 
     def admit(self, task: Task) -> bool:
         """May this item start now? If not it waits in the heap, not on this thread."""
@@ -278,7 +233,7 @@ class Worker:
             self._release([task])
             return False
         if self.control.paused:
-            self._cool(task, time.monotonic())  # the scheduler holds it until resumed
+            self.backlog.cool(task, time.monotonic())  # the scheduler holds it until resumed
             return False
         if task.claimed.abandoned(self.s.max_attempts):
             task.host = ""  # no request will be made: no robots.txt, no politeness slot
@@ -287,11 +242,11 @@ class Worker:
             start, due = self.pipeline.gate.admit(task.host, task.slot)
             if due is not None:
                 task.slot = start
-                self._cool(task, due)
+                self.backlog.cool(task, due - LEAD)
                 return False
             task.gated = True
             if (delay := start - time.monotonic()) > 0:
-                time.sleep(delay)  # < pipeline.EARLY: cheaper than a trip through the heap
+                time.sleep(delay)  # < EARLY: cheaper than a trip through the heap
         task.timing.started = time.monotonic()
         return True
 
@@ -301,7 +256,7 @@ class Worker:
                                         task.host if task.gated else "")
         if task.timing.finished is None:
             task.timing.finished = time.monotonic()
-        if task.state == GONE:
+        if task.state is GONE:
             return  # released after the grace period, or its lease was lost
         if outcome.record is not None:
             try:
@@ -327,68 +282,31 @@ class Worker:
                  queue_ms=round(t.queue_ms, 3), dispatch_ms=dispatch, wait_ms=wait,
                  process_ms=process)
 
-    def _cool(self, task: Task, due: float) -> None:
-        with self._lock:
-            if task.state == RUNNING:
-                task.state = COOLING
-                task.cooled_at = time.monotonic()
-                heapq.heappush(self._heap, (due - LEAD, next(self._seq), task))
-                self._sched.notify()
-
     # -- scheduler thread: cooled items back to the pool when their turn comes -----------
     def _schedule_loop(self) -> None:
-        assert self.control is not None
-        with self._sched:
-            while not self._closed:
-                wait = TICK
-                if self._heap and not self.control.paused:
-                    wait = self._heap[0][0] - time.monotonic()
-                    if wait <= 0:
-                        self._release_due()
-                        continue
-                self._sched.wait(min(wait, TICK))
+        while self.backlog.release_due(self._paused, TICK):
+            pass
 
-    def _release_due(self) -> None:
-        _, _, task = heapq.heappop(self._heap)
-        if task.state == COOLING:
-            task.state = READY
-            task.timing.polite_ms += (time.monotonic() - task.cooled_at) * 1000.0
-            self._priority.append(task)
-            self._work.notify()
+    def _paused(self) -> bool:
+        return self.control is not None and self.control.paused
 
     # -- settling -------------------------------------------------------------------------
     def _settle(self, task: Task, outcome: Outcome) -> None:
-        with self._lock:
-            if task.state == GONE:
-                return
-            task.state = SETTLING
-        self._committer.put(Settle(task.claimed, outcome.kind, outcome.error,
-                                   outcome.record is not None, task))
+        if self.backlog.settle(task):
+            self._committer.put(Settle(task.claimed, outcome.kind, outcome.error,
+                                       outcome.record is not None, task))
 
     def _finish(self, tasks: Sequence[Task]) -> None:
-        with self._lock:
-            for task in tasks:
-                self._gone(task)
-            self._capacity.notify_all()
+        self.backlog.forget(tasks)
 
     def _commit_failed(self, exc: SinkError | None, tasks: list[Task]) -> None:
         if exc is not None:
             self.fail(exc)
         self._release(tasks)
 
-    def _gone(self, task: Task) -> None:
-        """Forget a task (lock held): its lease is settled, released or lost."""
-        task.state = GONE
-        if self._tasks.get(task.name) is task:  # not a newer claim of the same item
-            del self._tasks[task.name]
-
     def _release(self, tasks: Sequence[Task]) -> None:
         """Give leases back now: claimable by others at once."""
-        with self._lock:
-            tasks = [t for t in tasks if t.state != GONE]
-            for t in tasks:
-                self._gone(t)
-            self._capacity.notify_all()
+        tasks = self.backlog.forget(tasks)
         if not tasks:
             return
         try:
@@ -398,12 +316,16 @@ class Worker:
         log.info("consumer.released", consumer=self.id, items=len(tasks))
 
     # -- stopping -------------------------------------------------------------------------
-    def request_stop(self, signum: int | None = None) -> None:
-        """First call: stop claiming, finish within ``--grace``. Second call: release all
-        and exit now. Sets flags only: it runs inside a signal handler."""
-        if self._stop_claiming and self._failure is None:
+    def request_stop(self, force: bool = False) -> None:
+        """Stop claiming, finish what runs within ``--grace``; ``force``: release all and
+        exit now. Sets flags only: it runs inside a signal handler (:mod:`zkcrawl.signals`:
+        the first SIGTERM/SIGINT asks to drain, the second forces)."""
+        if force:
             self._force = True
         self._stop_claiming = True
+
+    def _stopping(self) -> bool:
+        return self._stop_claiming
 
     def fail(self, exc: SinkError) -> None:
         """The sink cannot take records: stop claiming; held items are released."""
@@ -414,49 +336,33 @@ class Worker:
     def shutdown(self) -> None:
         """Release the backlog now, let running fetches finish within the grace, release
         the rest, flush completions, deregister."""
-        self.state = "draining"
+        self.state = ConsumerState.DRAINING
         if self.registration is not None:
             self.registration.refresh()
-        log.info("consumer.draining", consumer=self.id, held=len(self._tasks),
+        log.info("consumer.draining", consumer=self.id, held=len(self.backlog),
                  reason="sink failure" if self._failure else "stop")
-        self._release(self._held((READY, COOLING)))
+        self._release(self.backlog.held(READY, COOLING))
         grace = 0.0 if self._failure is not None else self.s.grace
-        self._wait_drained(time.monotonic() + grace)
-        self._release(self._held((RUNNING, READY, COOLING)))
+        self.backlog.wait_empty(time.monotonic() + grace, self._forced, TICK)
+        self._release(self.backlog.held(RUNNING, READY, COOLING))
         self.pipeline.fetcher.close()
         self._committer.close(1.0 if self._force else self.s.zk_timeout)
-        with self._lock:
-            self._closed = True
-            self._sched.notify_all()
-            self._work.notify_all()
-        self._release(self._held((SETTLING,)))  # completions that could not go through
+        self.backlog.close()
+        self._release(self.backlog.held(SETTLING))  # completions that could not go through
         self._pool.shutdown(wait=False, cancel_futures=True)
-        self.state = "stopped"
+        self.state = ConsumerState.STOPPED
         if self.registration is not None:
             self.registration.stop()
         log.info("consumer.stopped", consumer=self.id, processed=self.timings.processed,
                  failed=self.timings.failed, forced=self._force)
 
-    def _held(self, states: tuple[str, ...]) -> list[Task]:
-        with self._lock:
-            return [t for t in self._tasks.values() if t.state in states]
-
-    def _wait_drained(self, deadline: float) -> None:
-        with self._capacity:
-            while self._tasks and not self._force:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return
-                self._capacity.wait(min(left, TICK))
+    def _forced(self) -> bool:
+        return self._force
 
     # -- status -------------------------------------------------------------------------
-    def _backlog(self) -> int:
-        return sum(1 for t in self._tasks.values() if t.state in (READY, COOLING))
-
     def status(self) -> dict[str, Any]:
         """The JSON of ``<root>/consumers/<id>`` (refreshed every 2 s by the Registration)."""
-        with self._lock:
-            in_flight, backlog, held = self._running, self._backlog(), len(self._tasks)
+        in_flight, backlog, held = self.backlog.stats()
         return {"id": self.id, "pid": os.getpid(), "started_at": round(self.started_at, 3),
                 "state": self.state, "processed": self.timings.processed,
                 "failed": self.timings.failed, "in_flight": in_flight, "backlog": backlog,
@@ -466,18 +372,18 @@ class Worker:
 
     def health(self) -> tuple[bool, dict[str, Any]]:
         """For ``/healthz``: connected, and in the run loop (running, or paused on purpose)."""
-        ok = self.zk.connected and self.state in (control.RUNNING, control.PAUSED)
+        ok = self.zk.connected and self.state in (ConsumerState.RUNNING, ConsumerState.PAUSED)
         return ok, {"zookeeper": self.zk.state, "state": self.state}
 
     def _on_control(self, state: str) -> None:
         # kazoo's thread: flags and a notification only, never a blocking call.
-        if self.state in (control.RUNNING, control.PAUSED):
-            self.state = state
-        self.metrics.paused.set(1 if state == control.PAUSED else 0)
+        paused = state == control.PAUSED
+        if self.state in (ConsumerState.RUNNING, ConsumerState.PAUSED):
+            self.state = ConsumerState.PAUSED if paused else ConsumerState.RUNNING
+        self.metrics.paused.set(1 if paused else 0)
         if self.registration is not None:
             self.registration.refresh()
-        with self._sched:
-            self._sched.notify_all()
+        self.backlog.wake_scheduler()
 
     def _on_zk_state(self, state: str) -> bool:
         self.metrics.set_zk_state(str(state))

@@ -9,12 +9,13 @@ import time
 
 import pytest
 
-from consumer.pipeline import COMPLETE, DEAD, RETRY, HostGate, Pipeline
+from consumer.pipeline import COMPLETE, DEAD, RETRY, Pipeline
 from consumer.settings import CRAWL_DELAY_CAP, ConsumerSettings
 from consumer.sink import Sink
 from consumer.timing import ItemTiming, Timings, percentile, verdict
 from tests.httpd import TestServer, delayed, gzip_bomb, gzipped, html, redirect, static, trickle
 from zkcrawl.errors import SinkError
+from zkcrawl.politeness.gate import HostGate
 from zkcrawl.politeness.local import LocalPoliteness
 from zkcrawl.queue import items as wire
 from zkcrawl.queue.leases import Claimed
@@ -30,6 +31,7 @@ RECORD_KEYS = {"url", "final_url", "status", "title", "fields", "bytes", "item",
 def make(**kw: object) -> Pipeline:
     kw.setdefault("domain_delay", 0.0)
     kw.setdefault("robots", False)
+    kw.setdefault("allow_private_addresses", True)
     s = ConsumerSettings(**kw)  # type: ignore[arg-type]
     gate = HostGate(LocalPoliteness(s.domain_delay), s.domain_delay, CRAWL_DELAY_CAP)
     return Pipeline(Fetcher(s.fetch_settings(), politeness=gate), gate,

@@ -6,6 +6,7 @@ import json
 import resource
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from tests.conftest import wait_for
 from tests.httpd import TestServer, delayed
 from tests.test_consumer_support import Running, offer, records, settings_for, spawn
 from zkcrawl.queue import items as wire
+from zkcrawl.signals import StopSignals
 
 
 def page(h):  # type: ignore[no-untyped-def]
@@ -24,7 +26,8 @@ def page(h):  # type: ignore[no-untyped-def]
 
 def args(zk_hosts: str, zk_root: str, out: Path, *extra: str) -> list[str]:
     return ["--zk", zk_hosts, "--root", zk_root, "--out", str(out), "--no-robots",
-            "--domain-delay", "0", "--log-format", "json", "--session-timeout", "3", *extra]
+            "--domain-delay", "0", "--log-format", "json", "--session-timeout", "3",
+            "--allow-private-addresses", *extra]
 
 
 def queued_urls(zk, root: str) -> list[str]:  # type: ignore[no-untyped-def]
@@ -168,3 +171,61 @@ def test_an_id_held_by_a_live_consumer_is_a_usage_error(zk, zk_hosts, zk_root, t
     err = capsys.readouterr().err.splitlines()  # the first consumer's logs are there too
     assert rc == 2 and any(line.startswith("zkcrawl-consumer: error:")
                            and "held by another live process" in line for line in err)
+
+
+# -- zkcrawl.signals, in this process (pytest runs tests in the main thread) ------------------
+
+def test_stop_signals_first_drains_second_forces_then_restores():
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    calls: list[bool] = []
+    with StopSignals(calls.append) as sigs:
+        assert not sigs.stopping
+        signal.raise_signal(signal.SIGTERM)
+        assert calls == [False] and sigs.stopping and not sigs.forced
+        assert sigs.signum == signal.SIGTERM
+        signal.raise_signal(signal.SIGINT)  # the other one counts as the second too
+        assert calls == [False, True] and sigs.forced and sigs.signum == signal.SIGTERM
+    assert {sig: signal.getsignal(sig) for sig in before} == before
+
+
+def test_stop_signals_hard_second_gives_the_default_action_back():
+    with StopSignals(hard_second=True) as sigs:
+        signal.raise_signal(signal.SIGINT)
+        assert sigs.stopping and sigs.signum == signal.SIGINT
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # a second one ends us
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+
+
+def test_stop_signals_join_runs_on_stop_outside_the_handler_once():
+    release = threading.Event()
+    worker = threading.Thread(target=release.wait, args=(10,), daemon=True)
+    stops: list[tuple[int, str]] = []
+
+    def on_stop(signum: int) -> None:
+        stops.append((signum, threading.current_thread().name))
+        release.set()
+
+    with StopSignals(hard_second=True) as sigs:
+        worker.start()
+        threading.Timer(0.05, signal.raise_signal, (signal.SIGTERM,)).start()
+        # raise_signal from the timer thread still runs the handler in the main thread
+        t0 = time.monotonic()
+        sigs.join(worker, on_stop, poll=0.02)
+    assert stops == [(signal.SIGTERM, threading.main_thread().name)]
+    assert not worker.is_alive() and time.monotonic() - t0 < 5
+
+
+def test_stop_signals_off_the_main_thread_install_nothing():
+    seen: list[object] = []
+
+    def body() -> None:
+        with StopSignals(seen.append) as sigs:
+            seen.append(sigs.stopping)
+
+    before = signal.getsignal(signal.SIGTERM)
+    t = threading.Thread(target=body)
+    t.start()
+    t.join(5)
+    assert seen == [False] and signal.getsignal(signal.SIGTERM) == before

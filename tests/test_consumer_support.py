@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def settings_for(zk_hosts: str, zk_root: str, out: Path, *extra: str) -> ConsumerSettings:
     argv = ["--zk", zk_hosts, "--root", zk_root, "--out", str(out), "--no-robots",
-            "--domain-delay", "0", "--log-format", "json", "--session-timeout", "4", *extra]
+            "--domain-delay", "0", "--log-format", "json", "--session-timeout", "4",
+            "--allow-private-addresses", *extra]
     settings, _ = parse(ConsumerSettings, build_parser(), argv, {})
     return settings
 

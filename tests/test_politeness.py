@@ -11,7 +11,14 @@ import time
 import pytest
 
 from tests.httpd import TestServer, html
-from zkcrawl.politeness.local import LocalPoliteness, Politeness, wait_for_slot
+from zkcrawl.politeness.gate import EARLY, HostGate
+from zkcrawl.politeness.local import (
+    MAX_BACK_OFF,
+    MAX_CRAWL_DELAY,
+    LocalPoliteness,
+    Politeness,
+    wait_for_slot,
+)
 from zkcrawl.web.fetch import Fetcher, FetchSettings
 
 
@@ -143,7 +150,8 @@ def test_server_sees_gaps_of_at_least_delay_from_four_threads() -> None:
     # it has parsed it, so two stamps can be closer than their slots by that jitter.
     tolerance = 0.05
     with TestServer({"/*": html("<title>x</title>")}) as srv:
-        fetcher = Fetcher(FetchSettings(robots=False), politeness=LocalPoliteness(delay))
+        fetcher = Fetcher(FetchSettings(robots=False, guard=None),
+                          politeness=LocalPoliteness(delay))
         errors: list[str | None] = []
         counter = itertools.count()
 
@@ -177,3 +185,50 @@ def test_idle_hosts_are_pruned_but_pending_slots_kept() -> None:
     pol.reserve("busy")  # 11 entries: prune the idle ones
     assert list(pol._next_free) == ["busy"]
     assert pol.reserve("busy") == clock.now + 1.0  # the pending slot survived
+
+
+def test_gate_keeps_its_state_in_the_local_table_one_lock_one_copy() -> None:
+    clock = FakeClock()
+    pol = LocalPoliteness(1.0, clock=clock)
+    gate = HostGate(pol, 1.0)
+    assert gate.table is pol and gate.delay == 1.0 and isinstance(gate, Politeness)
+    gate.set_min_delay("a.com", 3600)  # capped once, at the one cap
+    assert pol.delay_for("a.com") == MAX_CRAWL_DELAY == 30.0
+    assert gate.admit("a.com", None) == (1000.0, None)  # reserved in the table and admitted
+    slot, due = gate.admit("a.com", None)
+    assert (slot, due) == (1030.0, 1030.0)  # the next slot, queued (not slept for)
+    gate.finished("a.com")
+    clock.advance(5)
+    gate.back_off("b.com", 10)  # one back-off: the reservations and the gate both see it
+    assert pol.reserve("b.com") == 1015.0
+    assert gate.admit("b.com", 1005.0) == (1005.0, 1015.0)
+    clock.advance(10)
+    assert gate.admit("b.com", 1005.0) == (1015.0, None)
+    pol.back_off("c.com", 1e9)
+    assert pol.reserve("c.com") == clock.now + MAX_BACK_OFF
+
+
+def test_gate_over_another_politeness_keeps_a_table_of_this_process() -> None:
+    clock = FakeClock()
+    slots = LocalPoliteness(0.5, clock=clock)  # stands for the cluster-wide slots
+
+    class Shared:
+        def reserve(self, host: str) -> float:
+            return slots.reserve(host)
+
+        def back_off(self, host: str, seconds: float) -> None:
+            slots.back_off(host, seconds)
+
+        def set_min_delay(self, host: str, seconds: float) -> None:
+            slots.set_min_delay(host, seconds)
+
+    gate = HostGate(Shared(), 0.5, clock=clock)
+    assert gate.table is not slots and gate.table.clock is clock
+    assert gate.admit("a.com", None) == (1000.0, None)
+    assert slots.reserve("a.com") == 1000.5  # the shared slots were reserved from
+    gate.set_min_delay("a.com", 2.0)
+    assert slots.delay_for("a.com") == gate.table.delay_for("a.com") == 2.0
+    gate.finished("a.com")
+    clock.advance(EARLY)
+    slot, due = gate.admit("a.com", None)
+    assert (slot, due) == (1001.0, 1002.0)  # the shared slot, and 2 s after the last ended

@@ -1,11 +1,21 @@
 """Politeness: the minimum gap between two requests to one host.
 
-* :mod:`.local`    :class:`Politeness` (the interface) and :class:`LocalPoliteness`, one
-  process's per-host table
-* :mod:`.cluster`  :class:`ClusterPoliteness`: the same table shared by every consumer of a
+* :mod:`.local`    :class:`Politeness` (the interface), :class:`LocalPoliteness` (one
+  process's per-host table) and the two caps, :data:`MAX_CRAWL_DELAY` and
+  :data:`MAX_BACK_OFF`
+* :mod:`.cluster`  :class:`ClusterPoliteness`: the same slots shared by every consumer of a
   root through ``<root>/hosts/<host>`` (SPEC §4)
+* :mod:`.gate`     :class:`HostGate`: the consumer's front for a scheduler whose threads never
+  wait for a host (it keeps its per-host state in a :class:`LocalPoliteness` table)
 """
 
-from zkcrawl.politeness.local import LocalPoliteness, Politeness
+from zkcrawl.politeness.gate import EARLY, HostGate
+from zkcrawl.politeness.local import (
+    MAX_BACK_OFF,
+    MAX_CRAWL_DELAY,
+    LocalPoliteness,
+    Politeness,
+)
 
-__all__ = ["LocalPoliteness", "Politeness"]
+__all__ = ["EARLY", "MAX_BACK_OFF", "MAX_CRAWL_DELAY", "HostGate", "LocalPoliteness",
+           "Politeness"]

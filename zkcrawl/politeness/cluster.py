@@ -17,7 +17,8 @@ Limits, by design:
   (keep NTP running; a skew of a few ms is nothing next to a 1 s gap);
 * it separates the *starts* of requests: one that opens a new connection reaches the server a
   few ms after it started, so the server may see a gap that much shorter. (Within a consumer,
-  :class:`consumer.pipeline.HostGate` also counts the gap from the end of the previous request.)
+  :class:`zkcrawl.politeness.gate.HostGate` also counts the gap from the end of the previous
+  request.)
 * a robots.txt ``Crawl-delay`` is known to each consumer from its own robots.txt cache (they all
   read the same file), and a ``Retry-After`` back-off is written to the host's node, so every
   consumer sees it at its next reservation;
@@ -39,7 +40,7 @@ from urllib.parse import quote, unquote
 
 import structlog
 
-from zkcrawl.politeness.local import LocalPoliteness
+from zkcrawl.politeness.local import MAX_BACK_OFF, MAX_CRAWL_DELAY, LocalPoliteness
 from zkcrawl.queue import untrusted
 from zkcrawl.queue.layout import Layout
 from zkcrawl.zk import (
@@ -58,7 +59,7 @@ log = structlog.get_logger(__name__)
 
 _RACES = 32  # lost compare-and-sets before this reservation settles for the local gap
 _PRUNE_CHUNK = 500
-MAX_AHEAD = LocalPoliteness._MAX_BACK_OFF  # a host slot further ahead is not believed
+MAX_AHEAD = MAX_BACK_OFF  # a host slot further ahead is not believed
 _ZK_TROUBLE = (KazooException, KazooTimeoutError, OSError)
 
 
@@ -66,7 +67,8 @@ class ClusterPoliteness:
     """:class:`~zkcrawl.politeness.local.Politeness` shared through ZooKeeper (see the module
     docstring). Thread-safe; every call is one or two ZooKeeper round trips."""
 
-    def __init__(self, zk: ZkClient, root: str, delay: float, max_delay: float = 60.0) -> None:
+    def __init__(self, zk: ZkClient, root: str, delay: float,
+                 max_delay: float = MAX_CRAWL_DELAY) -> None:
         if not math.isfinite(delay) or delay < 0:
             raise ValueError(f"delay must be a finite number >= 0, got {delay!r}")
         self.zk = zk
@@ -95,7 +97,7 @@ class ClusterPoliteness:
         if not math.isfinite(seconds) or seconds <= 0:
             return
         self._local.back_off(host, seconds)
-        until = time.time() + min(seconds, 3600.0)
+        until = time.time() + min(seconds, MAX_BACK_OFF)
         try:
             # Never shortens a wait already there: the new time is the later of the two.
             self._advance(host, lambda _now, free: max(free, until), 0.0)

@@ -7,6 +7,18 @@ be told a host's *minimum delay*.  The design goal is a gap that holds for the w
 replaces it behind the same three methods — which is why the interface is kept this small and
 non-blocking (a cluster-wide reservation is one round trip; the caller does the waiting).
 
+One table per process: :class:`LocalPoliteness` keeps, per host, one :class:`HostState` --
+the next free slot, the host's own gap (robots.txt ``Crawl-delay``), the back-off deadline
+(``Retry-After``), the last request's start or end and the requests in flight.  The consumer's
+:class:`~zkcrawl.politeness.gate.HostGate` reads and writes those same records under the same
+lock (:meth:`LocalPoliteness.admit`, :meth:`~LocalPoliteness.started`,
+:meth:`~LocalPoliteness.finished`) instead of keeping copies of them.
+
+Two caps, one of each, named here (every caller uses these):
+
+* :data:`MAX_CRAWL_DELAY` (30 s), the longest *gap* a host may ask for;
+* :data:`MAX_BACK_OFF` (1 h), the longest a single *back-off* may hold a host.
+
 Times are ``time.monotonic()`` values of the calling process.
 """
 
@@ -18,7 +30,21 @@ import time
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-__all__ = ["LocalPoliteness", "Politeness", "wait_for_slot"]
+__all__ = ["MAX_BACK_OFF", "MAX_CRAWL_DELAY", "HostState", "LocalPoliteness", "Politeness",
+           "wait_for_slot"]
+
+#: The longest gap between two requests to one host that a robots.txt ``Crawl-delay`` can
+#: ask for. 30 s is what the consumer has always enforced (its gate clamped there before any
+#: other cap applied): a host still gets 120 requests an hour, while a typo of "3600" -- or a
+#: hostile robots.txt -- cannot stall a host for an hour. In a consumer it also bounds how
+#: long a cooled item holds one of its ``threads + backlog`` leases per queued request to a
+#: slow host. One cap for every path (consumer gate, local and cluster tables, producer).
+MAX_CRAWL_DELAY = 30.0
+#: The longest one back-off (``Retry-After``, 429/503) holds a host: a bound against absurd
+#: values only -- the fetcher caps ``Retry-After`` itself (``FetchSettings.retry_after_cap``,
+#: 120 s in the consumer), so this is reached by direct callers only. A host slot read from
+#: ZooKeeper further ahead than this is not believed either (cluster ``MAX_AHEAD``).
+MAX_BACK_OFF = 3600.0
 
 
 @runtime_checkable
@@ -42,26 +68,39 @@ class Politeness(Protocol):
         ...
 
 
+class HostState:
+    """What this process knows about one host (a row of :class:`LocalPoliteness`'s table)."""
+
+    __slots__ = ("busy", "cool", "gap", "last", "next_free")
+
+    def __init__(self) -> None:
+        self.next_free = -math.inf  # earliest start of the host's next reserved slot
+        self.gap: float | None = None  # the host's own gap when above the default
+        self.cool = -math.inf  # back-off deadline: nothing starts before it
+        self.last = -math.inf  # start, then end, of the latest request (the gate's)
+        self.busy = 0  # requests in flight (the gate's)
+
+
 class LocalPoliteness:
     """In-process :class:`Politeness`: thread-safe, O(1) per call, no thread of its own.
 
     Guarantee: for one host, the start times returned by successive :meth:`reserve` calls are
     at least ``max(delay, min_delay(host))`` apart, and none is earlier than a :meth:`back_off`
     deadline.  Different hosts never wait for each other.  ``max_delay`` caps the per-host
-    minimum delay; a single back-off is capped at one hour (the fetcher caps Retry-After
-    itself, at ``retry_after_cap``).
+    minimum delay (default :data:`MAX_CRAWL_DELAY`); a single back-off is capped at
+    :data:`MAX_BACK_OFF` (the fetcher caps Retry-After itself, at ``retry_after_cap``).
     """
 
     # Past this many hosts, idle entries (no pending slot, default delay) are dropped: a long
     # crawl over many hosts must not grow memory without bound.
     _PRUNE_AT = 10_000
-    _MAX_BACK_OFF = 3600.0
+    _MAX_BACK_OFF = MAX_BACK_OFF  # the name zkcrawl.politeness.cluster reads
 
     def __init__(
         self,
         delay: float,
         clock: Callable[[], float] = time.monotonic,
-        max_delay: float = 60.0,
+        max_delay: float = MAX_CRAWL_DELAY,
     ) -> None:
         if not math.isfinite(delay) or delay < 0:
             raise ValueError(f"delay must be a finite number >= 0, got {delay!r}")
@@ -69,8 +108,7 @@ class LocalPoliteness:
         self._clock = clock
         self._max_delay = max(max_delay, delay)
         self._lock = threading.Lock()
-        self._next_free: dict[str, float] = {}  # earliest start of the host's next slot
-        self._min_delay: dict[str, float] = {}
+        self._hosts: dict[str, HostState] = {}
         self._prune_at = self._PRUNE_AT
 
     @property
@@ -78,17 +116,32 @@ class LocalPoliteness:
         """The default gap between two requests to one host."""
         return self._delay
 
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The clock every time of this table is read from."""
+        return self._clock
+
+    @property
+    def _next_free(self) -> dict[str, HostState]:
+        """The hosts in the table (the name its pruning test reads)."""
+        return self._hosts
+
     def delay_for(self, host: str) -> float:
         """The gap currently enforced for ``host``."""
         with self._lock:
-            return self._min_delay.get(host, self._delay)
+            h = self._hosts.get(host)
+            return self._delay if h is None or h.gap is None else h.gap
 
+    # -- Politeness -----------------------------------------------------------------------
     def reserve(self, host: str) -> float:
         with self._lock:
             now = self._clock()
-            start = max(now, self._next_free.get(host, now))
-            self._next_free[host] = start + self._min_delay.get(host, self._delay)
-            if len(self._next_free) > self._prune_at:
+            h = self._hosts.get(host)
+            if h is None:
+                h = self._hosts[host] = HostState()
+            start = now if h.next_free < now else h.next_free
+            h.next_free = start + (self._delay if h.gap is None else h.gap)
+            if len(self._hosts) > self._prune_at:
                 self._prune(now)
             return start
 
@@ -96,27 +149,93 @@ class LocalPoliteness:
         if not math.isfinite(seconds) or seconds <= 0:
             return
         with self._lock:
-            until = self._clock() + min(seconds, self._MAX_BACK_OFF)
-            if until > self._next_free.get(host, -math.inf):
-                self._next_free[host] = until
+            until = self._clock() + min(seconds, MAX_BACK_OFF)
+            h = self._hosts.get(host)
+            if h is None:
+                h = self._hosts[host] = HostState()
+            if until > h.next_free:
+                h.next_free = until
+            if until > h.cool:
+                h.cool = until
 
     def set_min_delay(self, host: str, seconds: float) -> None:
         if not math.isfinite(seconds) or seconds < 0:
             return
         with self._lock:
             seconds = min(seconds, self._max_delay)
+            h = self._hosts.get(host)
             if seconds > self._delay:
-                self._min_delay[host] = seconds
-            else:
-                self._min_delay.pop(host, None)
+                if h is None:
+                    h = self._hosts[host] = HostState()
+                h.gap = seconds
+            elif h is not None:
+                h.gap = None
+
+    # -- requests as the server sees them (zkcrawl.politeness.gate.HostGate) ---------------
+    def admit(self, host: str, slot: float | None, early: float
+              ) -> tuple[float, float | None]:
+        """May a request to ``host`` start now? ``slot``: the reservation the caller holds
+        (None: reserve one here, in the same lock). The request may start when its slot has
+        come, a gap has passed since the last request's start *and end*, no back-off holds
+        and -- for a host with a gap -- no other request to it is in flight.
+
+        Returns ``(start, None)`` when it may: it is counted in flight from ``start`` (at most
+        ``early`` seconds away) until :meth:`finished`; or ``(slot, due)``: ask again at
+        ``due`` with that ``slot``."""
+        with self._lock:
+            now = self._clock()
+            h = self._hosts.get(host)
+            if h is None:
+                h = self._hosts[host] = HostState()
+            gap = self._delay if h.gap is None else h.gap
+            if slot is None:
+                slot = now if h.next_free < now else h.next_free
+                h.next_free = slot + gap
+            due = max(slot, h.last + gap, h.cool)
+            if gap > 0 and h.busy:
+                # One request at a time to a polite host: the gap counts from its end, which
+                # is at least a gap from now.
+                due = max(due, now + gap)
+            if due - now > early:
+                return slot, due
+            start = max(now, due)
+            h.last = start
+            h.busy += 1
+            if len(self._hosts) > self._prune_at:
+                self._prune(now)
+            return start, None
+
+    def started(self, host: str, start: float) -> None:
+        """A request to ``host`` reserved elsewhere (the fetcher's own) starts at ``start``."""
+        with self._lock:
+            h = self._hosts.get(host)
+            if h is None:
+                h = self._hosts[host] = HostState()
+            if start > h.last:
+                h.last = start
+
+    def finished(self, host: str) -> None:
+        """A request admitted for ``host`` is over: the next one waits a gap from *now*."""
+        with self._lock:
+            now = self._clock()
+            h = self._hosts.get(host)
+            if h is None:
+                h = self._hosts[host] = HostState()
+            if now > h.last:
+                h.last = now
+            if h.busy > 0:
+                h.busy -= 1
 
     def _prune(self, now: float) -> None:
-        stale = [h for h, t in self._next_free.items() if t <= now and h not in self._min_delay]
+        delay = self._delay
+        stale = [host for host, h in self._hosts.items()
+                 if h.next_free <= now and h.gap is None and not h.busy and h.cool <= now
+                 and h.last + delay <= now]
         for host in stale:
-            del self._next_free[host]
+            del self._hosts[host]
         # If most hosts are still busy, wait for the map to double before scanning again, so
         # pruning stays O(1) amortized per reservation.
-        self._prune_at = max(self._PRUNE_AT, 2 * len(self._next_free))
+        self._prune_at = max(self._PRUNE_AT, 2 * len(self._hosts))
 
 
 def wait_for_slot(

@@ -1,0 +1,276 @@
+"""The capped queue in front of the consumer's pool: :class:`Backlog`.
+
+The design's "bounded thread pool behind a capped queue", written down. Every item the
+consumer holds a lease on is a :class:`Task` in the backlog's table until it is gone, and is
+in exactly one :class:`TaskState`::
+
+    put -> READY -> take -> RUNNING -> settle -> SETTLING -> forget -> GONE
+             ^                 | cool(task, due)
+             +-- release_due --+-- COOLING (time-ordered heap)
+
+Who calls what:
+
+* the **claim loop** (one thread): :meth:`~Backlog.wait_capacity`, then :meth:`~Backlog.put`
+  of at most that many tasks;
+* the **pool threads**: :meth:`~Backlog.take`, then :meth:`~Backlog.cool` (its host's turn has
+  not come) or :meth:`~Backlog.settle` (done: the committer has it), and
+  :meth:`~Backlog.task_done` when they let go of it;
+* the **scheduler** (one thread): :meth:`~Backlog.release_due` in a loop;
+* the committer and the claim loop: :meth:`~Backlog.forget` (settled, released or lost),
+  :meth:`~Backlog.drop_unstarted` (leases lost with a session);
+* shutdown: :meth:`~Backlog.held`, :meth:`~Backlog.wait_empty`, :meth:`~Backlog.close`.
+
+Guarantees:
+
+* **Bounded**: never more than ``capacity`` (``--threads + --backlog``) tasks in the table,
+  whatever their state: only the claim loop adds, and it adds no more than
+  :meth:`~Backlog.wait_capacity` returned.
+* **Cooled items first**: a task whose host's turn came is taken before any fresh one.
+* **No thread waits for a host**: a cooling task is a heap entry; the scheduler hands it back
+  (at ``due``) and the pool thread that had it goes on with another.
+* **Once**: a task is taken by one pool thread per ``READY``; a task released or lost while it
+  sat in a deque is skipped there, never handed out.
+* **Every wait is bounded** by its ``timeout``: flags set by a signal handler (which must not
+  take this lock to notify) are seen within it.
+
+One lock guards the table, the two deques, the heap and the running count; three conditions
+share it: ``work`` (a task became READY), ``cooled`` (the heap changed, or the cluster was
+paused or resumed) and ``capacity`` (tasks left the table). No allocation or lock per item
+beyond the deque append and the one acquisition per step.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from consumer.timing import ItemTiming
+from zkcrawl.queue.leases import Claimed
+
+__all__ = ["COOLING", "GONE", "READY", "RUNNING", "SETTLING", "Backlog", "Task", "TaskState"]
+
+
+class TaskState(StrEnum):
+    """Where a held item is (a ``str``: the values may appear in logs)."""
+
+    READY = "ready"  # in the backlog, waiting for a pool thread
+    COOLING = "cooling"  # its host's turn has not come: in the time-ordered heap
+    RUNNING = "running"  # a pool thread has it
+    SETTLING = "settling"  # processed: the committer settles it in ZooKeeper
+    GONE = "gone"  # settled, released or lost: forgotten
+
+
+READY = TaskState.READY
+COOLING = TaskState.COOLING
+RUNNING = TaskState.RUNNING
+SETTLING = TaskState.SETTLING
+GONE = TaskState.GONE
+_UNSTARTED = (READY, COOLING)
+
+
+@dataclass(eq=False)
+class Task:
+    """One held item on its way through the consumer."""
+
+    claimed: Claimed
+    timing: ItemTiming
+    host: str
+    state: TaskState = READY
+    slot: float | None = None  # politeness slot reserved for it, once asked
+    gated: bool = False  # admitted by the HostGate: the fetch holds the host's turn
+    cooled_at: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return self.claimed.name
+
+
+class Backlog:
+    """The capped queue between the claim loop and the pool (see the module docstring)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)
+        self._cooled = threading.Condition(self._lock)
+        self._capacity = threading.Condition(self._lock)
+        self._tasks: dict[str, Task] = {}  # every held task, by item name
+        self._ready: deque[Task] = deque()
+        self._priority: deque[Task] = deque()  # cooled tasks whose turn came: they go first
+        self._heap: list[tuple[float, int, Task]] = []
+        self._seq = itertools.count()
+        self._running = 0
+        self._closed = False
+
+    def __len__(self) -> int:
+        """Tasks held (leases), in any state but GONE."""
+        return len(self._tasks)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- claim loop -----------------------------------------------------------------------
+    def wait_capacity(self, want: int, timeout: float, stop: Callable[[], bool]) -> int:
+        """Free places, once ``want`` are free, or any while nothing is held, or when
+        ``stop()`` is true; at most ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        with self._capacity:
+            while True:
+                free = self.capacity - len(self._tasks)
+                if free >= want or (free > 0 and not self._tasks) or stop():
+                    return free
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return free
+                self._capacity.wait(left)
+
+    def put(self, tasks: Sequence[Task]) -> None:
+        """Add freshly claimed tasks (READY), at most what :meth:`wait_capacity` returned."""
+        with self._lock:
+            for t in tasks:
+                self._tasks[t.name] = t
+                self._ready.append(t)
+            self._work.notify(len(tasks))
+
+    # -- pool threads ---------------------------------------------------------------------
+    def take(self, timeout: float) -> Task | None:
+        """The next READY task -- cooled ones first -- now RUNNING; None once closed, or
+        when none came within ``timeout`` seconds."""
+        deadline: float | None = None
+        with self._lock:
+            while True:
+                while self._priority or self._ready:
+                    task = (self._priority or self._ready).popleft()
+                    if task.state is READY:  # else released or lost while it waited
+                        task.state = RUNNING
+                        self._running += 1
+                        return task
+                if self._closed:
+                    return None
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + timeout
+                elif now >= deadline:
+                    return None
+                self._work.wait(deadline - now)
+
+    def task_done(self) -> None:
+        """The pool thread that took a task is done with it (counted by :meth:`stats`)."""
+        with self._lock:
+            self._running -= 1
+
+    def cool(self, task: Task, due: float) -> None:
+        """A RUNNING task waits (COOLING) until the monotonic time ``due``, then goes back to
+        the pool ahead of fresh tasks; nothing happens to a task no longer RUNNING."""
+        with self._lock:
+            if task.state is RUNNING:
+                task.state = COOLING
+                task.cooled_at = time.monotonic()
+                heapq.heappush(self._heap, (due, next(self._seq), task))
+                self._cooled.notify()
+
+    def settle(self, task: Task) -> bool:
+        """The task goes to the committer (SETTLING); False if it is already gone."""
+        with self._lock:
+            if task.state is GONE:
+                return False
+            task.state = SETTLING
+            return True
+
+    # -- scheduler thread -----------------------------------------------------------------
+    def release_due(self, paused: Callable[[], bool], timeout: float) -> bool:
+        """Hand every cooled task whose time came back to the pool (unless ``paused()``),
+        then wait until the next one is due, a :meth:`cool`, a :meth:`wake_scheduler` or
+        ``timeout``. False once closed: the scheduler's loop ends."""
+        with self._lock:
+            if self._closed:
+                return False
+            wait = timeout
+            if self._heap and not paused():
+                now = time.monotonic()
+                heap = self._heap
+                while heap and heap[0][0] <= now:
+                    task = heapq.heappop(heap)[2]
+                    if task.state is COOLING:  # else released or lost meanwhile
+                        task.state = READY
+                        task.timing.polite_ms += (now - task.cooled_at) * 1000.0
+                        self._priority.append(task)
+                        self._work.notify()
+                if heap:
+                    wait = min(wait, heap[0][0] - now)
+            self._cooled.wait(wait)
+            return not self._closed
+
+    def wake_scheduler(self) -> None:
+        """Something :meth:`release_due` depends on changed (the cluster paused or resumed)."""
+        with self._lock:
+            self._cooled.notify_all()
+
+    # -- leaving the table ----------------------------------------------------------------
+    def forget(self, tasks: Iterable[Task]) -> list[Task]:
+        """Tasks settled, released or lost: GONE, out of the table, their places free.
+        Returns those that were still held (the others were gone already)."""
+        with self._lock:
+            held = [t for t in tasks if t.state is not GONE]
+            for t in held:
+                self._gone(t)
+            self._capacity.notify_all()
+        return held
+
+    def drop_unstarted(self, lost: Iterable[Claimed]) -> int:
+        """Leases lost with a session: forget their tasks not started yet (READY or
+        COOLING); returns how many. Matched by identity, not name: the item may already
+        be claimed again in the new session, and that claim is valid."""
+        dropped = 0
+        with self._lock:
+            for c in lost:
+                task = self._tasks.get(c.name)
+                if task is not None and task.claimed is c and task.state in _UNSTARTED:
+                    self._gone(task)
+                    dropped += 1
+            self._capacity.notify_all()
+        return dropped
+
+    def _gone(self, task: Task) -> None:
+        task.state = GONE
+        if self._tasks.get(task.name) is task:  # not a newer claim of the same item
+            del self._tasks[task.name]
+
+    # -- anyone ---------------------------------------------------------------------------
+    def held(self, *states: TaskState) -> list[Task]:
+        """The tasks held in any of ``states`` now."""
+        with self._lock:
+            return [t for t in self._tasks.values() if t.state in states]
+
+    def stats(self) -> tuple[int, int, int]:
+        """``(running, backlog, held)``: tasks on a pool thread, tasks waiting (READY or
+        COOLING), all tasks held."""
+        with self._lock:
+            backlog = sum(1 for t in self._tasks.values() if t.state in _UNSTARTED)
+            return self._running, backlog, len(self._tasks)
+
+    def wait_empty(self, deadline: float, stop: Callable[[], bool], tick: float) -> None:
+        """Wait until nothing is held, ``stop()`` is true (checked every ``tick``) or the
+        monotonic ``deadline``."""
+        with self._capacity:
+            while self._tasks and not stop():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._capacity.wait(min(left, tick))
+
+    def close(self) -> None:
+        """Wake every waiter: :meth:`take` returns None once nothing is READY,
+        :meth:`release_due` returns False."""
+        with self._lock:
+            self._closed = True
+            self._cooled.notify_all()
+            self._work.notify_all()
+            self._capacity.notify_all()

@@ -1,0 +1,189 @@
+"""The consumer's capped queue (consumer.backlog): states, order, bounds and waits, with no
+ZooKeeper and no HTTP (tasks are built the way the Worker builds them)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from consumer.backlog import COOLING, GONE, READY, RUNNING, SETTLING, Backlog, Task, TaskState
+from consumer.timing import ItemTiming
+from zkcrawl.queue import items as wire
+from zkcrawl.queue.leases import Claimed
+
+
+def task(i: int, host: str = "h:1") -> Task:
+    data = wire.Item(url=f"http://{host}/{i}").encode()
+    c = Claimed(name=f"qn-{i:010d}", seq=i, data=data, item=wire.decode(data).item, error=None,
+                ctime=time.time())
+    return Task(c, ItemTiming(c.claimed_mono, 0.0), host)
+
+
+def never() -> bool:
+    return False
+
+
+def test_states_are_strings_with_the_values_of_the_logs():
+    assert [str(s) for s in TaskState] == ["ready", "cooling", "running", "settling", "gone"]
+    assert READY == "ready" and f"{COOLING}" == "cooling" and GONE is TaskState.GONE
+
+
+def test_fresh_tasks_come_out_in_order_and_running_is_counted():
+    b = Backlog(4)
+    ts = [task(i) for i in range(3)]
+    b.put(ts)
+    assert len(b) == 3 and b.stats() == (0, 3, 3)
+    got = [b.take(0.1) for _ in range(3)]
+    assert got == ts and all(t is not None and t.state is RUNNING for t in got)
+    assert b.stats() == (3, 0, 3)
+    b.task_done()
+    assert b.stats() == (2, 0, 3)
+
+
+def test_take_waits_at_most_its_timeout_and_wakes_on_put():
+    b = Backlog(2)
+    t0 = time.monotonic()
+    assert b.take(0.1) is None
+    assert 0.09 <= time.monotonic() - t0 < 1.0
+    t = task(1)
+    threading.Timer(0.05, b.put, ([t],)).start()
+    t0 = time.monotonic()
+    assert b.take(5.0) is t and time.monotonic() - t0 < 1.0
+
+
+def test_a_cooled_task_comes_back_at_its_time_ahead_of_fresh_ones():
+    b = Backlog(4)
+    first, fresh = task(1), task(2)
+    b.put([first])
+    assert b.take(0.1) is first
+    b.cool(first, time.monotonic() + 0.1)
+    assert first.state is COOLING and b.stats() == (1, 1, 1)
+    b.put([fresh])
+    assert b.release_due(never, 0.01)  # not due yet: nothing moves
+    assert first.state is COOLING
+    time.sleep(0.11)
+    assert b.release_due(never, 0.01)
+    assert first.state is READY and first.timing.polite_ms >= 100.0
+    assert b.take(0.1) is first  # ahead of the fresh task put before it came back
+    assert b.take(0.1) is fresh
+
+
+def test_release_due_holds_cooled_tasks_while_paused_and_waits_for_the_next():
+    b = Backlog(2)
+    t = task(1)
+    b.put([t])
+    assert b.take(0.1) is t
+    b.cool(t, time.monotonic())
+    assert b.release_due(lambda: True, 0.05)
+    assert t.state is COOLING  # paused: held
+    b.cool(task(2), 0.0)  # not RUNNING: ignored
+    assert b.release_due(never, 0.01) and t.state is READY  # resumed: released at once
+    later = task(3)
+    b.put([later])
+    assert b.take(0.1) is t and b.take(0.1) is later
+    b.cool(later, time.monotonic() + 0.2)
+    t0 = time.monotonic()
+    b.release_due(never, 5.0)  # waits until the next one is due, not for the timeout
+    assert time.monotonic() - t0 < 1.0
+    assert b.release_due(never, 0.01) and later.state is READY
+
+
+def test_gone_tasks_are_skipped_and_never_settled():
+    b = Backlog(4)
+    a, c = task(1), task(2)
+    b.put([a, c])
+    assert b.forget([a]) == [a] and a.state is GONE
+    assert b.forget([a]) == []  # already gone
+    assert b.take(0.1) is c  # a was skipped
+    assert b.settle(c) and c.state is SETTLING
+    assert b.held(SETTLING) == [c]
+    assert b.forget([c]) == [c] and not b.settle(c) and len(b) == 0
+
+
+def test_lost_leases_drop_only_unstarted_tasks_of_that_claim():
+    b = Backlog(4)
+    waiting, running = task(1), task(2)
+    b.put([running])
+    assert b.take(0.1) is running
+    b.put([waiting])
+    again = task(1)  # the same item claimed again in a new session: a different claim
+    assert b.drop_unstarted([again.claimed]) == 0
+    assert b.drop_unstarted([waiting.claimed, running.claimed]) == 1
+    assert waiting.state is GONE and running.state is RUNNING and b.held(RUNNING) == [running]
+
+
+def test_wait_capacity_returns_a_batch_worth_or_anything_when_empty_or_stopping():
+    b = Backlog(4)
+    assert b.wait_capacity(2, 1.0, never) == 4
+    b.put([task(i) for i in range(3)])
+    t0 = time.monotonic()
+    assert b.wait_capacity(2, 0.1, never) == 1  # timed out with one place
+    assert time.monotonic() - t0 >= 0.09
+    assert b.wait_capacity(2, 5.0, lambda: True) == 1  # stopping: at once
+    held = b.held(READY)
+    threading.Timer(0.05, b.forget, (held[:1],)).start()
+    t0 = time.monotonic()
+    assert b.wait_capacity(2, 5.0, never) == 2 and time.monotonic() - t0 < 1.0
+
+
+def test_never_more_than_capacity_with_a_claimer_and_a_pool():
+    cap, total = 6, 300
+    b = Backlog(cap)
+    seen_max = 0
+    done: list[Task] = []
+    lock = threading.Lock()
+
+    def pool() -> None:
+        while not b.closed:
+            t = b.take(0.05)
+            if t is None:
+                continue
+            if t.claimed.seq % 3 == 0 and t.slot is None:  # one in three cools once
+                t.slot = 0.0
+                b.cool(t, time.monotonic() + 0.002)
+            elif b.settle(t):
+                b.forget([t])
+                with lock:
+                    done.append(t)
+            b.task_done()
+
+    def scheduler() -> None:
+        while b.release_due(never, 0.05):
+            pass
+
+    threads = [threading.Thread(target=pool) for _ in range(3)]
+    threads.append(threading.Thread(target=scheduler))
+    for th in threads:
+        th.start()
+    i = 0
+    while i < total:
+        free = b.wait_capacity(2, 0.5, never)
+        n = min(free, total - i)
+        b.put([task(j) for j in range(i, i + n)])
+        i += n
+        seen_max = max(seen_max, len(b))
+    deadline = time.monotonic() + 10
+    while len(done) < total and time.monotonic() < deadline:
+        time.sleep(0.01)
+    b.close()
+    for th in threads:
+        th.join(5)
+    assert len(done) == total and len({t.name for t in done}) == total
+    assert seen_max <= cap and len(b) == 0 and b.stats() == (0, 0, 0)
+
+
+def test_wait_empty_and_close():
+    b = Backlog(2)
+    t = task(1)
+    b.put([t])
+    t0 = time.monotonic()
+    b.wait_empty(time.monotonic() + 0.1, never, 0.02)
+    assert 0.09 <= time.monotonic() - t0 < 1.0
+    flag = threading.Event()
+    threading.Timer(0.05, flag.set).start()
+    t0 = time.monotonic()
+    b.wait_empty(time.monotonic() + 5, flag.is_set, 0.02)  # a flag, no notification
+    assert time.monotonic() - t0 < 1.0
+    b.close()
+    assert b.take(0.1) is t  # what is READY still comes out ...
+    assert b.take(5.0) is None and not b.release_due(never, 5.0)  # ... then none, at once

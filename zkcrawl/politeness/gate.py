@@ -1,0 +1,112 @@
+"""The consumer's politeness front: :class:`HostGate`, for a scheduler whose worker threads
+never wait for a host.
+
+It wraps a :class:`~zkcrawl.politeness.local.Politeness` (where slots are reserved: this
+process's :class:`~zkcrawl.politeness.local.LocalPoliteness`, or the cluster-wide
+:class:`~zkcrawl.politeness.cluster.ClusterPoliteness`) and keeps no per-host state of its own:
+what it needs beyond a reservation -- when the last request started and ended, which
+requests are in flight, the back-off deadlines seen, each host's gap -- lives in the rows of
+one :class:`~zkcrawl.politeness.local.LocalPoliteness` table. With the local politeness that
+table *is* the inner politeness, and an admission (reserve + check) takes one lock; with the
+cluster one it is a table of this process next to the shared slots.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+
+from zkcrawl.politeness.local import MAX_CRAWL_DELAY, LocalPoliteness, Politeness
+
+__all__ = ["EARLY", "HostGate"]
+
+EARLY = 0.002  # a slot this close is slept for on the worker thread; farther ones are queued
+
+
+class HostGate:
+    """Politeness for a scheduler whose worker threads never wait for a host.
+
+    ``admit(host, slot)`` is called by a worker thread as it picks an item: the first call
+    reserves the host's next slot from the wrapped :class:`Politeness`; if that slot is
+    more than a couple of milliseconds away the item goes back to the scheduler's time-ordered
+    heap (carrying its slot) instead of idling the thread. Because an item can start a little
+    *after* its slot (all threads busy at that moment), the gate also goes by the time of the
+    last request per host -- its actual start, then its end -- and the ``Retry-After``
+    deadlines seen, and admits an item only when ``now >= last + gap``: the gap holds
+    between requests as the server sees them, not just between reservations.
+
+    The gate is also the :class:`Politeness` given to the Fetcher: the first ``reserve`` of a
+    fetch on a thread that was just admitted is the slot already paid for; later ones (a
+    redirect to the same host, robots.txt) reserve and are waited for by the Fetcher.
+
+    ``table`` is the per-host table (default: ``inner`` when it is a
+    :class:`LocalPoliteness`, else a new one with ``domain_delay`` and ``clock``). A robots.txt
+    ``Crawl-delay`` is capped at ``crawl_delay_cap`` before anyone sees it.
+    """
+
+    def __init__(self, inner: Politeness, domain_delay: float,
+                 crawl_delay_cap: float = MAX_CRAWL_DELAY,
+                 clock: Callable[[], float] = time.monotonic, *,
+                 table: LocalPoliteness | None = None) -> None:
+        self.inner = inner
+        self.cap = crawl_delay_cap
+        if table is None:
+            table = inner if isinstance(inner, LocalPoliteness) else LocalPoliteness(
+                domain_delay, clock, max_delay=crawl_delay_cap)
+        self.table = table
+        self._shared = table is inner  # reservations and the rest in one table, one lock
+        self._clock = table.clock
+        self._paid = threading.local()
+
+    @property
+    def delay(self) -> float:
+        """The default gap between two requests to one host."""
+        return self.table.delay
+
+    # -- Politeness protocol (the Fetcher's side) -----------------------------------------
+    def reserve(self, host: str) -> float:
+        if getattr(self._paid, "host", None) == host:
+            self._paid.host = None
+            return self._clock()
+        start = self.inner.reserve(host)
+        self.table.started(host, start)
+        return start
+
+    def back_off(self, host: str, seconds: float) -> None:
+        if not math.isfinite(seconds) or seconds <= 0:
+            return
+        self.inner.back_off(host, seconds)
+        if not self._shared:
+            self.table.back_off(host, seconds)
+
+    def set_min_delay(self, host: str, seconds: float) -> None:
+        seconds = min(seconds, self.cap)
+        self.inner.set_min_delay(host, seconds)
+        if not self._shared:
+            self.table.set_min_delay(host, seconds)
+
+    # -- scheduler side -------------------------------------------------------------------
+    def admit(self, host: str, slot: float | None) -> tuple[float, float | None]:
+        """Decide whether an item for ``host`` may start now.
+
+        ``slot`` is the reservation the item already holds (None the first time). Returns
+        ``(start, None)`` when it may go -- the caller sleeps until ``start``, at most
+        ``EARLY`` seconds -- or ``(slot, due)``: queue the item until ``due``, keeping ``slot``.
+        """
+        if slot is None and not self._shared:
+            slot = self.inner.reserve(host)
+        start, due = self.table.admit(host, slot, EARLY)
+        if due is None:
+            self._paid.host = host
+        return start, due
+
+    def finished(self, host: str) -> None:
+        """A request to ``host`` is over: the next one waits a gap from *now*.
+
+        Counting the gap from the end of the previous request, not only from its start, is
+        what makes it hold where the server measures it: a request that had to open a new
+        connection reaches the server late, and the next one must not arrive early."""
+        self._paid.host = None  # an unused prepaid slot (robots said no) is not kept
+        self.table.finished(host)

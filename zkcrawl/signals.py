@@ -1,0 +1,96 @@
+"""SIGTERM and SIGINT for the long-running programs, ``zkcrawl-consumer`` and
+``zkcrawl-producer``: one rule, one place.
+
+* The **first** signal asks to **drain**: ``request_stop(False)`` -- take no new work, finish
+  or hand back what is in hand, exit 0.
+* The **second** asks to **stop now**: ``request_stop(True)``; or, for a program with no
+  "now" of its own (``hard_second=True``, the producer), the signal's default action:
+  SIGINT raises :class:`KeyboardInterrupt` in the main thread, SIGTERM ends the process.
+
+**The handler only sets flags.** It counts the signal (:attr:`StopSignals.received`,
+:attr:`StopSignals.signum`), with ``hard_second`` puts the default actions back, and calls
+``request_stop``, which must do no more than set flags itself: a Python handler runs in the
+main thread between two bytecodes -- possibly while that very thread holds a lock the
+callback would take (a deadlock), or is inside a write. So no lock, no I/O, no logging in
+there. Anything else a stop needs (logging it, closing connections) is done outside the
+handler by the program, when it sees the flag: its own loop polls it (the consumer's run loop
+every tick), or its main thread waits in :meth:`StopSignals.join` and runs ``on_stop`` there.
+
+Handlers can only be installed from the main thread; elsewhere (a program run in-process by
+a test, say) the context manager installs nothing and the flags stay unset. The previous
+handlers are restored on exit.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+__all__ = ["POLL", "STOP_SIGNALS", "StopSignals"]
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+POLL = 0.1  # seconds between two looks at the flags in :meth:`StopSignals.join`
+
+
+class StopSignals:
+    """Context manager routing SIGTERM/SIGINT to ``request_stop(force)`` (module docstring).
+
+    ``request_stop`` is called with ``False`` for the first signal and ``True`` for every
+    later one (never with ``hard_second``: the second signal no longer reaches us).
+    """
+
+    def __init__(self, request_stop: Callable[[bool], object] | None = None, *,
+                 hard_second: bool = False) -> None:
+        self._request_stop = request_stop
+        self._hard_second = hard_second
+        self._saved: dict[int, Any] = {}
+        self.received = 0  # signals received so far
+        self.signum: int | None = None  # the first one
+
+    @property
+    def stopping(self) -> bool:
+        """A stop was asked for (at least one signal)."""
+        return self.received > 0
+
+    @property
+    def forced(self) -> bool:
+        """"Stop now" was asked for (a second signal)."""
+        return self.received > 1
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        self.received += 1
+        if self.signum is None:
+            self.signum = signum
+        if self._hard_second:
+            for sig in self._saved:  # the next one gets the default action
+                signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT
+                              else signal.SIG_DFL)
+        if self._request_stop is not None:
+            self._request_stop(self.received > 1)
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in STOP_SIGNALS:
+                self._saved[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, old in self._saved.items():
+            signal.signal(sig, old)
+        self._saved = {}
+
+    def join(self, thread: threading.Thread, on_stop: Callable[[int], object],
+             poll: float = POLL) -> None:
+        """Wait for ``thread`` to end (in the main thread, where signals are handled); at the
+        first signal call ``on_stop(signum)`` -- here, outside the handler -- once."""
+        called = False
+        while True:
+            thread.join(poll)
+            if not called and self.signum is not None:
+                called = True
+                on_stop(self.signum)
+            if not thread.is_alive():
+                return
