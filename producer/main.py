@@ -8,7 +8,9 @@ template/range, nothing to read, unreachable ZooKeeper) -- always one line on st
 
 The work runs in one producer thread; the main thread only waits and turns SIGINT/SIGTERM
 into "stop reading": the producer then offers what it already extracted, the seen state is
-saved, and the process exits 0. Signal handlers are installed here and nowhere else.
+saved, and the process exits 0. A second signal has its default action (SIGINT: interrupted,
+exit 1; SIGTERM: the process ends). Signal handling is :mod:`zkcrawl.signals`'s, set up here
+and nowhere else.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ import signal
 import stat
 import sys
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO, Any, BinaryIO
+from typing import IO, BinaryIO
 
 import structlog
 
@@ -37,6 +39,8 @@ from zkcrawl.queue.leases import LeaseQueue
 from zkcrawl.queue.registry import Registration, default_id
 from zkcrawl.seen import SeenSet
 from zkcrawl.settings import ArgumentParser, add_options, parse
+from zkcrawl.signals import StopSignals
+from zkcrawl.web.addresses import BLOCK_PRIVATE
 from zkcrawl.web.fetch import Fetcher, FetchSettings
 from zkcrawl.web.urls import LinkFilter, compile_patterns, drop_reason
 from zkcrawl.zk.client import ZkClient
@@ -189,37 +193,15 @@ def _open_input(path: str) -> tuple[BinaryIO, str, bool]:
 def _fetcher(s: ProducerSettings) -> Fetcher:
     fs = FetchSettings(user_agent=s.user_agent, connect_timeout=min(5.0, s.timeout),
                        timeout=s.timeout, max_bytes=s.max_bytes, retries=s.retries,
-                       retry_after_cap=60.0, robots=s.robots)
+                       retry_after_cap=60.0, robots=s.robots,
+                       guard=None if s.allow_private_addresses else BLOCK_PRIVATE)
     return Fetcher(fs, politeness=LocalPoliteness(s.delay), http=s.http)
 
 
-class _Signals:
-    """SIGINT/SIGTERM -> ``on_stop()`` once; a second signal interrupts for real."""
-
-    def __init__(self, on_stop: Any) -> None:
-        self.on_stop = on_stop
-        self.saved: dict[int, Any] = {}
-
-    def _handle(self, signum: int, _frame: object) -> None:
-        log.info("producer.stopping", signal=signal.Signals(signum).name)
-        for sig in self.saved:
-            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT
-                          else signal.SIG_DFL)
-        self.on_stop()
-
-    def __enter__(self) -> _Signals:
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self.saved[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, old in self.saved.items():
-            signal.signal(sig, old)
-
-
-def _run_thread(target: Any) -> BaseException | None:
-    """Run ``target`` in the producer thread; return what it raised, if anything."""
+def _run_thread(target: Callable[[], object], signals: StopSignals,
+                on_stop: Callable[[int], object]) -> BaseException | None:
+    """Run ``target`` in the producer thread; return what it raised, if anything. The first
+    SIGINT/SIGTERM calls ``on_stop(signum)`` in this (main) thread, not in the handler."""
     failure: list[BaseException] = []
 
     def body() -> None:
@@ -231,7 +213,7 @@ def _run_thread(target: Any) -> BaseException | None:
     # daemon: after a second, forcing signal the process must be able to exit.
     worker = threading.Thread(target=body, name="producer", daemon=True)
     worker.start()
-    worker.join()  # signal handlers run in this (main) thread meanwhile
+    signals.join(worker, on_stop)  # signal handlers run in this (main) thread meanwhile
     return failure[0] if failure else None
 
 
@@ -254,8 +236,9 @@ class _Run:
         self.counts.state = state
         self.reg.refresh()
 
-    def on_stop(self) -> None:
+    def on_stop(self, signum: int) -> None:
         """SIGINT/SIGTERM: stop reading; what was extracted is still offered."""
+        log.info("producer.stopping", signal=signal.Signals(signum).name)
         self.stop.set()
         if self.fetcher is not None:
             self.fetcher.close()  # cuts a listing fetch or a Retry-After wait short
@@ -305,8 +288,8 @@ def execute(plan: Plan, stop: threading.Event | None = None,
     run = _Run(plan, seen, runner.connect(s), stop or threading.Event(), progress_to)
     try:
         run.start()
-        with _Signals(run.on_stop):
-            failure = _run_thread(run.work)
+        with StopSignals(hard_second=True) as signals:
+            failure = _run_thread(run.work, signals, run.on_stop)
         if failure is not None:
             raise _as_error(failure)
     finally:

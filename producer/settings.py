@@ -70,6 +70,10 @@ class ProducerSettings(CommonSettings):
     max_bytes: int = opt(10_000_000, "read at most N bytes of a listing page", metavar="N")
     http: str = opt("curl", "HTTP transport of listing fetches: 'curl' (libcurl) or "
                     "'requests' (a requests.Session)", choices=("curl", "requests"))
+    allow_private_addresses: bool = opt(False, "let fetches connect to loopback, link-local, "
+                                        "private, multicast or reserved addresses; off: such "
+                                        "a connected address (checked after DNS, on every "
+                                        "redirect hop) gets error blocked-address")
     id: str | None = opt(None, "producer id in <root>/producers (default host-pid)",
                          metavar="NAME")
 

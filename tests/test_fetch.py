@@ -39,7 +39,9 @@ from zkcrawl.web.transfer import TRANSPORTS, parse_head, wire_url
 from zkcrawl.web.urls import host_of
 
 PAGE = "<html><head><title>Hello</title></head><body>hi</body></html>"
-FAST = FetchSettings(robots=False, timeout=2.0, backoff=0.05)
+# Every server here is on 127.0.0.1: the SSRF guard is off (guard=None, the fetcher's
+# --allow-private-addresses) in every FetchSettings below; tests/test_ssrf.py tests it on.
+FAST = FetchSettings(guard=None, robots=False, timeout=2.0, backoff=0.05)
 
 
 @pytest.fixture
@@ -85,21 +87,22 @@ def test_200(srv: TestServer, fetch: Fetch) -> None:
 
 
 def test_404_is_not_retried(srv: TestServer, fetch: Fetch) -> None:
-    res = fetch(FetchSettings(robots=False, retries=3, backoff=0.05), srv.url("/missing"))
+    res = fetch(FetchSettings(guard=None, robots=False, retries=3, backoff=0.05),
+                srv.url("/missing"))
     assert (res.status, res.error, res.retryable, res.retry_after) == (404, "http-404", False, None)
     assert res.attempts == 1 and len(srv.requests_for("/missing")) == 1
 
 
 def test_500_then_200_with_one_retry(srv: TestServer, fetch: Fetch) -> None:
     srv.route("/flaky", sequence((500, {}, b"oops"), html(PAGE)))
-    res = fetch(FetchSettings(robots=False, retries=1, backoff=0.05), srv.url("/flaky"))
+    res = fetch(FetchSettings(guard=None, robots=False, retries=1, backoff=0.05), srv.url("/flaky"))
     assert (res.status, res.error, res.attempts) == (200, None, 2)
     assert len(srv.requests_for("/flaky")) == 2
 
 
 def test_5xx_retries_are_bounded(srv: TestServer, fetch: Fetch) -> None:
     srv.route("/down", (503, {}, b"down"))
-    res = fetch(FetchSettings(robots=False, retries=2, backoff=0.01), srv.url("/down"))
+    res = fetch(FetchSettings(guard=None, robots=False, retries=2, backoff=0.01), srv.url("/down"))
     assert (res.error, res.retryable, res.attempts) == ("http-503", True, 3)
     assert len(srv.requests_for("/down")) == 3
 
@@ -107,7 +110,7 @@ def test_5xx_retries_are_bounded(srv: TestServer, fetch: Fetch) -> None:
 def test_429_retry_after_is_parsed_and_capped(srv: TestServer, fetch: Fetch) -> None:
     srv.route("/busy", (429, {"Retry-After": "3600"}, b""))
     pol = LocalPoliteness(0.0)
-    settings = FetchSettings(robots=False, retry_after_cap=5.0)
+    settings = FetchSettings(guard=None, robots=False, retry_after_cap=5.0)
     res = fetch(settings, srv.url("/busy"), politeness=pol)
     assert (res.error, res.retryable, res.retry_after) == ("http-429", True, 5.0)
     # the host is held back for everyone, not just this request
@@ -116,7 +119,7 @@ def test_429_retry_after_is_parsed_and_capped(srv: TestServer, fetch: Fetch) -> 
 
 def test_429_retry_after_honoured_between_attempts(srv: TestServer, fetch: Fetch) -> None:
     srv.route("/busy", sequence((429, {"Retry-After": "1"}, b""), html(PAGE)))
-    res = fetch(FetchSettings(robots=False, retries=1), srv.url("/busy"))
+    res = fetch(FetchSettings(guard=None, robots=False, retries=1), srv.url("/busy"))
     assert (res.status, res.error, res.attempts) == (200, None, 2)
     (gap,) = srv.gaps("/busy")
     assert 1.0 <= gap < 3.0  # waited Retry-After, not the 0.5 s default backoff
@@ -138,14 +141,14 @@ def test_parse_retry_after() -> None:
 def test_timeout_when_server_is_slow_to_answer(srv: TestServer, fetch: Fetch) -> None:
     srv.route("/slow", delayed(5.0, html(PAGE)))
     started = time.monotonic()
-    res = fetch(FetchSettings(robots=False, timeout=0.3), srv.url("/slow"))
+    res = fetch(FetchSettings(guard=None, robots=False, timeout=0.3), srv.url("/slow"))
     assert (res.error, res.retryable, res.status) == ("timeout", True, None)
     assert time.monotonic() - started < 2.0  # not the 5 s the server takes
 
 
 def test_trickling_server_is_cut_at_total_budget(srv: TestServer, fetch: Fetch) -> None:
     srv.route("/drip", trickle(b"x" * 1000, interval=0.2, chunk=1))
-    settings = FetchSettings(robots=False, timeout=1.0, total_timeout=1.0)
+    settings = FetchSettings(guard=None, robots=False, timeout=1.0, total_timeout=1.0)
     started = time.monotonic()
     res = fetch(settings, srv.url("/drip"))
     elapsed = time.monotonic() - started
@@ -156,7 +159,7 @@ def test_trickling_server_is_cut_at_total_budget(srv: TestServer, fetch: Fetch) 
 
 def test_stalled_body_is_cut_at_budget_not_at_read_timeout(srv: TestServer, fetch: Fetch) -> None:
     srv.route("/stall", trickle(b"xy", interval=10.0))  # one byte, then silence
-    settings = FetchSettings(robots=False, timeout=10.0, total_timeout=0.5)
+    settings = FetchSettings(guard=None, robots=False, timeout=10.0, total_timeout=0.5)
     started = time.monotonic()
     res = fetch(settings, srv.url("/stall"))
     assert res.error == "timeout" and res.body == b"x"
@@ -165,7 +168,7 @@ def test_stalled_body_is_cut_at_budget_not_at_read_timeout(srv: TestServer, fetc
 
 def test_max_bytes(srv: TestServer, fetch: Fetch) -> None:
     srv.route("/big", html(b"<p>" + b"a" * 200_000))
-    res = fetch(FetchSettings(robots=False, max_bytes=50_000), srv.url("/big"))
+    res = fetch(FetchSettings(guard=None, robots=False, max_bytes=50_000), srv.url("/big"))
     assert (res.error, res.retryable, res.status) == ("too-large", False, 200)
     assert len(res.body) == 50_000
 
@@ -175,7 +178,7 @@ def test_gzip_is_decoded_and_bomb_is_capped(srv: TestServer, fetch: Fetch) -> No
     srv.route("/bomb", gzip_bomb(20_000_000))
     assert fetch(FAST, srv.url("/gz")).body == PAGE.encode()
     started = time.monotonic()
-    res = fetch(FetchSettings(robots=False, max_bytes=1_000_000), srv.url("/bomb"))
+    res = fetch(FetchSettings(guard=None, robots=False, max_bytes=1_000_000), srv.url("/bomb"))
     assert res.error == "too-large" and len(res.body) == 1_000_000
     assert time.monotonic() - started < 5.0
 
@@ -203,8 +206,8 @@ def test_redirect_loop_and_too_many(srv: TestServer, fetch: Fetch) -> None:
     for i in range(5):
         srv.route(f"/hop{i}", redirect(f"/hop{i + 1}"))
     srv.route("/hop5", html(PAGE))
-    assert fetch(FetchSettings(robots=False, max_redirects=5), srv.url("/hop0")).ok
-    res = fetch(FetchSettings(robots=False, max_redirects=4), srv.url("/hop0"))
+    assert fetch(FetchSettings(guard=None, robots=False, max_redirects=5), srv.url("/hop0")).ok
+    res = fetch(FetchSettings(guard=None, robots=False, max_redirects=4), srv.url("/hop0"))
     assert res.error == "redirects" and res.redirects == 5
 
 
@@ -238,7 +241,8 @@ def test_connection_refused(fetch: Fetch) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again when the block ends: nothing listens there
-    res = fetch(FetchSettings(robots=False, retries=1, backoff=0.01), f"http://127.0.0.1:{port}/")
+    res = fetch(FetchSettings(guard=None, robots=False, retries=1, backoff=0.01),
+                f"http://127.0.0.1:{port}/")
     assert (res.error, res.retryable, res.status) == ("connection", True, None)
     assert res.attempts == 2  # one retry, as configured
 
@@ -263,7 +267,7 @@ def test_robots_disallow_and_crawl_delay(http: str) -> None:
     }
     with TestServer(routes) as srv:
         pol = LocalPoliteness(0.0)
-        fetcher = Fetcher(FetchSettings(), politeness=pol, http=http)
+        fetcher = Fetcher(FetchSettings(guard=None), politeness=pol, http=http)
         res = fetcher.fetch(srv.url("/private/page"))
         assert (res.error, res.retryable, res.status) == ("robots", False, None)
         assert not srv.requests_for("/private/page")
@@ -283,7 +287,7 @@ def test_robots_disallow_and_crawl_delay(http: str) -> None:
 
 def test_robots_5xx_is_a_temporary_disallow(fetch: Fetch) -> None:
     with TestServer({"/robots.txt": (503, {}, b""), "/": html(PAGE)}) as srv:
-        res = fetch(FetchSettings(), srv.url("/"))
+        res = fetch(FetchSettings(guard=None), srv.url("/"))
         assert (res.error, res.retryable) == ("robots", True)
         assert not srv.requests_for("/")
 
@@ -295,9 +299,9 @@ def test_robots_redirect_is_followed_and_missing_robots_allows(fetch: Fetch) -> 
         "/*": html(PAGE),
     }
     with TestServer(routes) as srv:
-        assert fetch(FetchSettings(), srv.url("/x")).error == "robots"
+        assert fetch(FetchSettings(guard=None), srv.url("/x")).error == "robots"
     with TestServer({"/": html(PAGE)}) as srv:  # robots.txt -> 404
-        assert fetch(FetchSettings(), srv.url("/")).ok
+        assert fetch(FetchSettings(guard=None), srv.url("/")).ok
 
 
 def test_close_cancels_a_politeness_wait(srv: TestServer, http: str) -> None:
@@ -336,7 +340,7 @@ def test_robots_redirect_loop_counts_as_unavailable_and_allows(fetch: Fetch) -> 
     routes = {"/robots.txt": redirect("/r2.txt"), "/r2.txt": redirect("/robots.txt"),
               "/*": html(PAGE)}
     with TestServer(routes) as srv:
-        assert fetch(FetchSettings(), srv.url("/page")).ok
+        assert fetch(FetchSettings(guard=None), srv.url("/page")).ok
         hops = len(srv.requests_for("/robots.txt")) + len(srv.requests_for("/r2.txt"))
         assert hops == 6  # the first request and five redirects, then it stops
 
@@ -471,7 +475,7 @@ def test_a_cut_transfer_drops_its_connection_and_the_next_fetch_is_fine(srv: Tes
                                                                         http: str) -> None:
     srv.route("/big", html(b"<p>" + b"a" * 200_000))
     srv.route("/big-error", (500, {}, b"e" * 200_000))  # more than is worth draining
-    fetcher = Fetcher(FetchSettings(robots=False, max_bytes=1000), http=http)
+    fetcher = Fetcher(FetchSettings(guard=None, robots=False, max_bytes=1000), http=http)
     assert fetcher.fetch(srv.url("/big")).error == "too-large"
     assert fetcher.fetch(srv.url("/")).ok
     assert fetcher.fetch(srv.url("/big-error")).error == "http-500"

@@ -209,6 +209,7 @@ def producer_argv(zk: str, base_url: str) -> list[str]:
     return ["-m", "producer.main", "--zk", zk, "--root", ROOT, "--id", "demo-producer",
             "--start", base_url + START_PATH, "--next", samplesite.NEXT_XPATH,
             "--links-css", LINKS_CSS, "--same-host", "--delay", "0.05",
+            "--allow-private-addresses",  # the sample site is on 127.0.0.1
             "--log-format", "json"]
 
 
@@ -217,7 +218,7 @@ def consumer_argv(zk: str, cfg: DemoConfig, name: str, out: Path) -> list[str]:
             "--out", str(out), "--threads", str(cfg.threads), "--backlog", str(cfg.backlog),
             "--domain-delay", str(cfg.domain_delay), "--exit-when-idle", str(cfg.idle),
             "--grace", "5", "--timeout", "10", "--session-timeout", "5",
-            "--log-format", "json"]
+            "--allow-private-addresses", "--log-format", "json"]
     for fname, xpath in FIELDS.items():
         argv += ["--field", f"{fname}={xpath}"]
     return argv

@@ -228,7 +228,7 @@ def case_zkcrawl(hosts: str, urls: list[str], threads: int, latency_ms: float, p
                  "--id", f"bench-{i}", "--threads", str(threads), "--backlog", str(threads * 2),
                  "--out", str(outs[i]), "--exit-when-idle", "2", "--domain-delay", "0",
                  "--no-robots", "--log-format", "json", "--stats-interval", "5",
-                 "--http", http],
+                 "--http", http, "--allow-private-addresses"],
                 env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err))
     try:
         _wait_registered(zk, root, procs, children, timeout=60)

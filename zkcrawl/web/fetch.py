@@ -15,6 +15,8 @@ error               retryable    meaning
 ``redirects``       no           more than ``max_redirects`` hops, or a loop
 ``bad-url``         no           not an http(s) URL, or an unusable redirect target
 ``cancelled``       yes          :meth:`Fetcher.close` was called meanwhile
+``blocked-address`` no           the SSRF guard refused to connect: the address (after
+                                 DNS, on this hop or robots.txt's) is not public
 ==================  ===========  =================================================
 
 Bounds: connecting is bounded by ``connect_timeout``, a silence by ``timeout`` (in whole
@@ -26,6 +28,14 @@ transport (:class:`~zkcrawl.web.transfer.Transport`, one per thread): libcurl by
 (:mod:`zkcrawl.web.transfer`), or a ``requests.Session`` with ``http="requests"``
 (:mod:`zkcrawl.web.transfer_requests`). This module is the policy around it and the same
 code for either, so every outcome above means the same whatever the transport.
+
+``FetchSettings.guard`` (:class:`~zkcrawl.web.addresses.AddressGuard`, on by default) is the
+SSRF guard: the transport checks the address of every connection it opens -- after DNS, so
+on every redirect hop, each hop being a new ``Transport.get`` -- and refuses loopback,
+private, link-local, multicast, reserved... addresses (``blocked-address``). ``guard=None``
+or ``AddressGuard.off()`` is ``--allow-private-addresses``; ``AddressGuard(allow=...)``
+exempts networks. A transport factory of your own must build transports with
+``set_guard`` (both built-in ones have it) unless the guard is off.
 """
 
 from __future__ import annotations
@@ -42,6 +52,13 @@ from urllib.parse import urljoin
 import structlog
 
 from zkcrawl.politeness.local import Politeness, wait_for_slot
+from zkcrawl.web.addresses import (
+    BLOCK_PRIVATE,
+    BLOCKED_ADDRESS,
+    AddressGuard,
+    BlockedAddress,
+    active,
+)
 from zkcrawl.web.robots import RobotsCache
 from zkcrawl.web.transfer import Response, Transport, TransportFactory, transport_factory
 from zkcrawl.web.urls import host_key, host_of
@@ -52,12 +69,16 @@ log = structlog.get_logger(__name__)
 
 ROBOTS_MAX_BYTES = 500 * 1024  # RFC 9309 §2.5: parse at least the first 500 KiB
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+_FAILED = frozenset({"timeout", "connection", "bad-url", BLOCKED_ADDRESS})  # no usable response
+_PERMANENT = frozenset({"bad-url", BLOCKED_ADDRESS})
 _ROBOTS_REDIRECTS = 5  # RFC 9309 §2.3.1.2: follow at least five
 
 
 @dataclass(frozen=True)
 class FetchSettings:
-    """Fetcher configuration; see the module docstring for how the limits apply."""
+    """Fetcher configuration; see the module docstring for how the limits apply. ``guard``:
+    the SSRF guard (default: block every address that is not public; ``None`` or
+    ``AddressGuard.off()`` for ``--allow-private-addresses``)."""
 
     user_agent: str = "zkcrawl/0.1 (+https://github.com/zkcrawl/zkcrawl)"
     connect_timeout: float = 5.0
@@ -70,6 +91,7 @@ class FetchSettings:
     retry_after_cap: float = 120.0
     robots: bool = True
     accept_types: tuple[str, ...] = ("text/html", "application/xhtml+xml")
+    guard: AddressGuard | None = BLOCK_PRIVATE
 
     @property
     def budget(self) -> float:
@@ -225,7 +247,16 @@ class Fetcher:
     def _wire(self) -> Transport:
         wire: Transport | None = getattr(self._local, "wire", None)
         if wire is None:
-            wire = self._local.wire = self._new_wire(self.settings.user_agent)
+            wire = self._new_wire(self.settings.user_agent)
+            guard = active(self.settings.guard)
+            set_guard = getattr(wire, "set_guard", None)
+            if set_guard is not None:
+                set_guard(guard)
+            elif guard is not None:
+                wire.close()
+                raise TypeError(f"{type(wire).__name__} cannot check the addresses it connects "
+                                "to (no set_guard): FetchSettings(guard=None) to use it")
+            self._local.wire = wire
             with self._lock:
                 self._wires.append(wire)
         return wire
@@ -261,6 +292,8 @@ class Fetcher:
             if self._robots is not None:
                 verdict = self._robots.decide(current)
                 if not verdict.allowed:
+                    if verdict.blocked is not None:  # robots.txt's origin: the same address
+                        return done(error=BLOCKED_ADDRESS)
                     return done(error="robots", retryable=verdict.temporary)
                 if verdict.crawl_delay and self._politeness is not None:
                     self._politeness.set_min_delay(host, verdict.crawl_delay)
@@ -291,12 +324,12 @@ class Fetcher:
                ) -> FetchResult:
         s = self.settings
         status, ctype = resp.status, resp.headers.get("content-type")
-        if status is None or resp.error in ("timeout", "connection", "bad-url"):
+        if status is None or resp.error in _FAILED:
             log.debug("fetch.error", url=done().final_url, error=resp.error, detail=resp.detail)
             error = resp.error or "connection"
             # A body cut short by time or a broken connection is worth another try.
             return done(error=error, status=status, content_type=ctype, body=resp.body,
-                        retryable=error != "bad-url")
+                        retryable=error not in _PERMANENT)
         retry_after = parse_retry_after(resp.headers.get("retry-after"), s.retry_after_cap)
         if status >= 300 or status < 200:
             retryable = status in (408, 429) or status >= 500
@@ -315,12 +348,17 @@ class Fetcher:
     def _fetch_robots(self, robots_url: str) -> tuple[int, bytes]:
         """Fetch robots.txt through this thread's wire (up to 5 redirects, RFC 9309
         §2.3.1.2; 500 KiB cap). Raises on network errors, which the cache treats as
-        "unreachable"."""
+        "unreachable". The guard refusing the origin itself raises BlockedAddress (the page
+        is blocked too); refusing a redirect target is a robots.txt not found (allow all)."""
         url = robots_url
-        for _ in range(_ROBOTS_REDIRECTS + 1):
+        for hop in range(_ROBOTS_REDIRECTS + 1):
             self._wait_slot(host_of(url))
             resp = self._get(url, self.settings.budget, ROBOTS_MAX_BYTES, ())
-            if resp.status is None or resp.error in ("timeout", "connection", "bad-url"):
+            if resp.error == BLOCKED_ADDRESS:
+                if hop == 0:
+                    raise BlockedAddress(resp.detail)
+                return 404, b""
+            if resp.status is None or resp.error in _FAILED:
                 raise OSError(f"robots.txt: {resp.error or 'connection'} {resp.detail}")
             location = resp.headers.get("location")
             if resp.status in _REDIRECT_STATUSES and location:

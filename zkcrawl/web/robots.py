@@ -8,7 +8,10 @@ One entry per origin (``scheme://host:port``), kept ``ttl`` seconds.  What a fet
 * 5xx, status 0/None, or any exception from ``fetch_robots``: the site is unreachable, treat it
   as a complete disallow *for now*, and try again after ``unavailable_ttl`` (60 s).  Such a
   verdict is marked temporary so callers can retry the page later instead of failing it for
-  good.
+  good;
+* :class:`~zkcrawl.web.addresses.BlockedAddress` from ``fetch_robots`` (the SSRF guard refused
+  to connect to the origin): a permanent disallow with ``blocked`` set, kept
+  ``unavailable_ttl`` (the host's DNS may change), so the page gets ``blocked-address`` too.
 
 URLs are normalized first (:func:`zkcrawl.web.urls.normalize_url`): the origin and the rules see
 the same ASCII, percent-encoded, dot-segment-free URL the fetcher asks for, so a lone surrogate
@@ -34,6 +37,7 @@ from urllib.parse import urlsplit
 import structlog
 from protego import Protego
 
+from zkcrawl.web.addresses import BlockedAddress
 from zkcrawl.web.urls import normalize_url
 
 __all__ = ["RobotsCache", "RobotsDecision", "robots_url"]
@@ -47,11 +51,13 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 class RobotsDecision:
     """Verdict for one URL.  ``temporary`` is True when the disallow only reflects robots.txt
     being unreachable (5xx / connection error): retry later, do not record a permanent
-    failure."""
+    failure. ``blocked`` is the SSRF guard's reason when it refused to connect to the origin
+    (then ``allowed`` is False and not temporary)."""
 
     allowed: bool
     temporary: bool = False
     crawl_delay: float | None = None
+    blocked: str | None = None
 
 
 @dataclass
@@ -59,6 +65,7 @@ class _Entry:
     rules: Protego | None  # None: no rules (allow all, or disallow all when unavailable)
     unavailable: bool
     expires: float
+    blocked: str | None = None
 
 
 def _target(url: str) -> tuple[str, str, str] | None:
@@ -133,6 +140,8 @@ class RobotsCache:
         entry = self._entry(*target[1:])
         if entry is None:  # waited too long for another thread's fetch
             return RobotsDecision(allowed=False, temporary=True)
+        if entry.blocked is not None:
+            return RobotsDecision(allowed=False, blocked=entry.blocked)
         if entry.unavailable:
             return RobotsDecision(allowed=False, temporary=True)
         if entry.rules is None:
@@ -145,12 +154,6 @@ class RobotsCache:
             ok, delay = True, None
         return RobotsDecision(allowed=ok, crawl_delay=delay)
 
-    def invalidate(self, url: str) -> None:
-        """Forget the cached entry for ``url``'s origin."""
-        target = _target(url)
-        if target is not None:
-            with self._lock:
-                self._entries.pop(target[1], None)
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -190,6 +193,9 @@ class RobotsCache:
         now = self._clock()
         try:
             status, body = self._fetch(robots)
+        except BlockedAddress as exc:
+            log.info("robots.fetch", robots_url=robots, status=None, blocked=exc.reason)
+            return _Entry(None, False, now + self._unavailable_ttl, blocked=exc.reason)
         except Exception as exc:  # any failure means "unreachable" (RFC 9309)
             log.info("robots.fetch", robots_url=robots, status=None, error=str(exc))
             return _Entry(None, True, now + self._unavailable_ttl)

@@ -26,19 +26,35 @@ network trouble, returning a :class:`Response`; ``close``); :func:`transport_fac
 ``--http curl|requests`` to one: :class:`Wire` here, or ``SessionWire``
 (:mod:`zkcrawl.web.transfer_requests`, one ``requests.Session`` per thread), which keeps
 every guarantee above through :class:`BodySink`, the same body policy.
+
+The SSRF guard (:mod:`zkcrawl.web.addresses`, ``set_guard``): libcurl calls
+``CURLOPT_OPENSOCKETFUNCTION`` with the address it is about to connect to -- after DNS, for
+every new connection (a keep-alive connection is reused without a call: it was checked when
+it was opened) -- and :class:`Wire` refuses a blocked one (``CURL_SOCKET_BAD``: libcurl tries
+the host's next address, if any), so the GET ends with ``error="blocked-address"``. Nothing
+runs per request unless a proxy is configured: then the connection is the proxy's (not
+checked: the operator chose it) and the target host is resolved and checked before the
+request instead (:meth:`~zkcrawl.web.addresses.AddressGuard.check_host`, best effort). Which
+URLs go through the proxy is decided as libcurl does, from ``http_proxy``, ``https_proxy``,
+``all_proxy`` and ``no_proxy`` read when the guard is set; where the two disagree, the
+check fails closed (a proxy it did not expect is checked like any address).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import math
 import os
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import pycurl
+
+from zkcrawl.web.addresses import BLOCK_PRIVATE, BLOCKED_ADDRESS, AddressGuard, active
 
 try:  # the CA bundle requests would use; without it, libcurl's built-in default
     import certifi
@@ -57,7 +73,8 @@ def ca_bundle() -> str | None:
     return next((os.environ[n] for n in _CA_ENV if os.environ.get(n)), _CERTIFI)
 
 __all__ = ["ACCEPT", "DRAIN_BYTES", "TRANSPORTS", "BodySink", "Response", "Transport",
-           "TransportFactory", "Wire", "ca_bundle", "parse_head", "transport_factory", "wire_url"]
+           "TransportFactory", "Wire", "ca_bundle", "curl_proxy", "parse_head",
+           "transport_factory", "wire_url"]
 
 DRAIN_BYTES = 64 * 1024  # error and redirect bodies up to this are read (connection reuse)
 ACCEPT = "text/html,application/xhtml+xml;q=0.9,*/*;q=0.5"
@@ -65,6 +82,9 @@ _KEEP, _DRAIN = 1, 2
 _TIMEOUT_CODES = frozenset({pycurl.E_OPERATION_TIMEDOUT})
 _BAD_URL_CODES = frozenset({pycurl.E_URL_MALFORMAT, pycurl.E_UNSUPPORTED_PROTOCOL})
 _SAFE_URL_CHARS = "/?#[]@!$&'()*+,;=:%~"
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+# The variables libcurl takes a proxy from (``HTTP_PROXY`` in capitals is not one of them).
+_PROXY_VARS = ("http_proxy", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
 
 
 @dataclass(slots=True)
@@ -72,8 +92,9 @@ class Response:
     """What came back. ``status`` is None when no status line arrived. ``headers`` has
     lower-case names (the last value of a repeated header wins). ``body`` is empty for a
     status >= 300 and for a rejected media type. ``error``: None, ``timeout``,
-    ``connection``, ``bad-url``, ``too-large`` (``body`` holds the first ``limit`` bytes)
-    or ``content-type`` (the media type is not in ``accept``; nothing kept)."""
+    ``connection``, ``bad-url``, ``too-large`` (``body`` holds the first ``limit`` bytes),
+    ``content-type`` (the media type is not in ``accept``; nothing kept) or
+    ``blocked-address`` (the SSRF guard refused the connection; nothing was sent)."""
 
     status: int | None = None
     headers: dict[str, str] = field(default_factory=dict)
@@ -86,7 +107,12 @@ class Transport(Protocol):
     """One thread's HTTP transport (not thread-safe: one per thread). ``get`` sends one GET
     and never follows a redirect; it never raises for network trouble (see
     :class:`Response`), cuts the whole exchange at ``budget`` seconds, a silence at ``idle``,
-    connecting at ``connect``, and the decoded body at ``limit`` bytes."""
+    connecting at ``connect``, and the decoded body at ``limit`` bytes.
+
+    A transport that can check the addresses it connects to also has
+    ``set_guard(guard: AddressGuard | None)`` (called once, before the first ``get``); the
+    :class:`~zkcrawl.web.fetch.Fetcher` refuses a transport without it unless the guard is
+    off (``--allow-private-addresses``)."""
 
     def get(self, url: str, *, connect: float, idle: float, budget: float, limit: int,
             accept: tuple[str, ...]) -> Response: ...
@@ -206,10 +232,62 @@ def wire_url(url: str) -> str:
                        quote(parts.query, safe=_SAFE_URL_CHARS), ""))
 
 
-class Wire:
-    """One thread's libcurl handle. Not thread-safe: one per thread."""
+def curl_proxy(url: str, env: Mapping[str, str] | None = None) -> str | None:
+    """The proxy libcurl takes from the environment for ``url``, or None (direct): the
+    scheme's ``<scheme>_proxy`` (``HTTPS_PROXY`` too, but never ``HTTP_PROXY``), else
+    ``all_proxy``/``ALL_PROXY``; none for a host ``no_proxy``/``NO_PROXY`` names. An
+    approximation of libcurl's rules, for the SSRF guard only."""
+    env = os.environ if env is None else env
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    proxy = (env.get(f"{scheme}_proxy") or (scheme != "http" and env.get(f"{scheme.upper()}_PROXY"))
+             or env.get("all_proxy") or env.get("ALL_PROXY"))
+    if not proxy:
+        return None
+    no_proxy = env.get("no_proxy") or env.get("NO_PROXY")
+    if no_proxy and _no_proxy(parts.hostname or "", no_proxy):
+        return None
+    return proxy
 
-    def __init__(self, user_agent: str, max_connections: int = 32) -> None:
+
+def _no_proxy(host: str, value: str) -> bool:
+    """Whether ``no_proxy`` names ``host``, as libcurl reads it: ``*``; a name that is the
+    host or one of its domains (a leading dot or not); an address or a CIDR network."""
+    host = host.lower().strip("[]").rstrip(".")
+    try:
+        address: ipaddress.IPv4Address | ipaddress.IPv6Address | None = (
+            ipaddress.ip_address(host))
+    except ValueError:
+        address = None
+    for raw in value.split(","):
+        entry = raw.strip().lower().strip("[]").lstrip(".").rstrip(".")
+        if raw.strip() == "*":
+            return True
+        if not entry:
+            continue
+        if address is not None:
+            try:
+                if address in ipaddress.ip_network(entry, strict=False):
+                    return True
+            except ValueError:
+                pass
+            continue
+        if host == entry or host.endswith("." + entry):
+            return True
+    return False
+
+
+class Wire:
+    """One thread's libcurl handle. Not thread-safe: one per thread.
+
+    ``guard``: the SSRF guard checked on every new connection (default: block every address
+    that is not public; see :meth:`set_guard`). ``resolve``: ``HOST:PORT:ADDRESS`` entries
+    that pin a name to an address (libcurl's ``CURLOPT_RESOLVE``, ``curl --resolve``), for
+    tests of what the guard does with a name that resolves to an internal address."""
+
+    def __init__(self, user_agent: str, max_connections: int = 32,
+                 guard: AddressGuard | None = BLOCK_PRIVATE, resolve: Sequence[str] = ()
+                 ) -> None:
         c = self._curl = pycurl.Curl()
         c.setopt(pycurl.NOSIGNAL, 1)  # threads: no SIGALRM for DNS timeouts
         c.setopt(pycurl.PROTOCOLS, pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS)
@@ -221,6 +299,55 @@ class Wire:
         c.setopt(pycurl.LOW_SPEED_LIMIT, 1)
         if cafile := ca_bundle():
             c.setopt(pycurl.CAINFO, cafile)
+        if resolve:
+            c.setopt(pycurl.RESOLVE, list(resolve))
+        self._guard: AddressGuard | None = None
+        self._proxy_env = False  # any proxy variable set (read with the guard)
+        self._proxied = False  # this transfer goes through a proxy: its address is trusted
+        self._blocked: str | None = None  # what the guard refused during this transfer
+        self.set_guard(guard)
+
+    def set_guard(self, guard: AddressGuard | None) -> None:
+        """Check every connection this handle opens from now on against ``guard`` (None or
+        ``AddressGuard.off()``: no check, and no callback at all). Call it before the first
+        ``get``: connections already open are not checked again."""
+        self._guard = active(guard)
+        if self._guard is None:
+            self._curl.unsetopt(pycurl.OPENSOCKETFUNCTION)
+            return
+        self._proxy_env = any(os.environ.get(name) for name in _PROXY_VARS)
+        self._curl.setopt(pycurl.OPENSOCKETFUNCTION, self._open_socket)
+
+    def _open_socket(self, purpose: int, address: tuple) -> object:
+        """libcurl's ``CURLOPT_OPENSOCKETFUNCTION``: called (only when a guard is set) with the
+        address a new connection is about to be opened to, after DNS; refuses a blocked
+        one. pycurl duplicates the descriptor of the socket returned, so it may be freed."""
+        family, socktype, protocol, addr = address
+        if self._guard is not None and not self._proxied:
+            ip = addr[0] if isinstance(addr, tuple) and addr else addr
+            reason = self._guard.blocked(ip)
+            if reason is not None:
+                self._blocked = f"{ip}: {reason}"
+                return pycurl.SOCKET_BAD
+        try:
+            return socket.socket(family, socktype, protocol)
+        except OSError:
+            return pycurl.SOCKET_BAD
+
+    def _check_proxied(self, url: str) -> str | None:
+        """With a proxy configured for ``url``: resolve and check the target host here (the
+        connection itself goes to the proxy); sets whether this transfer is proxied."""
+        self._proxied = False
+        if not self._proxy_env or curl_proxy(url) is None:
+            return None
+        try:
+            parts = urlsplit(url)
+            host, port = parts.hostname or "", parts.port or _DEFAULT_PORTS.get(parts.scheme, 80)
+        except ValueError:
+            return None  # libcurl refuses it; a proxy libcurl still used gets checked
+        self._proxied = True
+        assert self._guard is not None
+        return self._guard.check_host(host, port)
 
     def get(self, url: str, *, connect: float, idle: float, budget: float, limit: int,
             accept: tuple[str, ...]) -> Response:
@@ -228,9 +355,13 @@ class Wire:
         c = self._curl
         sink = BodySink(limit, accept)
         try:
-            c.setopt(pycurl.URL, wire_url(url))
+            wire = wire_url(url)
+            c.setopt(pycurl.URL, wire)
         except (pycurl.error, UnicodeError, ValueError) as exc:
             return Response(error="bad-url", detail=str(exc))
+        self._blocked = None
+        if self._guard is not None and (blocked := self._check_proxied(wire)) is not None:
+            return Response(error=BLOCKED_ADDRESS, detail=f"through a proxy, {blocked}")
         c.setopt(pycurl.CONNECTTIMEOUT_MS, max(1, int(connect * 1000)))
         c.setopt(pycurl.TIMEOUT_MS, max(1, int(budget * 1000)))
         c.setopt(pycurl.LOW_SPEED_TIME, max(1, math.ceil(idle)))
@@ -243,6 +374,8 @@ class Wire:
             code = exc.args[0] if exc.args else 0
             error, detail = _classify(code, sink), str(exc.args[-1] if exc.args else exc)
         status, headers = sink.status_and_headers()
+        if self._blocked is not None and status is None:  # refused by _open_socket
+            error, detail = BLOCKED_ADDRESS, f"the address guard refused {self._blocked}"
         if error is None and sink.verdict is not None:
             error = sink.verdict  # a body cut by us while libcurl saw no error
         if status is None and error is None:

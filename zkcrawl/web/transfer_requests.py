@@ -32,18 +32,46 @@ Guarantees, matching the libcurl transport:
   ``HTTP_PROXY`` in capitals -- and ``~/.netrc`` credentials); HTTPS peers verified against
   :func:`~zkcrawl.web.transfer.ca_bundle` (``SSL_CERT_FILE``, ``REQUESTS_CA_BUNDLE``,
   ``CURL_CA_BUNDLE``, else certifi), in that order.
+* **The SSRF guard** (:mod:`zkcrawl.web.addresses`, ``guard``/:meth:`SessionWire.set_guard`):
+  the Session's adapters get connection pools whose connections resolve the host and check
+  every address before connecting to it (a blocked one is skipped, as libcurl does, and when
+  none is left the GET ends with ``error="blocked-address"`` -- nothing was sent, not even a
+  SYN); a keep-alive connection was checked when it was opened. Per adapter instance, never
+  urllib3's globals. A request that goes through a proxy (as requests chooses one:
+  ``select_proxy`` over the Session's and the environment's proxies) connects to the proxy,
+  which is not checked (the operator chose it); its target host is resolved and checked here
+  before the request instead, best effort. A Session of your own must have only
+  ``HTTPAdapter`` instances mounted (subclasses too, as long as they use ``poolmanager``),
+  and adapters mounted after the guard is set are not checked; otherwise pass ``guard=None``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import http.cookiejar
+import socket
+import sys
 import time
+import urllib.request
+from typing import Any
 
 import requests
 import requests.adapters
+import requests.utils
+import urllib3.connection
+import urllib3.connectionpool
 import urllib3.exceptions
+import urllib3.poolmanager
+from urllib3.util.connection import allowed_gai_family
 
+from zkcrawl.web.addresses import (
+    BLOCK_PRIVATE,
+    BLOCKED_ADDRESS,
+    AddressGuard,
+    BlockedAddress,
+    active,
+)
 from zkcrawl.web.transfer import ACCEPT, BodySink, Response, ca_bundle, wire_url
 
 __all__ = ["SessionWire"]
@@ -53,13 +81,110 @@ CHUNK = 64 * 1024  # decoded bytes per read: a bound on what one read inflates
 _CODINGS = frozenset({*urllib3.HTTPResponse.CONTENT_DECODERS, "identity", ""})
 
 
+def _checked_connection(guard: AddressGuard, address: tuple[str, int], timeout: Any,
+                        source_address: tuple[str, int] | None,
+                        socket_options: Any) -> socket.socket:
+    """urllib3's ``create_connection`` with the guard: every address the host resolves to is
+    checked before a socket is connected to it; blocked ones are skipped. Raises
+    :class:`BlockedAddress` when every address was blocked or the allowed ones failed."""
+    host, port = address
+    if host.startswith("["):
+        host = host.strip("[]")
+    blocked: str | None = None
+    err: OSError | None = None
+    for family, socktype, proto, _, sockaddr in socket.getaddrinfo(
+            host, port, allowed_gai_family(), socket.SOCK_STREAM):
+        reason = guard.blocked(sockaddr[0])
+        if reason is not None:
+            blocked = blocked or f"{sockaddr[0]}: {reason}"
+            continue
+        sock = None
+        try:
+            sock = socket.socket(family, socktype, proto)
+            for option in socket_options or ():
+                sock.setsockopt(*option)
+            if timeout is None or isinstance(timeout, int | float):  # else urllib3's default
+                sock.settimeout(timeout)
+            if source_address:
+                sock.bind(source_address)
+            sock.connect(sockaddr)
+            return sock
+        except OSError as exc:
+            err = exc
+            if sock is not None:
+                sock.close()
+    if blocked is not None:
+        raise BlockedAddress(blocked)
+    if err is not None:
+        raise err
+    raise OSError("getaddrinfo returns an empty list")
+
+
+class _Guarded:
+    """Mixed into urllib3's HTTP(S)Connection: ``_new_conn`` through
+    :func:`_checked_connection` (with urllib3's own error mapping)."""
+
+    guard: AddressGuard = BLOCK_PRIVATE
+    host: str
+    port: int
+    timeout: Any
+    source_address: tuple[str, int] | None
+    socket_options: Any
+
+    def _new_conn(self) -> socket.socket:
+        try:
+            sock = _checked_connection(self.guard, (getattr(self, "_dns_host", self.host),
+                                                    self.port),
+                                       self.timeout, self.source_address, self.socket_options)
+        except socket.gaierror as exc:
+            raise urllib3.exceptions.NameResolutionError(
+                self.host, self, exc) from exc  # type: ignore[arg-type]
+        except TimeoutError as exc:
+            raise urllib3.exceptions.ConnectTimeoutError(
+                self, f"Connection to {self.host} timed out. (connect timeout={self.timeout})"
+            ) from exc
+        except OSError as exc:
+            raise urllib3.exceptions.NewConnectionError(
+                self, f"Failed to establish a new connection: {exc}") from exc  # type: ignore[arg-type]
+        sys.audit("http.client.connect", self, self.host, self.port)
+        return sock
+
+
+@functools.cache
+def _pool_classes(guard: AddressGuard) -> dict[str, type]:
+    """urllib3 pool classes whose connections check ``guard`` (one set per guard)."""
+    conns = {scheme: type(f"Guarded{base.__name__}", (_Guarded, base), {"guard": guard})
+             for scheme, base in (("http", urllib3.connection.HTTPConnection),
+                                  ("https", urllib3.connection.HTTPSConnection))}
+    return {scheme: type(f"Guarded{pool.__name__}", (pool,), {"ConnectionCls": conns[scheme]})
+            for scheme, pool in urllib3.poolmanager.pool_classes_by_scheme.items()}
+
+
+def _guard_session(session: requests.Session, guard: AddressGuard | None) -> None:
+    """Make every adapter of ``session`` check ``guard`` (None: stop checking)."""
+    classes = urllib3.poolmanager.pool_classes_by_scheme if guard is None else _pool_classes(
+        guard)
+    for prefix, adapter in session.adapters.items():
+        manager = getattr(adapter, "poolmanager", None)
+        if not isinstance(manager, urllib3.PoolManager):
+            if guard is None:
+                continue
+            raise TypeError(f"the adapter mounted at {prefix!r} ({type(adapter).__name__}) "
+                            "has no urllib3 PoolManager, so the addresses it connects to "
+                            "cannot be checked; pass guard=None (--allow-private-addresses)")
+        manager.clear()  # pools made before the guard was set are not reused
+        manager.pool_classes_by_scheme = classes
+
+
 class SessionWire:
     """One thread's ``requests.Session``. Not thread-safe: one per thread. ``session``: a
     Session of your own (auth, adapters, cookies as you set them); the User-Agent and Accept
-    headers are set on it, everything else is left as given."""
+    headers are set on it, everything else is left as given. ``guard``: the SSRF guard
+    (default: every non-public address blocked; see :meth:`set_guard`)."""
 
     def __init__(self, user_agent: str, max_connections: int = 32,
-                 session: requests.Session | None = None) -> None:
+                 session: requests.Session | None = None,
+                 guard: AddressGuard | None = BLOCK_PRIVATE) -> None:
         if session is None:
             session = requests.Session()
             session.cookies = requests.cookies.RequestsCookieJar(
@@ -72,14 +197,43 @@ class SessionWire:
                                 "Accept-Encoding": "gzip, deflate"})
         self._session = session
         self._verify: str | bool = ca_bundle() or True
+        self._guard: AddressGuard | None = None
+        self._proxy_env = False
+        self.set_guard(guard)
+
+    def set_guard(self, guard: AddressGuard | None) -> None:
+        """Check every connection the Session's adapters open from now on against ``guard``
+        (None or ``AddressGuard.off()``: no check). Raises TypeError when an adapter cannot be
+        checked (not urllib3-based) and the guard is on."""
+        self._guard = active(guard)
+        _guard_session(self._session, self._guard)
+        self._proxy_env = bool(self._session.proxies) or (
+            self._session.trust_env and bool(urllib.request.getproxies()))
+
+    def _check_proxied(self, url: str) -> str | None:
+        """When ``url`` goes through a proxy: resolve and check its host here."""
+        if self._guard is None or not self._proxy_env:
+            return None
+        proxies = self._session.merge_environment_settings(url, {}, None, None, None)
+        if requests.utils.select_proxy(url, proxies["proxies"]) is None:
+            return None
+        parts = urllib3.util.parse_url(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return self._guard.check_host(parts.host or "", port)
 
     def get(self, url: str, *, connect: float, idle: float, budget: float, limit: int,
             accept: tuple[str, ...]) -> Response:
         """GET ``url``; never raises for network trouble (see :class:`Response`)."""
         deadline = time.monotonic() + budget
         try:
-            resp = self._session.get(wire_url(url), allow_redirects=False, stream=True,
+            target = wire_url(url)
+            if (blocked := self._check_proxied(target)) is not None:
+                return Response(error=BLOCKED_ADDRESS, detail=f"through a proxy, {blocked}")
+            resp = self._session.get(target, allow_redirects=False, stream=True,
                                      timeout=(connect, min(idle, budget)), verify=self._verify)
+        except BlockedAddress as exc:
+            return Response(error=BLOCKED_ADDRESS,
+                            detail=f"the address guard refused {exc.reason}")
         except requests.Timeout as exc:
             return Response(error="timeout", detail=str(exc))
         except requests.ConnectionError as exc:
