@@ -44,6 +44,3 @@ class LocalZkError(ZkCrawlError):
 class SinkError(ZkCrawlError):
     """The result sink could not be written: stop claiming, release, exit 1."""
 
-
-class FetchError(ZkCrawlError):
-    """An HTTP fetch failed in a way the caller must handle."""

@@ -246,11 +246,6 @@ class SampleSite:
         with self._lock:
             self.hits.append(hit)
 
-    def paths_hit(self) -> list[str]:
-        """Request paths (with query) received so far, in order."""
-        with self._lock:
-            return [h.path for h in self.hits]
-
     def route(self, path: str) -> tuple[int, str, bytes]:
         """(status, Content-Type, body) for ``path``; no I/O except the slow sleep."""
         html_utf8 = "text/html; charset=utf-8"

@@ -32,11 +32,10 @@ from collections.abc import Callable
 from typing import Any
 
 from zkcrawl.admin.localzk import ZkServer
-from zkcrawl.queue import items as wire
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.layout import Layout
 from zkcrawl.queue.leases import AT_LEAST_ONCE, AT_MOST_ONCE, LeaseQueue
-from zkcrawl.zk import ZkClient, gather
+from zkcrawl.zk import ZkClient
 
 SAMPLE = 300
 
@@ -47,13 +46,6 @@ def _items(n: int) -> list[Item]:
 
 def _fill(zk: ZkClient, root: str, n: int) -> None:
     LeaseQueue(zk, root, "filler").offer_many(_items(n))
-
-
-def _trim(zk: ZkClient, path: str, keep: int) -> None:
-    names = [name for _, name in wire.sort_names(zk.get_children(path))]
-    doomed = names[: max(0, len(names) - keep)]
-    for i in range(0, len(doomed), 2000):
-        gather([zk.delete_async(f"{path}/{n}") for n in doomed[i:i + 2000]])
 
 
 def _seed_take(zk: ZkClient, path: str) -> bytes | None:
