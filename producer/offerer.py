@@ -4,12 +4,13 @@
 ``--seen``, in earlier runs), and offers the rest through
 :meth:`zkcrawl.queue.leases.LeaseQueue.offer_many` in transactions of ``batch`` items.
 
-Pipelining: the transactions are committed by ``_COMMITTERS`` threads while the caller
-goes on normalizing the next batch, so the ZooKeeper round trips overlap the CPU work and
-each other (the server's log fsync is shared by transactions that arrive together). At
-most ``_IN_FLIGHT`` batches wait; a caller that gets ahead blocks, which carries
-back-pressure all the way to the reader. Items of two batches in flight at once may
-interleave in the queue: order is kept within a batch, not across batches.
+Pipelining: one committer thread offers the batches while the caller goes on normalizing
+the next ones, so the ZooKeeper round trips overlap the CPU work; the transactions
+themselves are pipelined in one place, :class:`zkcrawl.queue.offers.OfferWindow` (two in
+flight; the server's log fsync is shared by transactions that arrive together), and the
+committer settles a batch -- seen state, counts -- when its transaction committed. At most
+``_IN_FLIGHT`` batches wait for the committer; a caller that gets ahead blocks, which
+carries back-pressure all the way to the reader. The queue keeps the batches' order.
 
 Back-pressure: the queue never grows past ``max_depth`` because of this producer. A
 transaction carries at most ``max_depth - depth`` items; when the queue is full the
@@ -31,6 +32,7 @@ import queue as stdqueue
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 
 import structlog
 
@@ -48,7 +50,7 @@ LOW_WATER = 0.9
 _WAIT_SLICE = 2.0
 # Batches handed over but not yet committed: enough to overlap, little to lose on a stop.
 _IN_FLIGHT = 2
-_COMMITTERS = 2
+_WINDOW = 2  # offer transactions in flight (the OfferWindow's depth)
 # The checkpoint window: the seen state is saved this often while offers commit, also while
 # the producer waits at --max-depth (and always at the end). A SIGKILL re-offers at most
 # what committed in the last window (README, Reliability).
@@ -88,12 +90,11 @@ class Offerer:
         self._handoff: stdqueue.Queue[Batch | None] = stdqueue.Queue(maxsize=_IN_FLIGHT)
         self._failure: BaseException | None = None
         self._known_depth: int | None = None  # queue depth + our reservations
-        self._reserving = threading.Lock()  # one reservation at a time
-        self._cond = threading.Condition()  # guards _reserved and the shared counters
-        self._reserved = 0  # places reserved by transactions not yet committed
+        self._cond = threading.Condition()  # guards the shared counters
         self._closing = threading.Event()
-        self._threads = [threading.Thread(target=self._commit_loop, name=f"committer-{i}",
-                                          daemon=True) for i in range(_COMMITTERS)]
+        self._window = queue.offer_window(_WINDOW)
+        self._threads = [threading.Thread(target=self._commit_loop, name="committer",
+                                          daemon=True)]
         for thread in self._threads:
             thread.start()
         self._checkpointer = threading.Thread(target=self._checkpoint_loop,
@@ -164,53 +165,68 @@ class Offerer:
     def _commit_loop(self) -> None:
         while True:
             batch = self._handoff.get()
-            try:
-                if batch is None:
-                    return
-                if self._failure is None:
-                    self._commit(batch)
-                else:
-                    self._abandon(batch)
-            finally:
+            if batch is None:
+                self._settle_all()
                 self._handoff.task_done()
+                return
+            if self._failure is None:
+                self._commit(batch)
+            else:
+                self._abandon(batch)
+                self._handoff.task_done()
+            if self._handoff.empty():  # nothing behind it to overlap with: settle now
+                self._settle_all()
 
     def _commit(self, batch: Batch) -> None:
-        done = 0
+        """Offer ``batch`` in parts of what the queue has room for; the handoff's
+        ``task_done`` comes once every part settled (committed, or counted unoffered)."""
+        parts = [1]  # parts not settled yet; 1 for this loop itself
+
+        def part_done() -> None:
+            parts[0] -= 1
+            if parts[0] == 0:
+                self._handoff.task_done()
+
+        pos = 0
         try:
-            while done < len(batch):
-                n = self._reserve(len(batch) - done)
+            while pos < len(batch):
+                n = self._reserve(len(batch) - pos)
                 if n <= 0:  # stopped while the queue was full
                     break
-                try:
-                    self._offer(batch[done:done + n])
-                    done += n
-                finally:
-                    with self._cond:
-                        self._reserved -= n
-                        self._cond.notify_all()
+                part, pos = batch[pos:pos + n], pos + n
+                parts[0] += 1
+                self._window.submit(self._items(part), partial(self._offered, part, part_done),
+                                    partial(self._lost, part, part_done))
         except BaseException as exc:  # raised again in the producer thread
+            self._fail(exc)
+        self._abandon(batch[pos:])
+        part_done()
+
+    def _settle_all(self) -> None:
+        try:
+            self._window.drain()
+        except BaseException as exc:
+            self._fail(exc)
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._failure is None:
             self._failure = exc
-        self._abandon(batch[done:])
+        self._window.abandon()  # calls _lost for every part still in flight
 
     def _reserve(self, want: int) -> int:
         """Reserve up to ``want`` places in the queue; 0 when stopped while it is full.
 
-        One committer reserves at a time (a second one waiting for room waits here too).
-        The depth is measured again only when no reservation is in flight, so it never
-        misses items that are being committed: no overshoot from this producer.
+        The depth is measured again only once the transactions in flight have settled, so
+        it never misses items that are being committed: no overshoot from this producer.
         """
-        with self._reserving:
-            if self._known_depth is None or self._known_depth + want > self.max_depth:
-                with self._cond:
-                    self._cond.wait_for(lambda: self._reserved == 0)
-                self._known_depth = self.queue.depth()  # consumers only ever lower it
-            if self._known_depth >= self.max_depth and not self._wait_for_room():
-                return 0
-            n = min(want, self.max_depth - self._known_depth)
-            self._known_depth += n
-            with self._cond:
-                self._reserved += n
-            return n
+        if self._known_depth is None or self._known_depth + want > self.max_depth:
+            self._window.drain()
+            self._known_depth = self.queue.depth()  # consumers only ever lower it
+        if self._known_depth >= self.max_depth and not self._wait_for_room():
+            return 0
+        n = min(want, self.max_depth - self._known_depth)
+        self._known_depth += n
+        return n
 
     def _wait_for_room(self) -> bool:
         """Block (on a ZooKeeper watch) until the depth is below the low-water mark."""
@@ -231,16 +247,22 @@ class Offerer:
     def _given_up(self) -> bool:
         return self.stop.is_set() or self._closing.is_set()
 
-    def _offer(self, chunk: Batch) -> None:
+    def _items(self, part: Batch) -> list[Item]:
         now = time.time()
-        items = [Item(url=u, producer=self.producer_id, meta={"source": src}, enqueued_at=now)
-                 for u, src in chunk]
-        self.queue.offer_many(items)
-        urls = [u for u, _ in chunk]
+        return [Item(url=u, producer=self.producer_id, meta={"source": src}, enqueued_at=now)
+                for u, src in part]
+
+    def _offered(self, part: Batch, part_done: Callable[[], None], _names: list[str]) -> None:
+        urls = [u for u, _ in part]
         self.seen.add_many(urls)  # only now are they in the queue
         self._inflight.difference_update(urls)
         with self._cond:
             self.counts.offered += len(urls)
+        part_done()
+
+    def _lost(self, part: Batch, part_done: Callable[[], None]) -> None:
+        self._abandon(part)
+        part_done()
 
     def _abandon(self, batch: Batch) -> None:
         if not batch:

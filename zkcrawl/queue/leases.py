@@ -84,7 +84,7 @@ from zkcrawl.queue.claims import (
 )
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.layout import Layout
-from zkcrawl.queue.offers import BatchOffers, QueueSuspended
+from zkcrawl.queue.offers import BatchOffers, OfferWindow, QueueSuspended
 from zkcrawl.zk import (
     ConnectionLoss,
     KazooException,
@@ -218,6 +218,11 @@ class LeaseQueue:
         """Offer items in transactions; returns the created znode names in order. Items
         over the size limit are refused (counted in :attr:`refused`, logged), not sent."""
         return self._offers.offer_many(items)
+
+    def offer_window(self, depth: int = 2) -> OfferWindow:
+        """A pipeline of offer transactions (:class:`~zkcrawl.queue.offers.OfferWindow`) for a
+        caller that offers group after group and settles each as it commits."""
+        return self._offers.window(depth)
 
     @property
     def refused(self) -> int:

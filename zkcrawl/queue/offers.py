@@ -18,6 +18,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import TypeAlias, cast
 
 from zkcrawl.errors import ZkCrawlError
@@ -45,6 +46,80 @@ class QueueSuspended(ZkCrawlError):
     """Not connected to ZooKeeper right now: hold completions and try again later."""
 
 
+@dataclass(eq=False)
+class _Group:
+    """One :meth:`OfferWindow.submit`: its names so far and what to call when it settles."""
+
+    done: Callable[[list[str]], object]
+    lost: Callable[[], object] | None
+    names: list[str] = field(default_factory=list)
+    left: int = 0  # transactions in flight
+    sealed: bool = False  # all its transactions sent
+
+
+class OfferWindow:
+    """The one place offer transactions are pipelined.
+
+    At most ``depth`` transactions are in flight on the session (ZooKeeper applies one
+    session's requests in order, so the sequence order is kept): encoding and sending the
+    next group overlaps the server's work on the previous ones. Each submitted group's
+    names are handed to its ``done`` callback once all its transactions committed, groups
+    in submission order; :meth:`drain` waits for all. Not thread-safe: one caller thread.
+    A failure (raised by :meth:`submit` or :meth:`drain`) leaves the groups still in flight
+    unsettled: :meth:`abandon` calls their ``lost`` callbacks, so the caller can count them.
+    """
+
+    def __init__(self, offers: BatchOffers, depth: int = 2) -> None:
+        self._offers = offers
+        self.depth = max(1, depth)
+        self._flight: deque[tuple[str, list[bytes], Offered, _Group]] = deque()
+        self._open: list[_Group] = []  # groups whose done was not called yet
+
+    def submit(self, items: Iterable[Item], done: Callable[[list[str]], object],
+               lost: Callable[[], object] | None = None) -> None:
+        """Send ``items`` (one transaction per chunk); may first wait for older ones."""
+        group = _Group(done, lost)
+        self._open.append(group)
+        for token, chunk in self._offers._chunks(items):
+            group.left += 1
+            self._flight.append((token, chunk, self._offers._offer_async(token, chunk), group))
+            while len(self._flight) > self.depth:
+                self._settle_one()
+        group.sealed = True
+        self._finish(group)
+
+    def drain(self) -> None:
+        """Wait until every submitted group settled (its ``done`` called)."""
+        while self._flight:
+            self._settle_one()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._flight)
+
+    def abandon(self) -> int:
+        """After a failure: forget what is in flight; ``lost()`` for each unsettled group."""
+        open_groups, self._open = self._open, []
+        self._flight.clear()
+        for group in open_groups:
+            if group.lost is not None:
+                group.lost()
+        return len(open_groups)
+
+    def _settle_one(self) -> None:
+        token, chunk, pending, group = self._flight[0]
+        names = self._offers._offer_result(token, chunk, pending)
+        self._flight.popleft()
+        group.names.extend(names)
+        group.left -= 1
+        self._finish(group)
+
+    def _finish(self, group: _Group) -> None:
+        if group.sealed and group.left == 0 and group in self._open:
+            self._open.remove(group)
+            group.done(group.names)
+
+
 class BatchOffers:
     """Offers and depth for one queue path."""
 
@@ -59,21 +134,17 @@ class BatchOffers:
         self.refused = 0  # items over the size limit, never sent (SPEC §2)
 
     def offer_many(self, items: Iterable[Item]) -> list[str]:
-        """Offer items in transactions; returns the created znode names in order.
-
-        Two transactions are in flight at once (ZooKeeper applies a session's requests
-        in order, so the sequence order is kept): encoding the next batch overlaps the
-        server's work on the previous one.
-        """
+        """Offer items in transactions; returns the created znode names in order (two
+        transactions in flight, through an :class:`OfferWindow`)."""
         names: list[str] = []
-        inflight: deque[tuple[str, list[bytes], Offered]] = deque()
-        for token, chunk in self._chunks(items):
-            inflight.append((token, chunk, self._offer_async(token, chunk)))
-            if len(inflight) >= 2:
-                names.extend(self._offer_result(*inflight.popleft()))
-        while inflight:
-            names.extend(self._offer_result(*inflight.popleft()))
+        window = OfferWindow(self)
+        window.submit(items, names.extend)
+        window.drain()
         return names
+
+    def window(self, depth: int = 2) -> OfferWindow:
+        """A pipeline of offer transactions for a caller that offers group after group."""
+        return OfferWindow(self, depth)
 
     def _chunks(self, items: Iterable[Item]) -> Iterable[tuple[str, list[bytes]]]:
         chunk: list[bytes] = []
