@@ -215,3 +215,44 @@ def test_wait_depth_below_returns_when_items_leave(zk_factory, zk_root):
     depth = qa.wait_depth_below(30, timeout=20)
     t.join(20)
     assert depth < 30
+
+
+def test_offer_window_settles_groups_in_order_with_two_in_flight(zk, zk_root):
+    q = LeaseQueue(zk, zk_root, "w", offer_batch=50)
+    window = q.offer_window(2)
+    settled: list[tuple[int, int]] = []
+    seen_in_flight = []
+    for g in range(4):
+        window.submit(urls(120, prefix=f"http://127.0.0.1/w{g}/"),
+                      lambda names, g=g: settled.append((g, len(names))))
+        seen_in_flight.append(window.in_flight)
+    window.drain()
+    assert settled == [(0, 120), (1, 120), (2, 120), (3, 120)]
+    assert max(seen_in_flight) <= 2 and window.in_flight == 0
+    assert len(zk.get_children(f"{zk_root}/queue")) == 480
+
+
+def test_offer_window_hands_back_what_was_in_flight_on_a_failure(zk, zk_root, monkeypatch):
+    from zkcrawl.errors import ZkCrawlError
+
+    q = LeaseQueue(zk, zk_root, "w", offer_batch=10)
+    window = q.offer_window(2)
+    done, lost = [], []
+    real = window._offers._offer_result
+    calls = iter(range(100))
+
+    def flaky(token, chunk, pending):  # the second transaction fails
+        names = real(token, chunk, pending)
+        if next(calls) == 1:
+            raise ZkCrawlError("offer failed: injected")
+        return names
+
+    monkeypatch.setattr(window._offers, "_offer_result", flaky)
+    try:
+        for g in range(3):
+            window.submit(urls(10, prefix=f"http://127.0.0.1/f{g}/"),
+                          lambda _n, g=g: done.append(g), lambda g=g: lost.append(g))
+        window.drain()
+    except ZkCrawlError:
+        window.abandon()
+    assert done == [0] and sorted(lost) == [1, 2]
