@@ -15,8 +15,8 @@ from zkcrawl.errors import UsageError
 from zkcrawl.politeness.local import MAX_CRAWL_DELAY
 from zkcrawl.queue.leases import AT_LEAST_ONCE, AT_MOST_ONCE
 from zkcrawl.settings import CommonSettings, opt, znode_path_problem
-from zkcrawl.web.addresses import BLOCK_PRIVATE
 from zkcrawl.web.fetch import FetchSettings
+from zkcrawl.web.options import WebOptions
 
 DEFAULT_USER_AGENT = "zkcrawl/0.1 (+https://github.com/zkcrawl/zkcrawl)"
 # robots.txt Crawl-delay above --domain-delay wins, up to this (a typo of "3600" must not
@@ -27,7 +27,7 @@ MAX_THREADS = 1024
 
 
 @dataclasses.dataclass(frozen=True)
-class ConsumerSettings(CommonSettings):
+class ConsumerSettings(CommonSettings, WebOptions):
     """``zkcrawl-consumer`` flags; names are the stable surface of SPEC §4."""
 
     id: str | None = opt(None, "consumer id, unique in the cluster (default: host-pid)",
@@ -50,12 +50,6 @@ class ConsumerSettings(CommonSettings):
     user_agent: str = opt(DEFAULT_USER_AGENT, "User-Agent header, also the robots.txt agent")
     max_bytes: int = opt(10_000_000, "stop reading a body there; the record gets error "
                          "too-large", metavar="N")
-    http: str = opt("curl", "HTTP transport: 'curl' (libcurl, least CPU per page) or "
-                    "'requests' (a requests.Session per thread)", choices=("curl", "requests"))
-    allow_private_addresses: bool = opt(False, "let fetches connect to loopback, link-local, "
-                                        "private, multicast or reserved addresses; off: such "
-                                        "a connected address (checked after DNS, on every "
-                                        "redirect hop) gets error blocked-address")
     delivery: str = opt(AT_LEAST_ONCE, "at-least-once (no item lost) or at-most-once "
                         "(delete on take, lossy)", choices=(AT_LEAST_ONCE, AT_MOST_ONCE))
     exit_when_idle: float | None = opt(None, "exit 0 after S seconds with nothing in flight "
@@ -105,4 +99,4 @@ class ConsumerSettings(CommonSettings):
                              connect_timeout=min(5.0, self.timeout), timeout=self.timeout,
                              total_timeout=2 * self.timeout, max_bytes=self.max_bytes,
                              max_redirects=10, retries=0, robots=self.robots,
-                             guard=None if self.allow_private_addresses else BLOCK_PRIVATE)
+                             guard=self.address_guard())

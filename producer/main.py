@@ -40,7 +40,6 @@ from zkcrawl.queue.registry import Registration, default_id
 from zkcrawl.seen import SeenSet
 from zkcrawl.settings import ArgumentParser, add_options, parse
 from zkcrawl.signals import StopSignals
-from zkcrawl.web.addresses import BLOCK_PRIVATE
 from zkcrawl.web.fetch import Fetcher, FetchSettings
 from zkcrawl.web.urls import LinkFilter, compile_patterns, drop_reason
 from zkcrawl.zk.client import ZkClient
@@ -194,7 +193,7 @@ def _fetcher(s: ProducerSettings) -> Fetcher:
     fs = FetchSettings(user_agent=s.user_agent, connect_timeout=min(5.0, s.timeout),
                        timeout=s.timeout, max_bytes=s.max_bytes, retries=s.retries,
                        retry_after_cap=60.0, robots=s.robots,
-                       guard=None if s.allow_private_addresses else BLOCK_PRIVATE)
+                       guard=s.address_guard())
     return Fetcher(fs, politeness=LocalPoliteness(s.delay), http=s.http)
 
 

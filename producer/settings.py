@@ -15,6 +15,7 @@ import math
 
 from zkcrawl.errors import UsageError
 from zkcrawl.settings import CommonSettings, opt, znode_path_problem
+from zkcrawl.web.options import WebOptions
 
 #: Tracking parameters stripped when no ``--strip-param`` is given (fnmatch globs).
 DEFAULT_STRIP = ("utm_*", "fbclid", "gclid", "dclid", "msclkid", "mc_cid", "mc_eid", "_ga")
@@ -27,7 +28,7 @@ MAX_BLOOM_BITS = 2**37
 
 
 @dataclasses.dataclass(frozen=True)
-class ProducerSettings(CommonSettings):
+class ProducerSettings(CommonSettings, WebOptions):
     """Flags of ``zkcrawl-producer`` (SPEC §4 plus the de-duplication and HTTP knobs)."""
 
     start: tuple[str, ...] = opt((), "listing page to start from; repeatable", repeat=True,
@@ -68,12 +69,6 @@ class ProducerSettings(CommonSettings):
     retries: int = opt(3, "retries of a listing fetch that may pass (connection, 429, 5xx)",
                        metavar="N")
     max_bytes: int = opt(10_000_000, "read at most N bytes of a listing page", metavar="N")
-    http: str = opt("curl", "HTTP transport of listing fetches: 'curl' (libcurl) or "
-                    "'requests' (a requests.Session)", choices=("curl", "requests"))
-    allow_private_addresses: bool = opt(False, "let fetches connect to loopback, link-local, "
-                                        "private, multicast or reserved addresses; off: such "
-                                        "a connected address (checked after DNS, on every "
-                                        "redirect hop) gets error blocked-address")
     id: str | None = opt(None, "producer id in <root>/producers (default host-pid)",
                          metavar="NAME")
 

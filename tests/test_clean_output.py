@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from consumer.sink import Sink
+from tests.test_admin_cli import common, run
 from zkcrawl import logs
 from zkcrawl.admin.report import load_records, parse_line, render_html, render_text, summarize
-from zkcrawl.cli import main
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.leases import LeaseQueue
 from zkcrawl.textsafe import printable, scrub
@@ -260,15 +260,6 @@ def test_log_writer_scrubs_a_line_a_strict_stream_refuses() -> None:
 
 
 # ------------------------------------------------------ admin (real ZooKeeper) --
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    rc = main(list(argv), {})
-    out, err = capsys.readouterr()
-    return int(rc), out, err
-
-
-def common(hosts: str, root: str) -> list[str]:
-    return ["--zk", hosts, "--root", root, "--zk-timeout", "5", "--log-format", "json"]
 
 
 def test_dead_list_and_queue_list_escape_hostile_urls(zk, zk_hosts, zk_root, capsys) -> None:
