@@ -61,6 +61,21 @@ need_venv() {
   fi
 }
 
+kazoo_edges() {
+  # zkcrawl/zk/wire.py leans on kazoo internals (KazooClient._call, its serialization
+  # structs): the adapter's contract tests also run against the oldest kazoo pyproject.toml
+  # allows and the newest one published, each shadowing the installed one on PYTHONPATH.
+  local spec dir
+  for spec in "kazoo==2.10.0" "kazoo"; do
+    dir="$(mktemp -d)"
+    "$venv/bin/python" -m pip install -q --no-deps --upgrade --target "$dir" "$spec" >/dev/null
+    say "zookeeper adapter against $(ls "$dir" | grep -m1 '^kazoo-.*dist-info' || echo "$spec")"
+    PYTHONPATH="$dir" "$venv/bin/python" -m pytest -q -p no:cacheprovider \
+      tests/test_zk.py tests/test_queue.py tests/test_claimlog.py
+    rm -rf "$dir"
+  done
+}
+
 case "$what" in
   demo)
     need_system
@@ -74,6 +89,9 @@ case "$what" in
     "$venv/bin/ruff" check .
     say "mypy (strict, see pyproject.toml): zkcrawl/zk zkcrawl/queue consumer"
     "$venv/bin/mypy" zkcrawl/zk zkcrawl/queue consumer
+    if [ "$#" -eq 0 ]; then
+      kazoo_edges
+    fi
     say "pytest"
     exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@"
     ;;

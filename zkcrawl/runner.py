@@ -43,9 +43,26 @@ def setup_logging(settings: CommonSettings) -> None:
 
 
 def connect(settings: CommonSettings) -> ZkClient:
-    """Connect to ``--zk`` within ``--zk-timeout`` (ZkUnavailable -> exit 2)."""
-    return ZkClient(settings.zk, zk_timeout=settings.zk_timeout,
-                    session_timeout=settings.session_timeout).connect()
+    """Connect to ``--zk`` within ``--zk-timeout`` (ZkUnavailable -> exit 2), with the
+    security flags: credentials (``--zk-auth``/``--zk-auth-file``), the ACL of created
+    znodes (``--zk-acl``), TLS (``--zk-tls*``). A wrong password, a refused handshake or a
+    server that requires credentials is one line and exit 2 (ZkSecurityError); so is a
+    ``--root`` whose ACL names this user with another password. Warnings (a secret file
+    others may read, a root anyone may write) are logged once, never with the secret."""
+    log = logs.get_logger("zkcrawl.zk")
+    for warning in settings.zk_security_warnings(sys.argv[1:]):
+        log.warning("zk.security", problem=warning)
+    zk = ZkClient(settings.zk, zk_timeout=settings.zk_timeout,
+                  session_timeout=settings.session_timeout,
+                  auth=settings.zk_credentials(), acl=settings.zk_acl,
+                  tls=settings.zk_tls_settings()).connect()
+    try:
+        for warning in zk.check_access(settings.root):
+            log.warning("zk.acl", problem=warning)
+    except BaseException:
+        zk.close()
+        raise
+    return zk
 
 
 def entry(main: Main) -> Callable[[], None]:

@@ -34,6 +34,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from zkcrawl.errors import UsageError
+from zkcrawl.zk.security import (
+    ZkAuth,
+    ZkTls,
+    parse_auth,
+    read_auth_file,
+    world_readable_warning,
+)
 
 T = TypeVar("T")
 
@@ -48,13 +55,22 @@ _ZK_BAD_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\uffff]")
 
 
 def opt(default: Any, help: str, *, repeat: bool = False, choices: Sequence[str] | None = None,
-        negatable: bool = False, metavar: str | None = None, short: str | None = None) -> Any:
-    """A settings field: its default and how it appears on the command line."""
+        negatable: bool = False, metavar: str | None = None, short: str | None = None,
+        secret: bool = False) -> Any:
+    """A settings field: its default and how it appears on the command line. A ``secret``
+    one is left out of the dataclass's repr and shown as ``***`` by :func:`redacted`."""
     meta = {"help": help, "repeat": repeat, "choices": choices, "negatable": negatable,
-            "metavar": metavar, "short": short}
+            "metavar": metavar, "short": short, "secret": secret}
     if repeat:
-        return dataclasses.field(default=tuple(default), metadata=meta)
-    return dataclasses.field(default=default, metadata=meta)
+        return dataclasses.field(default=tuple(default), metadata=meta, repr=not secret)
+    return dataclasses.field(default=default, metadata=meta, repr=not secret)
+
+
+def redacted(settings: Any) -> dict[str, Any]:
+    """The settings as a dict for display (logs, status nodes): secret fields ``***``."""
+    return {f.name: ("***" if f.metadata.get("secret") and getattr(settings, f.name)
+                     else getattr(settings, f.name))
+            for f in dataclasses.fields(settings)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +90,23 @@ class CommonSettings:
                             metavar="S")
     session_timeout: float = opt(10.0, "ZooKeeper session timeout in seconds: how fast the "
                                  "leases of a dead process are released", metavar="S")
+    zk_auth: str | None = opt(None, "ZooKeeper credentials: digest:USER:PASSWORD or "
+                              "sasl:DIGEST-MD5:USER:PASSWORD (prefer --zk-auth-file or the "
+                              "environment: a command line is visible in ps)",
+                              metavar="SCHEME:CREDENTIALS", secret=True)
+    zk_auth_file: str | None = opt(None, "file whose first line holds the --zk-auth "
+                                   "credentials (mode 600)", metavar="PATH")
+    zk_acl: str = opt("creator", "ACL of the znodes zkcrawl creates, with credentials: "
+                      "creator = ALL for that identity + READ for anyone; open = anyone "
+                      "may do anything", choices=("creator", "open"))
+    zk_tls: bool = opt(False, "connect to ZooKeeper over TLS (its secureClientPort); any "
+                       "--zk-tls-* file turns it on")
+    zk_tls_ca: str | None = opt(None, "PEM CA bundle the server certificate must chain to "
+                                "(default: the system's)", metavar="PATH")
+    zk_tls_cert: str | None = opt(None, "PEM client certificate (mutual TLS; with "
+                                  "--zk-tls-key)", metavar="PATH")
+    zk_tls_key: str | None = opt(None, "PEM unencrypted private key of --zk-tls-cert",
+                                 metavar="PATH")
 
     #: True where an empty ``--zk`` means something (bench: start a throwaway server).
     zk_optional: typing.ClassVar[bool] = False
@@ -90,6 +123,49 @@ class CommonSettings:
                              f"got {self.root!r}")
         if self.zk_timeout <= 0 or self.session_timeout <= 0:
             raise UsageError("--zk-timeout and --session-timeout must be positive")
+        self.zk_credentials()
+        tls = self.zk_tls_settings()
+        if tls is not None:
+            tls.check()
+
+    def __str__(self) -> str:
+        return repr(self)  # the dataclass repr leaves the secret fields out
+
+    def zk_credentials(self) -> ZkAuth | None:
+        """The identity of ``--zk-auth`` or ``--zk-auth-file`` (read now), or None."""
+        if self.zk_auth is not None and self.zk_auth_file is not None:
+            raise UsageError("give --zk-auth or --zk-auth-file, not both")
+        if self.zk_auth_file is not None:
+            return read_auth_file(self.zk_auth_file)
+        if self.zk_auth is not None:
+            return parse_auth(self.zk_auth)
+        return None
+
+    def zk_tls_settings(self) -> ZkTls | None:
+        """TLS to ZooKeeper (``--zk-tls`` or any ``--zk-tls-*`` file), or None."""
+        files = (self.zk_tls_ca, self.zk_tls_cert, self.zk_tls_key)
+        if not self.zk_tls and all(f is None for f in files):
+            return None
+        return ZkTls(*files)
+
+    def zk_security_warnings(self, argv: Sequence[str] = ()) -> list[str]:
+        """Secrets others may read (logged once connected): credentials in ``argv`` (the
+        process's command line, visible in ``ps``), a file readable by group or others."""
+        out = []
+        if self.zk_auth is not None and any(a == "--zk-auth" or a.startswith("--zk-auth=")
+                                            for a in argv):
+            out.append("--zk-auth on the command line is visible to every local user (ps, "
+                       "/proc): use --zk-auth-file or $ZKCRAWL_ZK_AUTH")
+        if self.zk_auth_file is not None:
+            warning = world_readable_warning(self.zk_auth_file, "--zk-auth-file")
+            if warning:
+                out.append(warning)
+        tls = self.zk_tls_settings()
+        if tls is not None and tls.key is not None:
+            warning = world_readable_warning(tls.key, "--zk-tls-key")
+            if warning:
+                out.append(warning)
+        return out
 
 
 _HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)$")

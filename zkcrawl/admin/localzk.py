@@ -5,6 +5,12 @@ It finds an installed ZooKeeper (``$ZOOKEEPER_HOME`` with ``lib/*.jar``, or Debi
 127.0.0.1 and runs the server JVM directly -- not through ``zkServer.sh``, whose
 Debian version insists on ``/etc/zookeeper`` and ``/var/lib/zookeeper``. A standalone
 server or a quorum of several on loopback ports (for fail-over tests) share the code.
+
+For the security tests a server can also **require authentication** (``require_auth``:
+``enforce.auth.enabled`` with the digest scheme, ZooKeeper >= 3.7; ``sasl_users`` adds SASL
+DIGEST-MD5 through a JAAS file) and serve a **TLS client port** (``tls``: Netty, PEM key and
+trust stores that :func:`make_pki` generates with ``openssl`` in a directory of the caller's --
+nothing prebuilt).
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from pathlib import Path
 from zkcrawl.errors import LocalZkError
 
 DEBIAN_JAR = "/usr/share/java/zookeeper.jar"
+# Netty (the TLS client port) needs these beside what zookeeper.jar's manifest names.
+DEBIAN_NETTY_EXTRA = ("netty-codec", "netty-resolver", "netty-transport-native-unix-common")
 INSTALL_HINT = ("no ZooKeeper installation found: install one with "
                 "`apt-get install zookeeper` (Debian/Ubuntu) or set ZOOKEEPER_HOME")
 
@@ -45,7 +53,9 @@ def find_install(env: Mapping[str, str] | None = None) -> ZkInstall:
     elif os.path.exists(DEBIAN_JAR):
         jars = [DEBIAN_JAR]  # its manifest's Class-Path names the dependencies
         # slf4j-simple so the server log says something (the package ships slf4j-nop).
-        jars += [j for j in ("/usr/share/java/slf4j-simple.jar",) if os.path.exists(j)]
+        jars += [j for j in ("/usr/share/java/slf4j-simple.jar",
+                             *(f"/usr/share/java/{n}.jar" for n in DEBIAN_NETTY_EXTRA))
+                 if os.path.exists(j)]
     if not jars:
         raise LocalZkError(INSTALL_HINT)
     if not java or not os.path.exists(java):
@@ -73,14 +83,91 @@ def four_letter(port: int, word: str, timeout: float = 1.0) -> str:
         return ""
 
 
+@dataclass(frozen=True)
+class ServerTls:
+    """The TLS client port's stores (PEM, as :func:`make_pki` writes them)."""
+
+    keystore: Path  # the server's private key and certificate
+    truststore: Path  # the CA certificates a client certificate must chain to
+    client_auth: str = "need"  # need (mutual TLS) | want | none
+
+
+@dataclass(frozen=True)
+class Pki:
+    """A throwaway certificate authority and the certificates the TLS tests use, as PEM
+    files in ``directory``: the CA, a server certificate for 127.0.0.1 / localhost and a
+    client certificate, all signed by the CA (keys unencrypted, mode 0600)."""
+
+    directory: Path
+    ca_cert: Path
+    server_cert: Path
+    server_key: Path
+    server_pem: Path  # key + certificate in one file: ZooKeeper's PEM key store
+    client_cert: Path
+    client_key: Path
+
+    def server_tls(self, client_auth: str = "need") -> ServerTls:
+        return ServerTls(self.server_pem, self.ca_cert, client_auth)
+
+
+def make_pki(directory: str | os.PathLike[str], days: int = 2) -> Pki:
+    """Generate a CA, a server and a client certificate with ``openssl`` (EC P-256)."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise LocalZkError("generating test certificates needs `openssl` (apt-get install "
+                           "openssl)")
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+
+    def run(*args: str) -> None:
+        proc = subprocess.run([openssl, *args], cwd=d, capture_output=True, text=True,
+                              check=False)
+        if proc.returncode:
+            raise LocalZkError(f"openssl {args[0]} failed: {proc.stderr.strip()[:500]}")
+
+    def key(name: str) -> None:
+        run("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
+            "-out", f"{name}.key")
+        (d / f"{name}.key").chmod(0o600)
+
+    key("ca")
+    run("req", "-x509", "-new", "-key", "ca.key", "-sha256", "-days", str(days),
+        "-subj", "/CN=zkcrawl test CA", "-out", "ca.crt")
+    for name, ext in (("server", "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+                                 "extendedKeyUsage=serverAuth,clientAuth\n"),
+                      ("client", "extendedKeyUsage=clientAuth\n")):
+        key(name)
+        run("req", "-new", "-key", f"{name}.key", "-subj", f"/CN=zkcrawl-{name}",
+            "-out", f"{name}.csr")
+        (d / f"{name}.ext").write_text("basicConstraints=CA:FALSE\n" + ext)
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+            "-CAcreateserial", "-days", str(days), "-sha256", "-extfile", f"{name}.ext",
+            "-out", f"{name}.crt")
+    pem = d / "server.pem"
+    pem.write_bytes((d / "server.key").read_bytes() + (d / "server.crt").read_bytes())
+    pem.chmod(0o600)
+    return Pki(d, d / "ca.crt", d / "server.crt", d / "server.key", pem,
+               d / "client.crt", d / "client.key")
+
+
 class ZkServer:
     """One ZooKeeper server process (standalone, or one member of a quorum)."""
 
     def __init__(self, data_dir: str | os.PathLike[str], port: int = 0, *,
                  server_id: int | None = None, peers: dict[int, tuple[int, int]] | None = None,
-                 tick_ms: int = 500, heap_mb: int = 256, quick_jit: bool = False) -> None:
+                 tick_ms: int = 500, heap_mb: int = 256, quick_jit: bool = False,
+                 require_auth: bool = False, sasl_users: Mapping[str, str] | None = None,
+                 tls: ServerTls | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
+        #: Every request needs an authenticated session (digest, or SASL with sasl_users):
+        #: ``enforce.auth.enabled`` (ZooKeeper >= 3.7). Clients without one are refused.
+        self.require_auth = require_auth
+        #: SASL DIGEST-MD5 users (name -> password), through a JAAS file.
+        self.sasl_users = dict(sasl_users or {})
+        #: A TLS client port beside the plain one (which the readiness probe uses).
+        self.tls = tls
+        self.secure_port = free_port() if tls else 0
         self.server_id = server_id
         self.peers = peers or {}
         self.tick_ms = tick_ms
@@ -101,6 +188,11 @@ class ZkServer:
     def hosts(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def tls_hosts(self) -> str:
+        """The TLS client port's connect string ('' without ``tls``)."""
+        return f"127.0.0.1:{self.secure_port}" if self.tls else ""
+
     def _write_config(self) -> Path:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         lines = [f"tickTime={self.tick_ms}", f"dataDir={self.data_dir / 'data'}",
@@ -110,6 +202,7 @@ class ZkServer:
                  "maxSessionTimeout=60000", "maxClientCnxns=0",
                  "autopurge.purgeInterval=1", "jute.maxbuffer=1048575"]
         (self.data_dir / "data").mkdir(exist_ok=True)
+        lines += self._security_config()
         if self.peers:
             for sid, (quorum, election) in sorted(self.peers.items()):
                 lines.append(f"server.{sid}=127.0.0.1:{quorum}:{election}")
@@ -117,6 +210,34 @@ class ZkServer:
         cfg = self.data_dir / "zoo.cfg"
         cfg.write_text("\n".join(lines) + "\n")
         return cfg
+
+    def _security_config(self) -> list[str]:
+        lines: list[str] = []
+        schemes = ["digest"]
+        if self.sasl_users:
+            lines.append("authProvider.sasl="
+                         "org.apache.zookeeper.server.auth.SASLAuthenticationProvider")
+            schemes.append("sasl")
+            users = "".join(f'\n    user_{name}="{password}"'
+                            for name, password in sorted(self.sasl_users.items()))
+            jaas = self.data_dir / "jaas.conf"
+            jaas.write_text("Server {\n    org.apache.zookeeper.server.auth.DigestLoginModule "
+                            f"required{users};\n}};\n")
+            jaas.chmod(0o600)
+        if self.require_auth:
+            lines += ["authProvider.digest="
+                      "org.apache.zookeeper.server.auth.DigestAuthenticationProvider",
+                      "enforce.auth.enabled=true", f"enforce.auth.schemes={','.join(schemes)}"]
+        if self.tls:
+            lines += [f"secureClientPort={self.secure_port}",
+                      "secureClientPortAddress=127.0.0.1",
+                      "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+                      "authProvider.x509="
+                      "org.apache.zookeeper.server.auth.X509AuthenticationProvider",
+                      f"ssl.keyStore.location={self.tls.keystore}", "ssl.keyStore.type=PEM",
+                      f"ssl.trustStore.location={self.tls.truststore}",
+                      "ssl.trustStore.type=PEM", f"ssl.clientAuth={self.tls.client_auth}"]
+        return lines
 
     def start(self, wait: float = 30.0, detach: bool = False) -> ZkServer:
         """Start the JVM; with ``wait`` > 0 return once it serves (raise if it does not)."""
@@ -128,7 +249,8 @@ class ZkServer:
         cmd = [install.java, f"-Xmx{self.heap_mb}m", "-XX:+UseSerialGC", *jit,
                "-Dzookeeper.jmx.log4j.disable=true",
                "-Dorg.slf4j.simpleLogger.showDateTime=true",
-               f"-Dzookeeper.log.dir={self.data_dir}", "-cp", install.classpath, main, str(cfg)]
+               f"-Dzookeeper.log.dir={self.data_dir}", *self._jvm_security_options(),
+               "-cp", install.classpath, main, str(cfg)]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=detach)
@@ -136,6 +258,11 @@ class ZkServer:
         if wait > 0 and not self.peers:
             self.wait_serving(wait)
         return self
+
+    def _jvm_security_options(self) -> list[str]:
+        if not self.sasl_users:
+            return []
+        return [f"-Djava.security.auth.login.config={self.data_dir / 'jaas.conf'}"]
 
     def serving(self) -> bool:
         if self.proc is not None and self.proc.poll() is not None:

@@ -6,6 +6,7 @@ rule, TID251, enforces it).
 * :mod:`.wire`    the hand-serialized multi requests (``multi``, ``multiRead``): the one
   module on kazoo's private API;
 * :mod:`.errors`  kazoo's exceptions, re-exported (typed) for callers to catch;
+* :mod:`.security` credentials, ACLs and TLS settings (plain data, no kazoo);
 * :mod:`.types`   what crosses the boundary: :class:`Stat`, :class:`Pending`,
   :class:`WatchedEvent`, :class:`ZkState`, the callback and result aliases.
 
@@ -14,14 +15,17 @@ Callers write ``from zkcrawl.zk import ZkClient, NoNodeError``.
 
 from zkcrawl.zk.client import ZkClient, gather, tx_ok
 from zkcrawl.zk.errors import (
+    AuthFailedError,
     BadVersionError,
     CancelledError,
     ConnectionClosedError,
     ConnectionDropped,
     ConnectionLoss,
+    InvalidACLError,
     KazooException,
     KazooTimeoutError,
     MarshallingError,
+    NoAuthError,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
@@ -48,6 +52,7 @@ from zkcrawl.zk.types import (
 from zkcrawl.zk.wire import Multi
 
 __all__ = [
+    "AuthFailedError",
     "BadVersionError",
     "CancelledError",
     "ChildrenWatcher",
@@ -55,10 +60,12 @@ __all__ = [
     "ConnectionDropped",
     "ConnectionLoss",
     "DataWatcher",
+    "InvalidACLError",
     "KazooException",
     "KazooTimeoutError",
     "MarshallingError",
     "Multi",
+    "NoAuthError",
     "NoNodeError",
     "NodeExistsError",
     "NotEmptyError",

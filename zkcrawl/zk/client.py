@@ -3,7 +3,14 @@
 It owns the connection policy:
 
 * **connect** waits at most ``zk_timeout`` seconds; an unreachable ensemble is a
-  :class:`~zkcrawl.errors.ZkUnavailable` (exit 2), never a hang.
+  :class:`~zkcrawl.errors.ZkUnavailable` (exit 2), never a hang. A TLS handshake that fails
+  (wrong CA, client certificate refused, not a TLS port), credentials the server refuses
+  (SASL) or a server that requires authentication the session lacks are a
+  :class:`~zkcrawl.zk.security.ZkSecurityError` (exit 2: configuration, not an outage),
+  raised at once rather than after the timeout.
+* **security** (:mod:`zkcrawl.zk.security`): credentials (digest or SASL DIGEST-MD5), the
+  ACL every created znode gets (``--zk-acl``), TLS; a NoAuth on a create/set/delete is a
+  :class:`ZkAccessDenied` naming the path and the identity, never the secret.
 * **reconnect** (kazoo's ``connection_retry``) goes on while the process runs,
   with capped exponential delays, and is interrupted by :meth:`ZkClient.close`.
 * **commands** (kazoo's ``command_retry``, used by :meth:`ZkClient.retry`) are
@@ -15,21 +22,35 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from kazoo.retry import KazooRetry
+from kazoo.security import ACL, Id
 
 from zkcrawl.errors import ZkUnavailable
 from zkcrawl.zk.errors import (
+    AuthFailedError,
     KazooException,
     KazooTimeoutError,
     MarshallingError,
+    NoAuthError,
     NodeExistsError,
     NoNodeError,
     UnimplementedError,
+)
+from zkcrawl.zk.security import (
+    OPEN_ACL,
+    WRITE_PERMS,
+    ZkAuth,
+    ZkSecurityError,
+    ZkTls,
+    creator_acl,
+    describe_acl,
+    sasl_available,
 )
 from zkcrawl.zk.types import (
     ChildrenWatcher,
@@ -46,19 +67,48 @@ from zkcrawl.zk.wire import Multi, Wire
 T = TypeVar("T")
 P = ParamSpec("P")
 
-__all__ = ["KazooException", "NoNodeError", "NodeExistsError", "ZkClient", "gather", "tx_ok"]
+__all__ = ["KazooException", "NoNodeError", "NodeExistsError", "ZkAccessDenied", "ZkClient",
+           "gather", "tx_ok"]
+
+try:  # kazoo >= 2.9: error -124, the server closed a session that lacks authentication
+    from kazoo.exceptions import SessionClosedRequireSaslError as _RequireAuth
+except ImportError:  # pragma: no cover -- older kazoo: the code maps to a plain error
+    _RequireAuth = AuthFailedError
+
+_AUTH_FAILED = "AUTH_FAILED"  # kazoo's KeeperState.AUTH_FAILED
+_TLS_MARKERS = ("[SSL", "SSL:", "certificate verify", "EOF occurred in violation")
 
 
 class _QuietUntilConnected(logging.Filter):
     """Drop kazoo's per-attempt connection warnings before the first connect:
-    an unreachable ZooKeeper must be exactly one line on stderr (ours)."""
+    an unreachable ZooKeeper must be exactly one line on stderr (ours). Notes the last TLS
+    failure among them, so a handshake error ends :meth:`ZkClient.connect` at once. Always
+    scrubs the password from a record (kazoo logs requests at its BLATHER level)."""
 
-    def __init__(self) -> None:
+    def __init__(self, secret: str | None = None) -> None:
         super().__init__()
         self.connected = False
+        self.tls_failure: str | None = None
+        self.dropped = False  # a TCP connection was made, but no session came of it
+        self.secret = secret
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if self.secret or not self.connected:
+            message = record.getMessage()
+            if self.secret and self.secret in message:
+                record.msg, record.args = message.replace(self.secret, "***"), None
+                record.exc_info = record.exc_text = None
+            if not self.connected and any(m in message for m in _TLS_MARKERS):
+                self.tls_failure = message.split("socket connection error: ")[-1]
+            elif not self.connected and "socket connection broken" in message:
+                self.dropped = True
         return self.connected or record.levelno >= logging.ERROR
+
+
+class ZkAccessDenied(NoAuthError, ZkSecurityError):
+    """ZooKeeper refused an operation for lack of permission (its NoAuth), with the path
+    and the identity: still a ``NoAuthError`` (a ``KazooException``) for code that catches
+    those, and a usage error (one line, exit 2) when it reaches the command."""
 
 
 class ZkClient:
@@ -72,9 +122,20 @@ class ZkClient:
     """
 
     def __init__(self, hosts: str, *, zk_timeout: float = 10.0,
-                 session_timeout: float = 10.0, read_only: bool = False) -> None:
+                 session_timeout: float = 10.0, read_only: bool = False,
+                 auth: ZkAuth | None = None, acl: str = "creator",
+                 tls: ZkTls | None = None) -> None:
+        """``auth``: this session's identity; with ``acl`` "creator" every znode created
+        through this client gets :func:`~zkcrawl.zk.security.creator_acl` (ALL for the
+        identity, READ for anyone), with "open" (or without ``auth``) ZooKeeper's
+        OPEN_ACL_UNSAFE. ``tls``: connect over TLS, verifying the server's certificate and
+        host name."""
+        if acl not in ("creator", "open"):
+            raise ValueError(f"acl must be 'creator' or 'open', not {acl!r}")
         self.hosts = hosts
         self.zk_timeout = zk_timeout
+        self.auth = auth
+        self.tls = tls
         self._stopped = threading.Event()
         conn_retry = KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=2.0,
                                 max_jitter=0.3)
@@ -82,27 +143,113 @@ class ZkClient:
                                deadline=max(zk_timeout, 2.0), ignore_expire=False,
                                interrupt=self._stopped.is_set)
         self._multiread = True
-        self._quiet = _QuietUntilConnected()
+        security = self._security_options(auth, acl, tls)
+        #: The ACL of every znode created through this client, as (perms, scheme, id).
+        self.acl: list[tuple[int, str, str]] = (
+            creator_acl(auth) if auth is not None and acl == "creator" else [OPEN_ACL])
+        self._quiet = _QuietUntilConnected(auth.password if auth is not None else None)
         logger = logging.getLogger("kazoo.client")
         logger.addFilter(self._quiet)
         self._kazoo = KazooClient(hosts=hosts, timeout=session_timeout,
                                   connection_retry=conn_retry, command_retry=cmd_retry,
-                                  read_only=read_only, logger=logger)
+                                  read_only=read_only, logger=logger, **security)
+        if auth is not None and auth.scheme == "sasl":
+            self._sasl_failure_is_auth_failure()
         self._wire = Wire(self._kazoo)
+
+    def _security_options(self, auth: ZkAuth | None, acl: str, tls: ZkTls | None
+                          ) -> dict[str, Any]:
+        """kazoo's arguments for ``auth``, ``acl`` and ``tls``."""
+        options: dict[str, Any] = {}
+        if auth is not None and auth.scheme == "digest":
+            options["auth_data"] = [("digest", f"{auth.user}:{auth.password}")]
+        elif auth is not None:
+            if not sasl_available():
+                raise ZkSecurityError("SASL authentication needs the pure-sasl package "
+                                      "(pip install pure-sasl, or kazoo[sasl])")
+            options["sasl_options"] = {"mechanism": auth.mechanism, "username": auth.user,
+                                       "password": auth.password}
+        if auth is not None and acl == "creator":
+            options["default_acl"] = [ACL(perms, Id(scheme, ident))
+                                      for perms, scheme, ident in creator_acl(auth)]
+        if tls is not None:
+            options.update(use_ssl=True, ca=tls.ca, certfile=tls.cert, keyfile=tls.key,
+                           verify_certs=True, check_hostname=True)
+        return options
+
+    def _sasl_failure_is_auth_failure(self) -> None:
+        """A server that enforces authentication answers a refused SASL exchange with
+        error -124 (SessionClosedRequireSasl), which kazoo's connection loop does not
+        expect: its thread would die with a traceback and the client hang. Make it the
+        AuthFailedError kazoo handles (state AUTH_FAILED, no reconnect). Private API:
+        ``KazooClient._connection._authenticate_with_sasl`` (kazoo 2.10, 2.11)."""
+        conn = getattr(self._kazoo, "_connection", None)
+        original = getattr(conn, "_authenticate_with_sasl", None)
+        if original is None:  # pragma: no cover -- another kazoo: its own behaviour
+            return
+
+        def authenticate(host: str, timeout: float) -> None:
+            try:
+                original(host, timeout)
+            except _RequireAuth as exc:
+                raise AuthFailedError("SASL authentication refused") from exc
+
+        conn._authenticate_with_sasl = authenticate  # type: ignore[union-attr]
 
     # -- lifecycle -------------------------------------------------------
     def connect(self) -> ZkClient:
-        """Connect within ``zk_timeout`` or raise :class:`ZkUnavailable`."""
+        """Connect within ``zk_timeout`` or raise :class:`ZkUnavailable`; a TLS or
+        authentication failure raises :class:`ZkSecurityError` (at once)."""
+        deadline = time.monotonic() + self.zk_timeout
         try:
-            self._kazoo.start(timeout=self.zk_timeout)
+            live = self._kazoo.start_async()
+            while not live.wait(0.05):  # kazoo sets no event for a failed handshake
+                if self._quiet.tls_failure or self._kazoo.client_state == _AUTH_FAILED:
+                    break
+                if time.monotonic() >= deadline:
+                    break
+            if not self._kazoo.connected:
+                raise KazooTimeoutError("Connection time-out")
+            # The first request runs after the SASL and digest handshakes: it tells whether
+            # the server accepts this session (enforce.auth.enabled, refused SASL).
+            self._kazoo.exists_async("/").get(
+                timeout=max(0.5, deadline - time.monotonic()))
             self._quiet.connected = True
+        except (AuthFailedError, _RequireAuth) as exc:
+            self._stop_quietly()
+            raise self._auth_error(exc) from None
         except (KazooTimeoutError, KazooException, OSError, ValueError) as exc:
             self._stop_quietly()
+            if self._quiet.tls_failure:
+                raise ZkSecurityError(
+                    f"TLS handshake with ZooKeeper at {self.hosts} failed: "
+                    f"{self._quiet.tls_failure[:300]}; check --zk-tls-ca (the CA that "
+                    "signed the server's certificate, which must name the host), "
+                    "--zk-tls-cert/--zk-tls-key, and that the port is its "
+                    "secureClientPort") from None
+            if self._kazoo.client_state == _AUTH_FAILED:
+                raise self._auth_error(exc) from None
             why = "timed out" if isinstance(exc, KazooTimeoutError) else str(exc) or type(exc)
-            raise ZkUnavailable(f"cannot reach ZooKeeper at {self.hosts} within "
+            tls = " over TLS" if self.tls is not None else ""
+            hint = ("; the server closed every connection: if it is a TLS port "
+                    "(secureClientPort), add --zk-tls" if self.tls is None and self._quiet.dropped
+                    else "")
+            raise ZkUnavailable(f"cannot reach ZooKeeper at {self.hosts}{tls} within "
                                 f"{self.zk_timeout:g}s ({why}); check --zk / ZKCRAWL_ZK "
-                                "(start a local one with `zkcrawl local-zk start`)") from None
+                                f"(start a local one with `zkcrawl local-zk start`){hint}"
+                                ) from None
         return self
+
+    def _auth_error(self, exc: BaseException) -> ZkSecurityError:
+        if self.auth is None:
+            return ZkSecurityError(f"ZooKeeper at {self.hosts} requires authentication: "
+                                   "give --zk-auth or --zk-auth-file")
+        if isinstance(exc, _RequireAuth) and exc.__class__ is not AuthFailedError:
+            return ZkSecurityError(f"ZooKeeper at {self.hosts} closed the session of "
+                                   f"{self.auth.describe()}: it requires authentication "
+                                   "with another scheme (its enforce.auth.schemes)")
+        return ZkSecurityError(f"ZooKeeper at {self.hosts} refused the credentials of "
+                               f"{self.auth.describe()} (wrong user or password?)")
 
     def close(self) -> None:
         """End the session (ephemeral nodes vanish now) and stop all retries."""
@@ -159,7 +306,60 @@ class ZkClient:
         return result
 
     def ensure_path(self, path: str) -> None:
-        self._kazoo.retry(self._kazoo.ensure_path, path)
+        try:
+            self._kazoo.retry(self._kazoo.ensure_path, path)
+        except NoAuthError:
+            raise self._denied("create", path) from None
+
+    # -- access ------------------------------------------------------------
+    def get_acl(self, path: str) -> list[tuple[int, str, str]]:
+        """The node's ACL as ``(perms, scheme, id)`` (perms: ZooKeeper's bits, 31 = ALL)."""
+        acls, _stat = self._kazoo.get_acls(path)
+        return [(int(a.perms), str(a.id.scheme), str(a.id.id)) for a in acls]
+
+    def check_access(self, path: str) -> list[str]:
+        """With credentials, compare ``path``'s ACL (when the node exists and may be read)
+        with this identity: a digest ACL naming the same user with another password is a
+        wrong password (:class:`ZkSecurityError`). Returns warnings: the node is writable
+        by anyone although ``--zk-acl creator``; or this identity may not write it."""
+        if self.auth is None:
+            return []
+        try:
+            acl = self.get_acl(path)
+        except KazooException:  # no node (yet), no READ on it, a lost connection: no verdict
+            return []
+        scheme, ident = self.auth.acl_id
+        granted = 0
+        for perms, s, i in acl:
+            if (s, i) in ((scheme, ident), ("world", "anyone")):
+                granted |= perms
+        if granted & WRITE_PERMS == WRITE_PERMS:
+            world = sum(p for p, s, i in acl if (s, i) == ("world", "anyone"))
+            if world & WRITE_PERMS and self.acl != [OPEN_ACL]:
+                return [f"{path} was created without --zk-acl creator (its ACL: "
+                        f"{describe_acl(acl)}): anyone who reaches ZooKeeper may write it; "
+                        "only znodes created from now on get the creator ACL"]
+            return []
+        if scheme == "digest" and any(
+                s == "digest" and i.split(":", 1)[0] == self.auth.user and i != ident
+                for _p, s, i in acl):
+            raise ZkSecurityError(f"wrong password for {self.auth.describe()}: the ACL of "
+                                  f"{path} grants that user with another password")
+        return [f"the ACL of {path} ({describe_acl(acl)}) does not let "
+                f"{self.auth.describe()} write: writes will fail (NoAuth); every process "
+                "of a root must use the same identity"]
+
+    def _denied(self, op: str, path: str) -> ZkAccessDenied:
+        who = (self.auth.describe() if self.auth is not None
+               else "a session without credentials (give --zk-auth or --zk-auth-file)")
+        # ZooKeeper checks a create's and a delete's permission on the parent node.
+        checked = (path.rsplit("/", 1)[0] or "/") if op in ("create", "delete") else path
+        try:
+            acl = f" (ACL of {checked}: {describe_acl(self.get_acl(checked))})"
+        except KazooException:
+            acl = ""
+        return ZkAccessDenied(f"ZooKeeper denied {op} of {path} to {who}{acl}: NoAuth; "
+                              "every process of a root must use the same --zk-auth")
 
     def exists(self, path: str, watch: Watcher | None = None) -> Stat | None:
         stat: Stat | None = self._kazoo.exists(path, watch=watch)
@@ -191,16 +391,25 @@ class ZkClient:
     def create(self, path: str, value: bytes = b"", *, ephemeral: bool = False,
                sequence: bool = False, makepath: bool = False) -> str:
         """Create the node; returns its path (with the sequence number, if sequential)."""
-        return str(self._kazoo.create(path, value, ephemeral=ephemeral, sequence=sequence,
-                                      makepath=makepath))
+        try:
+            return str(self._kazoo.create(path, value, ephemeral=ephemeral,
+                                          sequence=sequence, makepath=makepath))
+        except NoAuthError:
+            raise self._denied("create", path) from None
 
     def set(self, path: str, value: bytes, version: int = -1) -> Stat:
         """Set the data (only at ``version``, unless -1: else BadVersionError)."""
-        stat: Stat = self._kazoo.set(path, value, version=version)
+        try:
+            stat: Stat = self._kazoo.set(path, value, version=version)
+        except NoAuthError:
+            raise self._denied("set", path) from None
         return stat
 
     def delete(self, path: str, version: int = -1, recursive: bool = False) -> None:
-        self._kazoo.delete(path, version=version, recursive=recursive)
+        try:
+            self._kazoo.delete(path, version=version, recursive=recursive)
+        except NoAuthError:
+            raise self._denied("delete", path) from None
 
     def delete_async(self, path: str, version: int = -1) -> Pending[bool]:
         """Pipelined delete (True, or NoNodeError/BadVersionError/NotEmptyError...)."""

@@ -14,14 +14,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 __all__ = [
+    "AuthFailedError",
     "BadVersionError",
     "CancelledError",
     "ConnectionClosedError",
     "ConnectionDropped",
     "ConnectionLoss",
+    "InvalidACLError",
     "KazooException",
     "KazooTimeoutError",
     "MarshallingError",
+    "NoAuthError",
     "NoNodeError",
     "NodeExistsError",
     "NotEmptyError",
@@ -61,6 +64,15 @@ if TYPE_CHECKING:
 
     class NoNodeError(ZookeeperError): ...
 
+    class NoAuthError(ZookeeperError):
+        """The node's ACL does not grant this session's identities the operation."""
+
+    class AuthFailedError(ZookeeperError):
+        """The server refused the session's credentials (SASL), or the session is in
+        the AUTH_FAILED state."""
+
+    class InvalidACLError(ZookeeperError): ...
+
     class BadVersionError(ZookeeperError): ...
 
     class NodeExistsError(ZookeeperError): ...
@@ -76,13 +88,16 @@ if TYPE_CHECKING:
         not a :class:`KazooException`."""
 else:
     from kazoo.exceptions import (
+        AuthFailedError,
         BadVersionError,
         CancelledError,
         ConnectionClosedError,
         ConnectionDropped,
         ConnectionLoss,
+        InvalidACLError,
         KazooException,
         MarshallingError,
+        NoAuthError,
         NodeExistsError,
         NoNodeError,
         NotEmptyError,

@@ -1,0 +1,225 @@
+"""ZooKeeper credentials, ACLs and TLS (SPEC §4 "Security flags"), as plain data.
+
+* :class:`ZkAuth` -- who this process is to ZooKeeper: ``digest:USER:PASSWORD`` (the
+  ``addauth digest`` scheme) or ``sasl:DIGEST-MD5:USER:PASSWORD`` (SASL, through kazoo's
+  ``sasl_options`` and the ``pure-sasl`` package). Its ``repr`` and every message built here
+  name the scheme and the user, never the secret.
+* :func:`creator_acl` -- the ACL every znode zkcrawl creates gets with ``--zk-acl creator``:
+  ALL (read, write, create, delete, admin) for that identity, READ for anyone.
+* :class:`ZkTls` -- TLS to ZooKeeper: CA bundle, client certificate and key.
+
+No kazoo import here, so :mod:`zkcrawl.settings` can parse and check these without a
+connection; :class:`~zkcrawl.zk.client.ZkClient` turns them into kazoo's arguments.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import os
+import stat
+import warnings
+
+from zkcrawl.errors import UsageError
+
+__all__ = ["ALL", "OPEN_ACL", "PERMS", "READ_ACL", "SASL_MECHANISMS", "WRITE_PERMS", "ZkAuth",
+           "ZkSecurityError", "ZkTls", "creator_acl", "describe_acl", "digest_id",
+           "parse_auth", "read_auth_file", "sasl_available", "world_readable_warning"]
+
+#: ZooKeeper's permission bits (org.apache.zookeeper.ZooDefs.Perms).
+PERMS = {"READ": 1, "WRITE": 2, "CREATE": 4, "DELETE": 8, "ADMIN": 16}
+ALL = 31
+#: What zkcrawl needs on the nodes of a root to work: write data, create and delete children.
+WRITE_PERMS = PERMS["WRITE"] | PERMS["CREATE"] | PERMS["DELETE"]
+#: (perms, scheme, id) of world read access.
+READ_ACL = (PERMS["READ"], "world", "anyone")
+#: ZooKeeper's OPEN_ACL_UNSAFE: anyone may do anything (``--zk-acl open``, no credentials).
+OPEN_ACL = (ALL, "world", "anyone")
+SASL_MECHANISMS = ("DIGEST-MD5",)
+SCHEMES = ("digest", "sasl")
+_MAX_AUTH = 4096
+
+
+class ZkSecurityError(UsageError):
+    """Credentials, ACL or TLS do not fit the ensemble: a configuration error, exit 2."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ZkAuth:
+    """One identity: ``scheme`` ``digest`` or ``sasl`` (``mechanism`` DIGEST-MD5)."""
+
+    scheme: str
+    user: str
+    password: str = dataclasses.field(repr=False)
+    mechanism: str = ""
+
+    def __repr__(self) -> str:
+        return f"ZkAuth({self.redacted()!r})"
+
+    __str__ = __repr__
+
+    def redacted(self) -> str:
+        """The flag's value with the password replaced: ``digest:alice:***``."""
+        mech = f"{self.mechanism}:" if self.mechanism else ""
+        return f"{self.scheme}:{mech}{self.user}:***"
+
+    def describe(self) -> str:
+        """``digest user 'alice'`` / ``SASL DIGEST-MD5 user 'alice'``, for messages."""
+        if self.scheme == "sasl":
+            return f"SASL {self.mechanism} user {self.user!r}"
+        return f"digest user {self.user!r}"
+
+    @property
+    def acl_id(self) -> tuple[str, str]:
+        """(scheme, id) ZooKeeper gives this identity in ACLs: ``digest`` ids are
+        ``user:base64(sha1(user:password))``, SASL ones the user name."""
+        if self.scheme == "digest":
+            return "digest", digest_id(self.user, self.password)
+        return "sasl", self.user
+
+
+def digest_id(user: str, password: str) -> str:
+    """ZooKeeper's DigestAuthenticationProvider.generateDigest (UTF-8, like kazoo's
+    ``make_digest_acl_credential``)."""
+    raw = hashlib.sha1(f"{user}:{password}".encode()).digest()  # the scheme is SHA-1
+    return f"{user}:{base64.b64encode(raw).decode()}"
+
+
+def parse_auth(text: str, source: str = "--zk-auth") -> ZkAuth:
+    """``digest:USER:PASSWORD`` or ``sasl:DIGEST-MD5:USER:PASSWORD`` (the password may hold
+    colons). A :class:`UsageError` that never quotes the password."""
+    text = text.strip()
+    if not text:
+        raise UsageError(f"{source}: empty credentials (expected digest:USER:PASSWORD)")
+    if len(text) > _MAX_AUTH:
+        raise UsageError(f"{source}: credentials longer than {_MAX_AUTH} characters")
+    scheme, _, rest = text.partition(":")
+    scheme = scheme.lower()
+    if scheme not in SCHEMES:
+        shown = scheme[:20] if scheme.isalnum() else "?"
+        raise UsageError(f"{source}: unknown scheme {shown!r} (expected digest:USER:PASSWORD "
+                         "or sasl:DIGEST-MD5:USER:PASSWORD)")
+    mechanism = ""
+    if scheme == "sasl":
+        mechanism, _, rest = rest.partition(":")
+        mechanism = mechanism.upper()
+        if mechanism not in SASL_MECHANISMS:
+            shown = mechanism[:20] if mechanism.replace("-", "").isalnum() else "?"
+            raise UsageError(f"{source}: SASL mechanism {shown!r} is not supported "
+                             f"(supported: {', '.join(SASL_MECHANISMS)}; "
+                             "e.g. sasl:DIGEST-MD5:USER:PASSWORD)")
+    user, colon, password = rest.partition(":")
+    form = "sasl:DIGEST-MD5:USER:PASSWORD" if scheme == "sasl" else "digest:USER:PASSWORD"
+    if not colon or not user or not password:
+        raise UsageError(f"{source}: expected {form} (user and password both non-empty)")
+    if any(c in user for c in "\x00\r\n") or any(c in password for c in "\x00\r\n"):
+        raise UsageError(f"{source}: control characters (NUL, CR, LF) are not allowed")
+    return ZkAuth(scheme, user, password, mechanism)
+
+
+def read_auth_file(path: str) -> ZkAuth:
+    """The credentials on the first line of ``path`` (surrounding whitespace ignored)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            first = fh.readline(_MAX_AUTH + 2)
+    except FileNotFoundError:
+        raise UsageError(f"--zk-auth-file: no such file: {path}") from None
+    except (OSError, ValueError) as exc:  # ValueError: NUL in the name, not UTF-8...
+        why = getattr(exc, "strerror", None) or type(exc).__name__
+        raise UsageError(f"--zk-auth-file: cannot read {path}: {why}") from None
+    return parse_auth(first, f"--zk-auth-file {path}")
+
+
+def world_readable_warning(path: str, what: str) -> str | None:
+    """A warning when group or others may read ``path`` (a secret), else None."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if mode & (stat.S_IRGRP | stat.S_IROTH | stat.S_IWGRP | stat.S_IWOTH):
+        return (f"{what} {path} is readable or writable by group or others "
+                f"(mode {stat.S_IMODE(mode):04o}): chmod 600 it")
+    return None
+
+
+def creator_acl(auth: ZkAuth) -> list[tuple[int, str, str]]:
+    """``--zk-acl creator``: ALL for ``auth``'s identity, READ for anyone (so ``zkcrawl
+    status`` and other readers work without credentials)."""
+    scheme, ident = auth.acl_id
+    return [(ALL, scheme, ident), READ_ACL]
+
+
+def describe_acl(acl: list[tuple[int, str, str]]) -> str:
+    """``digest:alice=ALL, world:anyone=READ`` (a digest id shown without its hash)."""
+    parts = []
+    for perms, scheme, ident in acl:
+        names = "ALL" if perms == ALL else "+".join(n for n, b in PERMS.items() if perms & b)
+        shown = ident.split(":", 1)[0] if scheme == "digest" else ident
+        parts.append(f"{scheme}:{shown}={names or 'none'}")
+    return ", ".join(parts)
+
+
+@dataclasses.dataclass(frozen=True)
+class ZkTls:
+    """TLS to ZooKeeper. ``ca``: PEM bundle the server certificate must chain to (None: the
+    system's); ``cert`` + ``key``: this client's certificate (mutual TLS). The server's
+    certificate is always verified, host name included (as ZooKeeper's Java client does)."""
+
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+
+    def check(self) -> list[str]:
+        """Load the files as the connection will (UsageError on any problem); returns
+        warnings (a key readable by others)."""
+        import ssl
+
+        if (self.cert is None) != (self.key is None):
+            raise UsageError("--zk-tls-cert and --zk-tls-key go together (a client "
+                             "certificate needs its key)")
+        for flag, path in (("--zk-tls-ca", self.ca), ("--zk-tls-cert", self.cert),
+                           ("--zk-tls-key", self.key)):
+            if path is None:
+                continue
+            try:
+                with open(path, "rb"):
+                    pass
+            except FileNotFoundError:
+                raise UsageError(f"{flag}: no such file: {path}") from None
+            except (OSError, ValueError) as exc:
+                why = getattr(exc, "strerror", None) or type(exc).__name__
+                raise UsageError(f"{flag}: cannot read {path}: {why}") from None
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        if self.ca is not None:
+            try:
+                ctx.load_verify_locations(self.ca)
+            except (ssl.SSLError, OSError, ValueError) as exc:
+                raise UsageError(f"--zk-tls-ca: {self.ca} holds no usable PEM CA "
+                                 f"certificate ({_ssl_reason(exc)})") from None
+        if self.cert is not None and self.key is not None:
+            try:
+                # A callable password: an encrypted key fails here instead of prompting.
+                ctx.load_cert_chain(self.cert, self.key, password=lambda: b"")
+            except (ssl.SSLError, OSError, ValueError) as exc:
+                raise UsageError(f"--zk-tls-cert/--zk-tls-key: {self.cert} and {self.key} "
+                                 f"are not a PEM certificate and its unencrypted key "
+                                 f"({_ssl_reason(exc)})") from None
+        warning = world_readable_warning(self.key, "--zk-tls-key") if self.key else None
+        return [warning] if warning else []
+
+
+def _ssl_reason(exc: BaseException) -> str:
+    reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None)
+    return str(reason or type(exc).__name__)
+
+
+def sasl_available() -> bool:
+    """kazoo's SASL needs the ``pure-sasl`` package."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            import puresasl  # type: ignore[import-not-found, import-untyped, unused-ignore]  # noqa: F401
+        except ImportError:
+            return False
+    return True
