@@ -32,7 +32,7 @@ from producer.offerer import Offerer
 from producer.settings import ProducerSettings
 from producer.summary import Counts, Progress, report
 from zkcrawl import runner
-from zkcrawl.errors import ExitStatus, UsageError, ZkCrawlError
+from zkcrawl.errors import ExitStatus, UsageError, ZkCrawlError, ZkUnavailable
 from zkcrawl.politeness.local import LocalPoliteness
 from zkcrawl.queue.layout import Layout
 from zkcrawl.queue.leases import LeaseQueue
@@ -42,7 +42,7 @@ from zkcrawl.settings import ArgumentParser, add_options, parse
 from zkcrawl.signals import StopSignals
 from zkcrawl.web.fetch import Fetcher, FetchSettings
 from zkcrawl.web.urls import LinkFilter, compile_patterns, drop_reason
-from zkcrawl.zk.client import ZkClient
+from zkcrawl.zk import ConnectionLoss, SessionExpiredError, ZkClient
 
 PROG = "zkcrawl-producer"
 STDIN_SOURCE = "stdin"
@@ -320,6 +320,11 @@ def _size_of(stream: BinaryIO) -> int:
 def _as_error(exc: BaseException) -> BaseException:
     if isinstance(exc, ZkCrawlError | KeyboardInterrupt):
         return exc
+    if isinstance(exc, ConnectionLoss | SessionExpiredError):
+        # ZooKeeper went away mid-run (not a bug): one line, exit 75 so a supervisor retries;
+        # what was not committed is counted as un-offered and the next run offers it.
+        return ZkUnavailable(f"ZooKeeper unreachable while offering ({exc}); the seen state "
+                             "holds what was offered, the next run offers the rest")
     log.error("producer.crashed", exc_info=exc)
     return ZkCrawlError(f"internal error: {exc!r} (details in the log)")
 

@@ -263,7 +263,7 @@ def test_seen_state_is_left_intact_by_a_failed_run(zk_hosts, zk_root, tmp_path: 
     before = seen.read_bytes()
     argv = ["--zk", "127.0.0.1:1", "--zk-timeout", "1", "--from-file", str(src),
             "--seen", str(seen)]
-    assert main(argv, {}) == 2
+    assert main(argv, {}) == 75  # ZooKeeper unreachable: EX_TEMPFAIL (SPEC §4)
     assert seen.read_bytes() == before
     capsys.readouterr()
 

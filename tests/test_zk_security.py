@@ -109,8 +109,8 @@ def assert_no_secret(*texts: str | bytes) -> None:
             assert secret.encode() not in data, f"secret leaked: {data[:2000]!r}"
 
 
-def one_line(rc: int, err: str, *words: str) -> None:
-    assert rc == ExitStatus.USAGE, err
+def one_line(rc: int, err: str, *words: str, status: int = ExitStatus.USAGE) -> None:
+    assert rc == status, err
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     for word in words:
@@ -424,7 +424,8 @@ def test_tls_and_plain_ports_mixed_up_are_one_clear_line(tls_zk, pki, capsys) ->
     rc, _, err = cli(capsys, "status", *common(tls_zk.hosts, "/zkcrawl"), *tls_args(pki))
     one_line(rc, err, "TLS handshake with ZooKeeper", "secureClientPort")  # TLS to plain
     rc, _, err = cli(capsys, "status", "--zk", tls_zk.tls_hosts, "--zk-timeout", "2")
-    one_line(rc, err, "cannot reach ZooKeeper", "add --zk-tls")  # plain to the TLS port
+    # plain to the TLS port: to the client, an unreachable ZooKeeper (exit 75), with the hint
+    one_line(rc, err, "cannot reach ZooKeeper", "add --zk-tls", status=75)
 
 
 def test_secrets_others_may_read_are_warned_about(auth_zk, auth_file, capsys) -> None:

@@ -127,7 +127,7 @@ class ClusterPoliteness:
                 for slot in stale]
         for res in dels:
             try:
-                res.get()
+                self.zk.answer(res)
                 deleted += 1
             except (BadVersionError, NoNodeError):
                 pass  # reserved meanwhile, or pruned by another consumer

@@ -368,7 +368,7 @@ class LeaseQueue:
             # Sent right behind the transaction on the same session (ZooKeeper keeps a
             # session's requests in order): one multiRead, no extra round trip waited for.
             reads = self.zk.get_many([f"{self.queue_path}/{n}" for _, n in cands])
-            results = pending.get()
+            results = self.zk.answer(pending)
             got: list[tuple[Cand, ReadResult]]
             if self._leased(cands, record, results):
                 got = list(zip(cands, reads, strict=True))

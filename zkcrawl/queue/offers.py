@@ -178,12 +178,16 @@ class BatchOffers:
 
     def _offer_result(self, token: str, chunk: list[bytes], pending: Offered) -> list[str]:
         marker = f"{self.offer_path}/{token}"
+        started = time.monotonic()
         for attempt in range(5):
             try:
-                results = pending.get()
+                results = self.zk.answer(pending)
             except (ConnectionLoss, SessionExpiredError) as exc:
                 log.warning("queue.offer_retry", error=type(exc).__name__, attempt=attempt)
-                if not self._connected.wait(self.zk.zk_timeout):
+                # --zk-timeout in all, counted from the first try: a stop while ZooKeeper
+                # is away ends within it (SPEC §4), whatever the answer timeout used.
+                left = self.zk.zk_timeout - (time.monotonic() - started)
+                if not self._connected.wait(max(0.0, left)):
                     raise QueueSuspended("ZooKeeper unreachable while offering") from None
                 committed = self.find_committed(marker, token, len(chunk))
                 if committed is not None:

@@ -94,7 +94,9 @@ class Registration:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(5)
-        if delete:
+        # The node is ephemeral: unreachable now, it goes with the session. Reachable, the
+        # delete waits at most --zk-timeout (ZkClient's synchronous calls are bounded).
+        if delete and self.zk.connected:
             try:
                 self.zk.delete(self.path)
             except KazooException:

@@ -62,7 +62,7 @@ from zkcrawl.zk.types import (
     WatchedEvent,
     Watcher,
 )
-from zkcrawl.zk.wire import Multi, Wire
+from zkcrawl.zk.wire import Multi, Wire, answer
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -155,7 +155,7 @@ class ZkClient:
                                   read_only=read_only, logger=logger, **security)
         if auth is not None and auth.scheme == "sasl":
             self._sasl_failure_is_auth_failure()
-        self._wire = Wire(self._kazoo)
+        self._wire = Wire(self._kazoo, timeout=max(zk_timeout, 1.0))
 
     def _security_options(self, auth: ZkAuth | None, acl: str, tls: ZkTls | None
                           ) -> dict[str, Any]:
@@ -361,9 +361,17 @@ class ZkClient:
         return ZkAccessDenied(f"ZooKeeper denied {op} of {path} to {who}{acl}: NoAuth; "
                               "every process of a root must use the same --zk-auth")
 
+    # Synchronous calls wait at most ``--zk-timeout`` (wire.answer): while ZooKeeper is away
+    # they raise ConnectionLoss instead of hanging until it returns -- a shutdown, a status
+    # command or a producer waiting at back-pressure always ends in bounded time.
+    def answer(self, pending: Pending[T]) -> T:
+        """``pending``'s result within ``--zk-timeout``, else ConnectionLoss."""
+        return answer(pending, self._wire.timeout)
+
+    _answer = answer
+
     def exists(self, path: str, watch: Watcher | None = None) -> Stat | None:
-        stat: Stat | None = self._kazoo.exists(path, watch=watch)
-        return stat
+        return self._answer(self.exists_async(path, watch))
 
     def exists_async(self, path: str, watch: Watcher | None = None) -> Pending[Stat | None]:
         pending: Pending[Stat | None] = self._kazoo.exists_async(path, watch=watch)
@@ -371,7 +379,7 @@ class ZkClient:
 
     def get(self, path: str, watch: Watcher | None = None) -> tuple[bytes, Stat]:
         """The node's data (``b""`` when it has none) and stat; NoNodeError if missing."""
-        data, stat = self._kazoo.get(path, watch=watch)
+        data, stat = self._answer(self.get_async(path, watch))
         return bytes(data or b""), stat
 
     def get_async(self, path: str, watch: Watcher | None = None
@@ -381,7 +389,7 @@ class ZkClient:
         return pending
 
     def get_children(self, path: str, watch: Watcher | None = None) -> list[str]:
-        return list(self._kazoo.get_children(path, watch=watch))
+        return list(self._answer(self.get_children_async(path, watch)))
 
     def get_children_async(self, path: str, watch: Watcher | None = None
                            ) -> Pending[list[str]]:
@@ -392,22 +400,29 @@ class ZkClient:
                sequence: bool = False, makepath: bool = False) -> str:
         """Create the node; returns its path (with the sequence number, if sequential)."""
         try:
-            return str(self._kazoo.create(path, value, ephemeral=ephemeral,
-                                          sequence=sequence, makepath=makepath))
+            if makepath:  # kazoo's own loop of creates (each bounded by its retry policy)
+                return str(self._kazoo.create(path, value, ephemeral=ephemeral,
+                                              sequence=sequence, makepath=True))
+            pending: Pending[str] = self._kazoo.create_async(
+                path, value, ephemeral=ephemeral, sequence=sequence)
+            return str(self._answer(pending))
         except NoAuthError:
             raise self._denied("create", path) from None
 
     def set(self, path: str, value: bytes, version: int = -1) -> Stat:
         """Set the data (only at ``version``, unless -1: else BadVersionError)."""
         try:
-            stat: Stat = self._kazoo.set(path, value, version=version)
+            stat: Stat = self._answer(self._kazoo.set_async(path, value, version=version))
         except NoAuthError:
             raise self._denied("set", path) from None
         return stat
 
     def delete(self, path: str, version: int = -1, recursive: bool = False) -> None:
         try:
-            self._kazoo.delete(path, version=version, recursive=recursive)
+            if recursive:
+                self._kazoo.delete(path, version=version, recursive=True)
+            else:
+                self._answer(self.delete_async(path, version))
         except NoAuthError:
             raise self._denied("delete", path) from None
 
@@ -424,7 +439,7 @@ class ZkClient:
             return []
         if self._multiread:
             try:
-                return list(self._wire.multi_read(paths).get())
+                return list(self._answer(self._wire.multi_read(paths)))
             except (UnimplementedError, MarshallingError):
                 self._multiread = False  # an old server: pipelined gets from now on
         return [r if isinstance(r, Exception) else (r[0] or b"", r[1])

@@ -30,7 +30,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, TypeVar, cast, overload
 
-from kazoo.exceptions import EXCEPTIONS
+from kazoo.exceptions import EXCEPTIONS, ConnectionLoss
+from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.serialization import (
     Create,
     Delete,
@@ -49,6 +50,7 @@ from zkcrawl.zk.types import Pending, ReadResult, Stat, TxResult
 __all__ = ["CreateMany", "Multi", "MultiRead", "Wire"]
 
 R = TypeVar("R")
+T = TypeVar("T")
 
 _MULTI: int = Transaction.type  # 14
 _MULTI_READ = 22
@@ -63,13 +65,26 @@ _MULTI_DONE: bytes = multiheader_struct.pack(-1, True, -1)
 _EPHEMERAL, _SEQUENTIAL = 1, 2
 
 
+def answer(pending: Pending[T], timeout: float | None) -> T:
+    """A request's result within ``timeout`` seconds. While ZooKeeper is away kazoo keeps a
+    request until it reconnects, so an unbounded wait would hang a shutdown; past the
+    timeout this raises ``ConnectionLoss`` -- what every caller already handles as "not
+    reachable now". (The request may still be sent if the session comes back: callers
+    treat it like a ConnectionLoss mid-request, as they must anyway.)"""
+    try:
+        return pending.get(timeout=timeout)
+    except KazooTimeoutError:
+        raise ConnectionLoss(f"no answer from ZooKeeper within {timeout:g} s") from None
+
+
 class Wire:
     """The private request path of one ``KazooClient`` (``_call``), with what every request
     built here needs from it: the chroot and the default ACL, serialized once."""
 
-    def __init__(self, kazoo: Any) -> None:
+    def __init__(self, kazoo: Any, timeout: float | None = None) -> None:
         self._kazoo = kazoo
         self.acl = _acl_bytes(kazoo.default_acl or OPEN_ACL_UNSAFE)
+        self.timeout = timeout  # how long a synchronous call waits (ZkClient: --zk-timeout)
 
     @property
     def chroot(self) -> str:
@@ -167,7 +182,8 @@ class Multi:
         return self._wire.call(self)
 
     def commit(self) -> list[TxResult]:
-        return list(self.commit_async().get())
+        """Commit and wait, at most the client's call timeout (:func:`answer`)."""
+        return list(answer(self.commit_async(), self._wire.timeout))
 
 
 class CreateMany:
