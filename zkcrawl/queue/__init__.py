@@ -15,19 +15,13 @@ One concept a module, kazoo-recipe style, each with its guarantees in its docstr
 Re-exports the names callers need, so ``from zkcrawl.queue import LeaseQueue`` keeps working.
 """
 
-from zkcrawl.queue.claims import (
-    AT_LEAST_ONCE,
-    AT_MOST_ONCE,
-    Claimed,
-    CompleteResult,
-    Delivery,
-    QueueStats,
-)
+from zkcrawl.queue import claims
+from zkcrawl.queue.claims import *  # noqa: F403 -- the claim vocabulary, as claims.__all__
 from zkcrawl.queue.control import RunState
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.layout import Layout
 from zkcrawl.queue.leases import ItemRefused, LeaseQueue
 from zkcrawl.queue.offers import QueueSuspended
 
-__all__ = ["AT_LEAST_ONCE", "AT_MOST_ONCE", "Claimed", "CompleteResult", "Delivery", "Item",
-           "ItemRefused", "Layout", "LeaseQueue", "QueueStats", "QueueSuspended", "RunState"]
+__all__ = [*claims.__all__, "Item", "ItemRefused", "Layout", "LeaseQueue", "QueueSuspended",
+           "RunState"]

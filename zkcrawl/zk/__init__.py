@@ -13,78 +13,10 @@ rule, TID251, enforces it).
 Callers write ``from zkcrawl.zk import ZkClient, NoNodeError``.
 """
 
+from zkcrawl.zk import errors, types
 from zkcrawl.zk.client import ZkClient, gather, tx_ok
-from zkcrawl.zk.errors import (
-    AuthFailedError,
-    BadVersionError,
-    CancelledError,
-    ConnectionClosedError,
-    ConnectionDropped,
-    ConnectionLoss,
-    InvalidACLError,
-    KazooException,
-    KazooTimeoutError,
-    MarshallingError,
-    NoAuthError,
-    NodeExistsError,
-    NoNodeError,
-    NotEmptyError,
-    OperationTimeoutError,
-    RolledBackError,
-    RuntimeInconsistency,
-    SessionExpiredError,
-    UnimplementedError,
-    ZookeeperError,
-    ZookeeperStoppedError,
-)
-from zkcrawl.zk.types import (
-    ChildrenWatcher,
-    DataWatcher,
-    Pending,
-    ReadResult,
-    Stat,
-    StateListener,
-    TxResult,
-    WatchedEvent,
-    Watcher,
-    ZkState,
-)
+from zkcrawl.zk.errors import *  # noqa: F403 -- the errors callers catch, as errors.__all__
+from zkcrawl.zk.types import *  # noqa: F403 -- the boundary's types, as types.__all__
 from zkcrawl.zk.wire import Multi
 
-__all__ = [
-    "AuthFailedError",
-    "BadVersionError",
-    "CancelledError",
-    "ChildrenWatcher",
-    "ConnectionClosedError",
-    "ConnectionDropped",
-    "ConnectionLoss",
-    "DataWatcher",
-    "InvalidACLError",
-    "KazooException",
-    "KazooTimeoutError",
-    "MarshallingError",
-    "Multi",
-    "NoAuthError",
-    "NoNodeError",
-    "NodeExistsError",
-    "NotEmptyError",
-    "OperationTimeoutError",
-    "Pending",
-    "ReadResult",
-    "RolledBackError",
-    "RuntimeInconsistency",
-    "SessionExpiredError",
-    "Stat",
-    "StateListener",
-    "TxResult",
-    "UnimplementedError",
-    "WatchedEvent",
-    "Watcher",
-    "ZkClient",
-    "ZkState",
-    "ZookeeperError",
-    "ZookeeperStoppedError",
-    "gather",
-    "tx_ok",
-]
+__all__ = ["Multi", "ZkClient", "gather", "tx_ok", *errors.__all__, *types.__all__]
