@@ -50,6 +50,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from consumer.pipeline import Outcome
 from consumer.timing import ItemTiming
 from zkcrawl.queue.leases import Claimed
 
@@ -85,6 +86,7 @@ class Task:
     slot: float | None = None  # politeness slot reserved for it, once asked
     gated: bool = False  # admitted by the HostGate: the fetch holds the host's turn
     cooled_at: float = 0.0
+    outcome: Outcome | None = None  # what processing decided, once handed to the committer
 
     @property
     def name(self) -> str:

@@ -5,9 +5,15 @@ already queued with :meth:`consumer.sink.Sink.write`). One thread, ``committer``
 everything put since its last round, waits :data:`COMMIT_WINDOW` for a group to gather, then
 
 1. :meth:`~consumer.sink.Sink.sync`: every queued record in one write and one fsync;
-2. only then settles the group in ZooKeeper: completions in batched transactions
+2. tells the caller the group is durable (``durable(tokens)``, once per item: the consumer
+   logs ``item.done``/``item.failed`` there, so a done line always has its record on disk);
+3. only then settles the group in ZooKeeper: completions in batched transactions
    (:meth:`~zkcrawl.queue.leases.LeaseQueue.complete`), then each retry, dead letter or
    release.
+
+Between two groups -- never inside one -- it reopens the sink when asked
+(:meth:`~consumer.sink.Sink.request_reopen`, SIGHUP): a rotated file is never split
+mid-group and durability is unchanged.
 
 So an item is never deleted from the queue before its record is on disk; a crash between
 the two leaves a record whose item is taken again (the documented at-least-once duplicate).
@@ -50,6 +56,7 @@ class Settle(Generic[T]):
     error: str | None
     durable: bool  # a record was written for it: fsync before touching ZooKeeper
     token: T
+    announced: bool = False  # durable() was told already (a group retried after SUSPENDED)
 
 
 class GroupCommit(Generic[T]):
@@ -65,9 +72,11 @@ class GroupCommit(Generic[T]):
 
     def __init__(self, sink: Sink, queue: LeaseQueue, *, live: Callable[[T], bool],
                  settled: Callable[[list[T]], None],
-                 failed: Callable[[SinkError | None, list[T]], None]) -> None:
+                 failed: Callable[[SinkError | None, list[T]], None],
+                 durable: Callable[[list[T]], None] | None = None) -> None:
         self.sink, self.queue = sink, queue
         self._live, self._settled, self._failed = live, settled, failed
+        self._durable = durable
         self._cond = threading.Condition()
         self._pending: list[Settle[T]] = []
         self._closed = False
@@ -86,6 +95,11 @@ class GroupCommit(Generic[T]):
     def pending(self) -> int:
         return len(self._pending)
 
+    @property
+    def alive(self) -> bool:
+        """The committer thread runs (for the liveness probe)."""
+        return self._thread.is_alive()
+
     def close(self, timeout: float) -> None:
         """Commit what is pending (bounded by ``timeout``), then stop."""
         with self._cond:
@@ -96,11 +110,16 @@ class GroupCommit(Generic[T]):
 
     def _loop(self) -> None:
         while True:
+            self.sink.reopen_if_requested()  # between groups only (SIGHUP)
             with self._cond:
                 while not self._pending and not self._closed:
                     self._cond.wait(0.5)
+                    if self.sink.reopen_requested:
+                        break  # an idle consumer reopens within 0.5 s too
                 if not self._pending:
-                    return
+                    if self._closed:
+                        return
+                    continue
             if not self._closed:
                 # Let the group gather (a database's commit_delay): one fsync and one
                 # transaction for the items of a few milliseconds, not for each item.
@@ -116,6 +135,14 @@ class GroupCommit(Generic[T]):
             except SinkError as exc:
                 self._failed(exc, [s.token for s in group])
                 return
+        fresh = [s for s in group if not s.announced]
+        if fresh and self._durable is not None:
+            for s in fresh:
+                s.announced = True
+            try:
+                self._durable([s.token for s in fresh])
+            except Exception:  # a logging problem must not stop completions
+                log.exception("consumer.durable_callback_failed", items=len(fresh))
         try:
             self._apply(group)
         except QueueSuspended:

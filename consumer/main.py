@@ -1,9 +1,14 @@
 """``zkcrawl-consumer``: the crawl cluster's consumer daemon (SPEC §3-§4).
 
 ``main(argv, env) -> ExitStatus`` runs in-process (tests); :func:`run` is the console entry.
-Signal handlers (:mod:`zkcrawl.signals`) are installed here and nowhere else: SIGTERM/SIGINT
+Signal handlers are installed here and nowhere else: SIGTERM/SIGINT (:mod:`zkcrawl.signals`)
 ask the worker to stop (finish within ``--grace``), a second one to release everything and
-exit at once.
+exit at once; SIGHUP asks the sink to reopen ``--out`` between two groups (logrotate without
+``copytruncate``; :meth:`consumer.sink.Sink.request_reopen`, a flag). SIGHUP is routed
+before ZooKeeper is connected, so a rotation during start-up does not kill the process.
+
+With ``--metrics-port`` the server listens before ZooKeeper is connected: ``/livez`` answers
+200 while the consumer waits for ZooKeeper (it is alive), ``/readyz`` 503 until it runs.
 """
 
 from __future__ import annotations
@@ -11,7 +16,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import sys
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 
 from consumer.metrics import Metrics, MetricsServer
@@ -48,8 +55,17 @@ def open_consumer(settings: ConsumerSettings, sink: Sink) -> Iterator[Worker]:
     """Connect and assemble a consumer; closing ends the ZooKeeper session (any lease still
     held vanishes with it). Tests drive the yielded Worker directly."""
     fields = parse_field_specs(settings.field)
-    zk = connect(settings)  # kazoo's per-attempt warnings are held back by ZkClient
+    metrics = Metrics()
     server: MetricsServer | None = None
+    if settings.metrics_port:  # before connecting: alive (/livez) while waiting for ZooKeeper
+        server = MetricsServer(metrics, port=settings.metrics_port,
+                               host=settings.metrics_host).start()
+    try:
+        zk = connect(settings)  # kazoo's per-attempt warnings are held back by ZkClient
+    except BaseException:
+        if server is not None:
+            server.stop()
+        raise
     queue: LeaseQueue | None = None
     politeness: Politeness | None = None
     try:
@@ -60,11 +76,9 @@ def open_consumer(settings: ConsumerSettings, sink: Sink) -> Iterator[Worker]:
         gate = HostGate(inner, settings.domain_delay, CRAWL_DELAY_CAP)
         pipeline = Pipeline(Fetcher(fetch_settings, gate, http=settings.http), gate, fields,
                             consumer_id, settings.max_attempts)
-        metrics = Metrics()
         worker = Worker(settings, zk, queue, pipeline, sink, metrics, consumer_id)
-        if settings.metrics_port:
-            server = MetricsServer(metrics, worker.health, settings.metrics_port,
-                                   settings.metrics_host).start()
+        if server is not None:
+            server.set_probes(worker.liveness, worker.readiness)
         yield worker
     finally:
         if isinstance(politeness, ClusterPoliteness):
@@ -95,12 +109,32 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ExitStatu
         setup_logging(settings)
         sink = Sink(settings.out)
         try:
-            with open_consumer(settings, sink) as worker, StopSignals(worker.request_stop):
+            with reopen_on_sighup(sink), open_consumer(settings, sink) as worker, \
+                    StopSignals(worker.request_stop):
                 return worker.run()
         finally:
             sink.close()
 
     return guarded(PROG, work)
+
+
+@contextlib.contextmanager
+def reopen_on_sighup(sink: Sink) -> Iterator[None]:
+    """SIGHUP -> ``sink.request_reopen()`` (a flag: the committer reopens between groups).
+    Only from the main thread (a consumer run in-process by a test installs nothing); the
+    previous handler is restored on exit."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handle(_signum: int, _frame: object) -> None:
+        sink.request_reopen()  # sets a flag: no lock, no I/O in a signal handler
+
+    previous = signal.signal(signal.SIGHUP, handle)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, previous)
 
 
 def run() -> None:

@@ -1,15 +1,28 @@
-"""Prometheus metrics and a health endpoint for one consumer (``--metrics-port``).
+"""Prometheus metrics and health endpoints for one consumer (``--metrics-port``).
 
 prometheus-client's own ``start_http_server`` answers 200 with the metrics on *every* path,
-so a ``/healthz`` probe against it would always pass. This module serves the registry with a
-small ``http.server`` handler instead:
+so a probe against it would always pass. This module serves the registry with a small
+``http.server`` handler instead:
 
 * ``GET /metrics`` -- the text exposition format (``generate_latest``);
-* ``GET /healthz`` -- 200 ``ok`` while connected to ZooKeeper and in the run loop (running or
-  deliberately paused by the operator), 503 with the reason otherwise (ZooKeeper suspended or
-  lost, starting, draining after SIGTERM, stopped after a sink failure). A paused consumer is
-  healthy on purpose: a liveness probe must not restart a cluster the operator paused.
+* ``GET /livez`` -- liveness: 200 while the process works (its claim loop ticks, its
+  committer runs), 503 when it is wedged. **Never depends on ZooKeeper**: a consumer
+  waiting for ZooKeeper (at start-up, or riding out an outage) is alive, and restarting it
+  would only drop its leases and its session sooner. This is the probe that may restart it.
+* ``GET /readyz`` (and ``/healthz``, the older name, kept as an alias) -- readiness: 200 while
+  connected to ZooKeeper and in the run loop, running *or paused*; 503 with the reason
+  otherwise (ZooKeeper suspended or lost, starting, draining after SIGTERM, stopped). Paused
+  is ready on purpose: the operator asked for it, the consumer does what it was told and goes
+  on within a second of ``resume``; an unready cluster would block rollouts and node drains
+  (a PodDisruptionBudget counts unready pods as unavailable) for no fault of the pods.
 * anything else -- 404.
+
+The server is served from the ``metrics`` thread with bounded resources: an accepted
+connection costs no thread until its request arrives (idle ones wait in a selector, at most
+:data:`MAX_WAITING`, the oldest closed first, each for at most :data:`READ_TIMEOUT`), at most
+:data:`MAX_HANDLERS` requests are handled at once (a connection beyond that is closed at
+once), and every read and write has :data:`READ_TIMEOUT`. So a hundred idle or trickling
+clients cost a hundred sockets and at most 16 threads, and a probe still gets its answer.
 
 The registry is per consumer instance (not the process-global default), so tests can run
 several consumers in one process.
@@ -17,10 +30,14 @@ several consumers in one process.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import selectors
+import socket
 import threading
+import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -33,7 +50,23 @@ FETCH_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 DISPATCH_BUCKETS = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0)
 ZK_STATES = ("CONNECTED", "SUSPENDED", "LOST")
 
+#: A probe: ``(ok, detail)``; ``detail`` goes into the JSON body.
 Health = Callable[[], tuple[bool, dict[str, Any]]]
+
+READ_TIMEOUT = 5.0  # seconds a connection may take to send its request (and to read ours)
+MAX_HANDLERS = 16  # requests handled at once; a connection beyond that is closed at once
+MAX_WAITING = 64  # accepted connections waiting for their first byte; the oldest goes first
+POLL = 0.2  # the server loop's longest wait: reaction time to stop()
+
+
+def alive_starting() -> tuple[bool, dict[str, Any]]:
+    """``/livez`` before the consumer exists (connecting to ZooKeeper): alive."""
+    return True, {"state": "starting"}
+
+
+def unready_starting() -> tuple[bool, dict[str, Any]]:
+    """``/readyz`` before the consumer exists (connecting to ZooKeeper): not ready."""
+    return False, {"state": "starting"}
 
 
 class Metrics:
@@ -84,6 +117,7 @@ class Metrics:
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
+    timeout = READ_TIMEOUT  # StreamRequestHandler puts it on the socket: reads and writes
 
     def log_message(self, format: str, *args: Any) -> None:  # scrapes are not news
         pass
@@ -92,12 +126,21 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
             self._send(200, CONTENT_TYPE_LATEST, self.server.metrics.exposition())
-        elif path == "/healthz":
-            ok, detail = self.server.health()
-            body = json.dumps({"status": "ok" if ok else "unavailable", **detail}).encode()
-            self._send(200 if ok else 503, "application/json", body + b"\n")
+        elif path == "/livez":
+            self._probe(self.server.live)
+        elif path in ("/readyz", "/healthz"):
+            self._probe(self.server.ready)
         else:
-            self._send(404, "text/plain", b"not found: try /metrics or /healthz\n")
+            self._send(404, "text/plain",
+                       b"not found: try /metrics, /livez, /readyz or /healthz\n")
+
+    def _probe(self, probe: Health) -> None:
+        try:
+            ok, detail = probe()
+        except Exception as exc:  # a probe that breaks says "no", it does not hang up
+            ok, detail = False, {"error": type(exc).__name__}
+        body = json.dumps({"status": "ok" if ok else "unavailable", **detail}).encode()
+        self._send(200 if ok else 503, "application/json", body + b"\n")
 
     def _send(self, status: int, ctype: str, body: bytes) -> None:
         self.send_response(status)
@@ -107,35 +150,123 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+class _Server(HTTPServer):
+    """Binds and listens (and carries what handlers read); :class:`MetricsServer` runs the
+    loop, not ``serve_forever``."""
+
     allow_reuse_address = True
     metrics: Metrics
-    health: Health
+    live: Health
+    ready: Health
 
 
 class MetricsServer:
-    """``/metrics`` + ``/healthz`` on a background thread."""
+    """``/metrics``, ``/livez``, ``/readyz`` (``/healthz``) on a background thread, with
+    bounded threads and timeouts (module docstring). Until :meth:`set_probes`, the probes say
+    alive and not ready (:func:`alive_starting`, :func:`unready_starting`)."""
 
-    def __init__(self, metrics: Metrics, health: Health, port: int,
-                 host: str = "0.0.0.0") -> None:
+    def __init__(self, metrics: Metrics, ready: Health = unready_starting, port: int = 0,
+                 host: str = "127.0.0.1", live: Health = alive_starting) -> None:
         try:
-            self._httpd = _Server((host, port), _Handler)
+            self._httpd = _Server((host, port), _Handler, bind_and_activate=True)
         except OSError as exc:
-            raise UsageError(f"--metrics-port {port}: cannot listen: "
+            raise UsageError(f"--metrics-port {port}: cannot listen on {host}: "
                              f"{exc.strerror or exc}") from None
         self._httpd.metrics = metrics
-        self._httpd.health = health
+        self.set_probes(live, ready)
         self.port = int(self._httpd.server_address[1])
-        self._thread = threading.Thread(target=self._httpd.serve_forever,
-                                        kwargs={"poll_interval": 0.2}, name="metrics",
-                                        daemon=True)
+        self._slots = threading.BoundedSemaphore(MAX_HANDLERS)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="metrics", daemon=True)
+
+    def set_probes(self, live: Health, ready: Health) -> None:
+        """What ``/livez`` and ``/readyz`` ask from now on."""
+        self._httpd.live = live
+        self._httpd.ready = ready
 
     def start(self) -> MetricsServer:
         self._thread.start()
         return self
 
     def stop(self) -> None:
-        self._httpd.shutdown()
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(2)
         self._httpd.server_close()
-        self._thread.join(2)
+
+    # -- the metrics thread ---------------------------------------------------------------
+    def _serve(self) -> None:
+        listener = self._httpd.socket
+        listener.setblocking(False)
+        waiting: dict[socket.socket, float] = {}  # accepted, no byte yet: oldest first
+        with selectors.DefaultSelector() as sel:
+            sel.register(listener, selectors.EVENT_READ, None)
+            try:
+                while not self._stop.is_set():
+                    for key, _ in sel.select(POLL):
+                        if key.data is None:
+                            self._accept(listener, sel, waiting)
+                        else:
+                            conn = key.fileobj
+                            assert isinstance(conn, socket.socket)
+                            sel.unregister(conn)
+                            del waiting[conn]
+                            self._dispatch(conn, key.data)
+                    now = time.monotonic()
+                    for conn, deadline in list(waiting.items()):
+                        if deadline > now:
+                            break  # in accept order: the rest are younger
+                        self._drop(conn, sel, waiting)
+            finally:
+                for conn in list(waiting):
+                    self._drop(conn, sel, waiting)
+
+    def _accept(self, listener: socket.socket, sel: selectors.BaseSelector,
+                waiting: dict[socket.socket, float]) -> None:
+        while True:
+            try:
+                conn, addr = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # EMFILE and the like: try again at the next round
+                return
+            if len(waiting) >= MAX_WAITING:
+                self._drop(next(iter(waiting)), sel, waiting)
+            conn.setblocking(False)
+            waiting[conn] = time.monotonic() + READ_TIMEOUT
+            sel.register(conn, selectors.EVENT_READ, addr)
+
+    def _dispatch(self, conn: socket.socket, addr: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            _close(conn)  # MAX_HANDLERS busy: no queue, no thread
+            return
+        conn.setblocking(True)
+        try:
+            threading.Thread(target=self._handle, args=(conn, addr), name="metrics-request",
+                             daemon=True).start()
+        except RuntimeError:  # can't start new thread
+            self._slots.release()
+            _close(conn)
+
+    def _handle(self, conn: socket.socket, addr: Any) -> None:
+        try:
+            _Handler(conn, addr, self._httpd)
+        except Exception:  # a client that hangs up or times out: nothing to say
+            pass
+        finally:
+            _close(conn)
+            self._slots.release()
+
+    @staticmethod
+    def _drop(conn: socket.socket, sel: selectors.BaseSelector,
+              waiting: dict[socket.socket, float]) -> None:
+        sel.unregister(conn)
+        del waiting[conn]
+        _close(conn)
+
+
+def _close(conn: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        conn.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(OSError):
+        conn.close()

@@ -55,9 +55,11 @@ class ConsumerSettings(CommonSettings, WebOptions):
     exit_when_idle: float | None = opt(None, "exit 0 after S seconds with nothing in flight "
                                        "and nothing claimable (default: run forever)",
                                        metavar="S")
-    metrics_port: int = opt(0, "serve Prometheus /metrics and /healthz on this port "
-                            "(0 = off)", metavar="P")
-    metrics_host: str = opt("0.0.0.0", "address the metrics server binds to")
+    metrics_port: int = opt(0, "serve Prometheus /metrics, /livez and /readyz (/healthz) on "
+                            "this port (0 = off)", metavar="P")
+    metrics_host: str = opt("127.0.0.1", "address the metrics server binds to (0.0.0.0: "
+                            "every interface; /metrics has no authentication)",
+                            metavar="ADDR")
     grace: float = opt(30.0, "seconds running fetches get to finish after SIGTERM",
                        metavar="S")
     stats_interval: float = opt(10.0, "seconds between consumer.stats events", metavar="S")

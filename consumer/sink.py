@@ -14,6 +14,14 @@ A write or fsync failure (disk full, file size limit, a closed pipe) raises
 :class:`SinkError`; the consumer then stops claiming, releases the items it holds and exits 1.
 The file is truncated back to its last complete line, so a half-written record is not left
 behind for the next run to append after. stdout cannot be fsynced: flushing is all it gets.
+
+**Reopening** (SIGHUP, for logrotate without ``copytruncate``): :meth:`Sink.request_reopen`
+only sets a flag (it runs in a signal handler); the committer calls
+:meth:`Sink.reopen_if_requested` between two groups, which opens ``path`` again -- a new
+file if the old one was renamed away -- fsyncs its directory, and closes the old one (every
+line written to it was already synced). Queued lines go to the new file at the next sync, so
+no record is split across two files and none is lost. If the path cannot be opened, the old
+file is kept and the error logged. ``-`` (stdout) ignores it.
 """
 
 from __future__ import annotations
@@ -64,8 +72,10 @@ class Sink:
         self._lock = threading.Lock()  # guards the queued lines only, never held across I/O
         self._lines: list[bytes] = []
         self._broken: str | None = None
+        self._reopen = False  # set by a signal handler: a plain flag, no lock
         self.records = 0
         self.syncs = 0
+        self.reopens = 0
         if path == "-":
             self._fh: IO[bytes] = sys.stdout.buffer
             self._durable = False
@@ -148,6 +158,47 @@ class Sink:
         except OSError:
             pass
 
+    # -- reopening (SIGHUP) --------------------------------------------------------------------
+    def request_reopen(self) -> None:
+        """Ask for :meth:`reopen_if_requested` at the next group boundary. Signal-safe: sets
+        a flag and nothing else."""
+        self._reopen = True
+
+    @property
+    def reopen_requested(self) -> bool:
+        return self._reopen
+
+    def reopen_if_requested(self) -> bool:
+        """Reopen ``path`` if asked to; called by the committer between groups (the one thread
+        that writes the file). True when a new file handle is in use."""
+        if not self._reopen:
+            return False
+        self._reopen = False
+        if not self._durable:
+            log.info("sink.reopen_ignored", path=self.path, reason="stdout")
+            return False
+        if self._broken is not None:
+            return False
+        fh: IO[bytes] | None = None
+        try:
+            fh = open(self.path, "ab", buffering=0)  # noqa: SIM115 - replaces self._fh
+            good = fh.seek(0, os.SEEK_END)
+            _fsync_dir(self.path)  # the new file's name is durable before a record is
+        except OSError as exc:
+            if fh is not None:
+                fh.close()
+            log.error("sink.reopen_failed", path=self.path, error=exc.strerror or str(exc),
+                      note="still writing to the file opened before")
+            return False
+        old, self._fh, self._good = self._fh, fh, good
+        try:
+            old.close()
+        except OSError:
+            pass
+        self.reopens += 1
+        log.info("sink.reopened", path=self.path, size=good)
+        return True
+
     @property
     def broken(self) -> bool:
         return self._broken is not None
@@ -162,3 +213,11 @@ class Sink:
                 self._fh.close()
             except OSError:
                 pass
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -16,10 +16,19 @@ the states and the guarantees)::
   back, ahead of fresh items, when its host's turn comes
   (:class:`~zkcrawl.politeness.gate.HostGate`).
 * **Durable before done**: the committer (:class:`~consumer.committer.GroupCommit`) writes the
-  group's records in one write, fsyncs once, then completes the group in ZooKeeper.
+  group's records in one write, fsyncs once, then logs ``item.done``/``item.failed`` for the
+  group (so a done line always has its record on disk) and completes it in ZooKeeper.
 * **Connection trouble**: SUSPENDED holds claims and completions; after LOST, items not yet
-  started are dropped (others take them), the rest finish and come back as "lost" -- the
-  documented at-least-once duplicates.
+  started are never started (a pool thread checks the claim's session before it starts an
+  item, the claim loop drops them from the backlog), the ones running finish and come back
+  as "lost" -- the documented at-least-once duplicates. ``zk.suspended``, ``zk.lost`` and
+  ``zk.reconnected`` (with ``away_s``) are logged as the connection goes and comes back.
+* **Pause**: no request starts more than a moment after the pause is seen -- the pool
+  threads check it before robots.txt, again before the first request, and every later
+  request of a fetch (a redirect hop, robots.txt of another host) waits at the host gate
+  while paused (:meth:`~zkcrawl.politeness.gate.HostGate.hold_while`).
+* **Probes**: :meth:`Worker.liveness` (the claim loop ticks: never a ZooKeeper question) and
+  :meth:`Worker.readiness` (connected and claiming, or paused) for ``consumer.metrics``.
 """
 
 from __future__ import annotations
@@ -49,6 +58,7 @@ from zkcrawl.queue.leases import Claimed, LeaseQueue
 from zkcrawl.queue.registry import Registration
 from zkcrawl.web.urls import host_key
 from zkcrawl.zk.client import ZkClient
+from zkcrawl.zk.types import ZkState
 
 __all__ = ["COOLING", "GONE", "READY", "RUNNING", "SETTLING", "ConsumerState", "Task",
            "TaskState", "Worker"]
@@ -57,6 +67,11 @@ __all__ = ["COOLING", "GONE", "READY", "RUNNING", "SETTLING", "ConsumerState", "
 log = structlog.get_logger(__name__)
 
 TICK = 0.5  # longest any consumer thread blocks: reaction time to signals, pause, idleness
+# /livez fails once the claim loop has not ticked for this long. A tick is bounded by TICK
+# plus ZooKeeper calls (each bounded by --zk-timeout), start-up by the registration's wait
+# (--session-timeout + 2 s): far below it. Never a ZooKeeper question: a loop waiting for an
+# unreachable ZooKeeper still ticks.
+MIN_STALL = 60.0
 # A cooled item leaves the heap this much before its slot; the pool thread that picks it up
 # sleeps the rest (< EARLY), so the hand-over does not make it start late.
 LEAD = EARLY / 2
@@ -91,10 +106,16 @@ class Worker:
         self._failure: SinkError | None = None
         self._idle_since: float | None = None
         self._next_stats = time.monotonic() + settings.stats_interval
+        self._last_tick = time.monotonic()  # the claim loop's heartbeat, for /livez
+        self._stall = max(MIN_STALL, 3 * settings.zk_timeout + settings.session_timeout)
+        # Connection bookkeeping, written on kazoo's thread (_on_zk_state), read anywhere.
+        self._session: int | None = zk.session_id  # the session claims are made in
+        self._expired: frozenset[int] = frozenset()  # sessions lost: their claims are stale
+        self._away_since: float | None = None  # monotonic time the connection went
         self._pool = ThreadPoolExecutor(settings.threads, thread_name_prefix="fetch")
         self._committer: GroupCommit[Task] = GroupCommit(
             sink, queue, live=lambda t: t.state is SETTLING, settled=self._finish,
-            failed=self._commit_failed)
+            failed=self._commit_failed, durable=self._durable)
         self._scheduler = threading.Thread(target=self._schedule_loop, name="scheduler",
                                            daemon=True)
         self.control: control.ControlWatch | None = None
@@ -106,6 +127,7 @@ class Worker:
         self.start()
         try:
             while not self._stop_claiming:
+                self._last_tick = time.monotonic()
                 self.tick()
         finally:
             self.shutdown()
@@ -134,6 +156,10 @@ class Worker:
         # Only once it is ours: a node held by another live consumer must not be deleted.
         self.registration = registration.start(wait_free=self.s.session_timeout + 2)
         self.control = control.ControlWatch(self.zk, self.s.root, self._on_control)
+        # Every request a running fetch makes after its first (a redirect hop, robots.txt
+        # of another host) waits while paused; a draining consumer lets it finish instead.
+        self.pipeline.gate.hold_while(lambda: self._paused() and not self._stop_claiming,
+                                      self.control.wait_running)
         self._committer.start()
         self._scheduler.start()
         for _ in range(self.s.threads):
@@ -228,17 +254,15 @@ class Worker:
 
     def admit(self, task: Task) -> bool:
         """May this item start now? If not it waits in the heap, not on this thread."""
-        assert self.control is not None
-        if self._stop_claiming:
-            self._release([task])
-            return False
-        if self.control.paused:
-            self.backlog.cool(task, time.monotonic())  # the scheduler holds it until resumed
+        if not self._may_start(task):
             return False
         if task.claimed.abandoned(self.s.max_attempts):
             task.host = ""  # no request will be made: no robots.txt, no politeness slot
         if task.host and (task.slot is not None
                           or self.pipeline.prepare(task.claimed.url or "", task.host)):
+            # robots.txt may have taken seconds: the world may have changed meanwhile.
+            if not self._may_start(task):
+                return False
             start, due = self.pipeline.gate.admit(task.host, task.slot)
             if due is not None:
                 task.slot = start
@@ -248,6 +272,25 @@ class Worker:
             if (delay := start - time.monotonic()) > 0:
                 time.sleep(delay)  # < EARLY: cheaper than a trip through the heap
         task.timing.started = time.monotonic()
+        return True
+
+    def _may_start(self, task: Task) -> bool:
+        """Not stopping (else: released), not paused (else: cooled, held by the scheduler
+        until resumed), and its lease not lost with an expired session (else: forgotten --
+        another consumer, or this one in its new session, claims it again)."""
+        assert self.control is not None
+        if self._stop_claiming:
+            self._release([task])
+            return False
+        session = task.claimed.session
+        if session is not None and session in self._expired:
+            if self.backlog.forget([task]):
+                log.info("item.dropped", item=task.name, url=task.claimed.url,
+                         reason="session lost before it started")
+            return False
+        if self.control.paused:
+            self.backlog.cool(task, time.monotonic())  # the scheduler holds it until resumed
+            return False
         return True
 
     def perform(self, task: Task) -> None:
@@ -265,8 +308,14 @@ class Worker:
                 self.fail(exc)
                 self._release([task])
                 return
-        self._account(task, outcome)
         self._settle(task, outcome)
+
+    def _durable(self, tasks: Sequence[Task]) -> None:
+        """The committer made these tasks' group durable (records synced): count them and
+        log ``item.done``/``item.failed`` -- never before their record is on disk."""
+        for task in tasks:
+            if task.outcome is not None:
+                self._account(task, task.outcome)
 
     def _account(self, task: Task, outcome: Outcome) -> None:
         failed = outcome.error is not None
@@ -292,6 +341,7 @@ class Worker:
 
     # -- settling -------------------------------------------------------------------------
     def _settle(self, task: Task, outcome: Outcome) -> None:
+        task.outcome = outcome
         if self.backlog.settle(task):
             self._committer.put(Settle(task.claimed, outcome.kind, outcome.error,
                                        outcome.record is not None, task))
@@ -351,6 +401,7 @@ class Worker:
         self._release(self.backlog.held(SETTLING))  # completions that could not go through
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.state = ConsumerState.STOPPED
+        self.zk.remove_listener(self._on_zk_state)  # closing the session is no news
         if self.registration is not None:
             self.registration.stop()
         log.info("consumer.stopped", consumer=self.id, processed=self.timings.processed,
@@ -370,10 +421,26 @@ class Worker:
                 "control": self.control.state if self.control else control.RUNNING,
                 "threads": self.s.threads, "capacity": self.s.capacity}
 
-    def health(self) -> tuple[bool, dict[str, Any]]:
-        """For ``/healthz``: connected, and in the run loop (running, or paused on purpose)."""
+    def liveness(self) -> tuple[bool, dict[str, Any]]:
+        """For ``/livez``: the process works -- its claim loop ticked lately and its
+        committer runs. Never asks ZooKeeper: a consumer waiting for it is alive. Draining
+        and stopped are alive too (bounded by --grace and --zk-timeout, then the process
+        exits by itself)."""
+        since = time.monotonic() - self._last_tick
+        in_loop = self.state in (ConsumerState.RUNNING, ConsumerState.PAUSED)
+        ticking = not in_loop or since < self._stall
+        committing = not in_loop or self._committer.alive
+        return ticking and committing, {"state": self.state,
+                                        "last_tick_s": round(since, 3),
+                                        "committer": self._committer.alive}
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """For ``/readyz`` (and ``/healthz``): connected, and in the run loop -- running, or
+        paused on purpose (the operator's choice, not a fault: it resumes within 1 s)."""
         ok = self.zk.connected and self.state in (ConsumerState.RUNNING, ConsumerState.PAUSED)
         return ok, {"zookeeper": self.zk.state, "state": self.state}
+
+    health = readiness  # the older name
 
     def _on_control(self, state: str) -> None:
         # kazoo's thread: flags and a notification only, never a blocking call.
@@ -386,5 +453,29 @@ class Worker:
         self.backlog.wake_scheduler()
 
     def _on_zk_state(self, state: str) -> bool:
+        # kazoo's thread: flags and log lines only (logging only enqueues), never a blocking
+        # call. LOST marks the session's claims stale at once, so no pool thread starts one
+        # of them even before the claim loop drops them from the backlog.
         self.metrics.set_zk_state(str(state))
+        now = time.monotonic()
+        if state == ZkState.CONNECTED:
+            session = self.zk.session_id
+            if self._away_since is not None:
+                log.info("zk.reconnected", consumer=self.id,
+                         away_s=round(now - self._away_since, 3),
+                         new_session=session != self._session)
+                self._away_since = None
+            self._session = session
+            return False
+        if self._away_since is None:
+            self._away_since = now
+        if state == ZkState.LOST:
+            if self._session is not None:
+                self._expired = self._expired | {self._session}
+            log.warning("zk.lost", consumer=self.id, note="session expired: its leases are "
+                        "gone; items not started are dropped, running ones may be recorded "
+                        "twice")
+        else:
+            log.warning("zk.suspended", consumer=self.id, note="disconnected: claims and "
+                        "completions held until reconnected")
         return False

@@ -283,10 +283,10 @@ def test_queue_list_and_purge(zk_factory, zk_hosts, zk_root, capsys):
 
 @pytest.mark.parametrize("argv", [["status"], ["pause"], ["resume"], ["dead", "list"],
                                   ["queue", "list"]])
-def test_unreachable_zookeeper_is_one_line_exit_2(capsys, argv):
+def test_unreachable_zookeeper_is_one_line_exit_75(capsys, argv):
     port = free_port()  # bound then closed: nothing listens there
     rc, out, err = run(capsys, *argv, "--zk", f"127.0.0.1:{port}", "--zk-timeout", "1")
-    assert rc == ExitStatus.USAGE
+    assert rc == ExitStatus.TEMPFAIL == 75  # EX_TEMPFAIL: a supervisor may restart it
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "cannot reach ZooKeeper" in lines[0], err
     assert out == ""

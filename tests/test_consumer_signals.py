@@ -127,7 +127,6 @@ def test_a_sink_failure_stops_releases_and_exits_1_losing_nothing(zk, zk_hosts, 
 @pytest.mark.parametrize(("extra", "message"), [
     (["--field", "bad=//a[", "--zk", "127.0.0.1:1"], "--field: invalid XPath"),
     (["--threads", "0"], "--threads must be at least 1"),
-    (["--zk", "127.0.0.1:1", "--zk-timeout", "1"], "cannot reach ZooKeeper"),
     (["--out", "/nonexistent/dir/o.jsonl", "--zk", "127.0.0.1:1"], "--out: cannot open"),
 ])
 def test_bad_usage_is_one_line_and_exit_2(capsys, extra: list[str], message: str):
@@ -136,13 +135,21 @@ def test_bad_usage_is_one_line_and_exit_2(capsys, extra: list[str], message: str
     assert len(err) == 1 and message in err[0] and err[0].startswith("zkcrawl-consumer: error:")
 
 
+def test_unreachable_zookeeper_is_one_line_and_exit_75(capsys):
+    # EX_TEMPFAIL (SPEC §4): temporary, so a supervisor restarts it, unlike a 2.
+    assert main(["--log-format", "json", "--zk", "127.0.0.1:1", "--zk-timeout", "1"], {}) == 75
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot reach ZooKeeper" in err[0]
+    assert err[0].startswith("zkcrawl-consumer: error:")
+
+
 def test_config_file_and_environment_follow_the_precedence(tmp_path, capsys):
     cfg = tmp_path / "c.toml"
     cfg.write_text('threads = 0\nzk = "127.0.0.1:1"\n')
     assert main(["--config", str(cfg)], {}) == 2  # from the file
     assert "--threads" in capsys.readouterr().err
     env = {"ZKCRAWL_CONFIG": str(cfg), "ZKCRAWL_THREADS": "2", "ZKCRAWL_ZK_TIMEOUT": "0.5"}
-    assert main(["--log-format", "json"], env) == 2  # env beats the file: now ZK is the issue
+    assert main(["--log-format", "json"], env) == 75  # env beats the file: now ZK is the issue
     assert "cannot reach ZooKeeper" in capsys.readouterr().err
 
 

@@ -35,9 +35,9 @@ def settings_for(zk_hosts: str, zk_root: str, out: Path, *extra: str) -> Consume
 class Running:
     """A consumer running on a thread of this process; ``stop()`` is a SIGTERM."""
 
-    def __init__(self, settings: ConsumerSettings) -> None:
+    def __init__(self, settings: ConsumerSettings, sink: Sink | None = None) -> None:
         self.settings = settings
-        self.sink = Sink(settings.out)
+        self.sink = Sink(settings.out) if sink is None else sink
         self._ctx = open_consumer(settings, self.sink)
         self.worker: Worker = self._ctx.__enter__()
         self.error: BaseException | None = None

@@ -45,6 +45,11 @@ PRODUCER_FLAGS = frozenset({
     "no-robots",
 })
 DEFAULT_GRACE = 30  # --grace default, seconds
+DEFAULT_ZK_TIMEOUT = 10  # --zk-timeout default, seconds
+# A stop may take --grace, plus --zk-timeout while ZooKeeper is unreachable (SPEC §4), plus
+# this for closing the session: TimeoutStopSec / terminationGracePeriodSeconds >= the sum.
+STOP_MARGIN = 10
+EX_TEMPFAIL = 75  # unreachable ZooKeeper (SPEC §4): temporary, a supervisor restarts it
 METRICS_PORT = 9100
 CONTAINER_UID = 10001
 
@@ -226,16 +231,41 @@ def test_consumer_unit_drains_on_sigterm_within_the_stop_timeout() -> None:
     unit = _unit(UNITS["consumer"])
     assert _one(unit, "Service", "KillSignal") == "SIGTERM"
     grace = float(_environment(unit).get("ZKCRAWL_GRACE", DEFAULT_GRACE))
+    zk_timeout = float(_environment(unit).get("ZKCRAWL_ZK_TIMEOUT", DEFAULT_ZK_TIMEOUT))
     stop = _seconds(_one(unit, "Service", "TimeoutStopSec"))
     assert stop > DEFAULT_GRACE
-    assert stop >= grace + 10, "leave a margin after the drain to close the ZK session"
+    # The rule stated in the unit and in deploy/systemd/README.md.
+    assert stop >= grace + zk_timeout + STOP_MARGIN, \
+        "TimeoutStopSec = grace + zk-timeout (a drain while ZooKeeper is away) + margin"
+    text = UNITS["consumer"].read_text(encoding="utf-8")
+    assert "TimeoutStopSec = ZKCRAWL_GRACE + ZKCRAWL_ZK_TIMEOUT + 10" in text
+    readme = (SYSTEMD / "README.md").read_text(encoding="utf-8")
+    assert "TimeoutStopSec = grace + zk-timeout + 10 s" in readme
 
 
 def test_consumer_unit_restart_policy() -> None:
     unit = _unit(UNITS["consumer"])
     assert _one(unit, "Service", "Restart") == "on-failure"
-    # Exit 2 = bad usage or configuration (SPEC §4): restarting would only loop.
-    assert "2" in _all(unit, "Service", "RestartPreventExitStatus")
+    # Exit 2 = bad usage or configuration (SPEC §4): restarting would only loop. Exit 75
+    # (unreachable ZooKeeper, EX_TEMPFAIL) is temporary: it must restart.
+    assert _all(unit, "Service", "RestartPreventExitStatus") == ["2"]
+    assert str(EX_TEMPFAIL) not in _all(unit, "Service", "SuccessExitStatus")
+    # During an outage each start takes --zk-timeout + RestartSec: the start limit must not
+    # turn an outage into a failed unit.
+    zk_timeout = float(_environment(unit).get("ZKCRAWL_ZK_TIMEOUT", DEFAULT_ZK_TIMEOUT))
+    per_start = zk_timeout + _seconds(_one(unit, "Service", "RestartSec"))
+    interval = _seconds(_one(unit, "Unit", "StartLimitIntervalSec"))
+    assert interval / per_start < float(_one(unit, "Unit", "StartLimitBurst"))
+
+
+def test_consumer_unit_reload_reopens_the_output() -> None:
+    """systemctl reload = SIGHUP = reopen --out (logrotate's postrotate, no copytruncate)."""
+    unit = _unit(UNITS["consumer"])
+    assert shlex.split(_one(unit, "Service", "ExecReload")) == ["/bin/kill", "-HUP",
+                                                                "$MAINPID"]
+    readme = (SYSTEMD / "README.md").read_text(encoding="utf-8")
+    assert "postrotate" in readme and "systemctl reload" in readme
+    assert "copytruncate`, or" not in readme  # no longer the advice
 
 
 def test_consumer_unit_hardening_and_state() -> None:
@@ -589,17 +619,22 @@ def test_consumer_deployment(manifests: dict[tuple[str, str], dict[str, Any]]) -
     env = {e["name"]: e for e in container.get("env", [])}
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
 
-    # SIGTERM grace.
+    # SIGTERM grace: --grace + --zk-timeout (a drain while ZooKeeper is away) + margin.
     grace = float(_arg_value(args, "--grace") or DEFAULT_GRACE)
+    common = manifests[("ConfigMap", "zkcrawl-common")]["data"]
+    zk_timeout = float(_arg_value(args, "--zk-timeout")
+                       or common.get("ZKCRAWL_ZK_TIMEOUT", DEFAULT_ZK_TIMEOUT))
     assert pod["terminationGracePeriodSeconds"] > DEFAULT_GRACE
-    assert pod["terminationGracePeriodSeconds"] >= grace + 10
+    assert pod["terminationGracePeriodSeconds"] >= grace + zk_timeout + STOP_MARGIN
 
-    # Metrics port, probes on /healthz there.
+    # Metrics port, probes there: liveness never depends on ZooKeeper (/livez), readiness
+    # does (/readyz), so a ZooKeeper outage makes pods unready, never restarts them.
     assert _arg_value(args, "--metrics-port") == str(METRICS_PORT)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+    paths = {"readinessProbe": "/readyz", "livenessProbe": "/livez", "startupProbe": "/livez"}
+    for probe, path in paths.items():
         get = container[probe]["httpGet"]
-        assert get["path"] == "/healthz", probe
+        assert get["path"] == path, probe
         assert ports.get(get["port"], get["port"]) == METRICS_PORT, probe
     notes = template["metadata"]["annotations"]
     assert notes["prometheus.io/scrape"] == "true"

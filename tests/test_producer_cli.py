@@ -42,8 +42,6 @@ REPO = Path(__file__).resolve().parent.parent
     (["--start", "http://x.test/", "--batch", "0"], "--batch must be a positive"),
     (["--start", "http://x.test/", "--fp-rate", "2"], "--fp-rate"),
     (["--start", "http://x.test/", "--max-depth", "ten"], "--max-depth"),
-    (["--start", "http://x.test/", "--zk", "127.0.0.1:1", "--zk-timeout", "1"],
-     "cannot reach ZooKeeper"),
 ])
 def test_bad_usage_is_one_line_and_exit_2(argv, words, capsys):
     assert main([*argv, "--log-format", "json"], {}) == 2
@@ -51,6 +49,16 @@ def test_bad_usage_is_one_line_and_exit_2(argv, words, capsys):
     assert out == ""
     assert err.count("\n") == 1 and err.startswith("zkcrawl-producer: error: "), err
     assert words in err
+
+
+def test_unreachable_zookeeper_is_one_line_and_exit_75(capsys):
+    # EX_TEMPFAIL (SPEC §4): temporary, so a supervisor restarts it, unlike a 2.
+    argv = ["--start", "http://x.test/", "--zk", "127.0.0.1:1", "--zk-timeout", "1"]
+    assert main([*argv, "--log-format", "json"], {}) == 75
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith("zkcrawl-producer: error: "), err
+    assert "cannot reach ZooKeeper" in err
 
 
 def test_bad_xpath_from_the_config_file_is_a_usage_error_too(tmp_path, capsys):

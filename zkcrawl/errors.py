@@ -14,7 +14,8 @@ class ExitStatus(enum.IntEnum):
 
     OK = 0
     FAILURE = 1  # runtime failure: the work could not be completed
-    USAGE = 2  # bad usage or configuration, unreachable ZooKeeper
+    USAGE = 2  # bad usage or configuration: a supervisor must not restart it
+    TEMPFAIL = 75  # EX_TEMPFAIL (sysexits.h): ZooKeeper unreachable; worth a restart
 
 
 class ZkCrawlError(Exception):
@@ -30,9 +31,10 @@ class UsageError(ZkCrawlError):
 
 
 class ZkUnavailable(ZkCrawlError):
-    """ZooKeeper could not be reached within the timeout: exit 2 (SPEC §4)."""
+    """ZooKeeper could not be reached within the timeout: exit 75, EX_TEMPFAIL (SPEC §4).
+    Temporary, unlike a bad configuration (2): a supervisor restarts the process."""
 
-    exit_status = ExitStatus.USAGE
+    exit_status = ExitStatus.TEMPFAIL
 
 
 class LocalZkError(ZkCrawlError):

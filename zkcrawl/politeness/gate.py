@@ -23,6 +23,7 @@ from zkcrawl.politeness.local import MAX_CRAWL_DELAY, LocalPoliteness, Politenes
 __all__ = ["EARLY", "HostGate"]
 
 EARLY = 0.002  # a slot this close is slept for on the worker thread; farther ones are queued
+HOLD_TICK = 0.5  # longest wait between two looks at a hold (hold_while)
 
 
 class HostGate:
@@ -40,6 +41,11 @@ class HostGate:
     The gate is also the :class:`Politeness` given to the Fetcher: the first ``reserve`` of a
     fetch on a thread that was just admitted is the slot already paid for; later ones (a
     redirect to the same host, robots.txt) reserve and are waited for by the Fetcher.
+
+    A scheduler that can be paused says so with :meth:`hold_while`: every reservation a fetch
+    makes (a redirect hop, robots.txt -- each a new request) then waits while the hold is on,
+    so no request starts while paused; the first request of an admitted item is the
+    scheduler's own check.
 
     ``table`` is the per-host table (default: ``inner`` when it is a
     :class:`LocalPoliteness`, else a new one with ``domain_delay`` and ``clock``). A robots.txt
@@ -59,17 +65,28 @@ class HostGate:
         self._shared = table is inner  # reservations and the rest in one table, one lock
         self._clock = table.clock
         self._paid = threading.local()
+        self._hold: Callable[[], bool] | None = None
+        self._hold_wait: Callable[[float], object] = time.sleep
 
     @property
     def delay(self) -> float:
         """The default gap between two requests to one host."""
         return self.table.delay
 
+    def hold_while(self, hold: Callable[[], bool], wait: Callable[[float], object]) -> None:
+        """From now on :meth:`reserve` waits while ``hold()`` is true, calling ``wait(HOLD_TICK)``
+        (which returns early when the hold may be over: an Event's ``wait``) between looks."""
+        self._hold_wait = wait
+        self._hold = hold
+
     # -- Politeness protocol (the Fetcher's side) -----------------------------------------
     def reserve(self, host: str) -> float:
         if getattr(self._paid, "host", None) == host:
             self._paid.host = None
             return self._clock()
+        hold = self._hold
+        while hold is not None and hold():  # paused: no new request until resumed
+            self._hold_wait(HOLD_TICK)
         start = self.inner.reserve(host)
         self.table.started(host, start)
         return start
