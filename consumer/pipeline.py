@@ -30,6 +30,7 @@ from typing import Any
 from consumer.timing import ItemTiming
 from zkcrawl.politeness.gate import HostGate
 from zkcrawl.queue.leases import Claimed
+from zkcrawl.textsafe import redact_userinfo
 from zkcrawl.web.decode import html_encoding
 from zkcrawl.web.extract import parse_html as _parse_html
 from zkcrawl.web.extract import record_from_doc
@@ -159,7 +160,9 @@ class Pipeline:
         title, fields = self._extract(res) if res.error in (None, "too-large") else (
             None, dict.fromkeys(self.fields))
         timing.finished = time.monotonic()
-        return {"url": c.url, "final_url": res.final_url, "status": res.status,
+        # Credentials inside URLs are never recorded (https://***@host/...).
+        return {"url": redact_userinfo(c.url or ""), "final_url": redact_userinfo(res.final_url),
+                "status": res.status,
                 "title": title, "fields": fields, "bytes": len(res.body), "item": c.name,
                 "attempt": c.attempt, "consumer": self.consumer_id, "fetched_at": iso_now(),
                 **timing.fields(), "error": res.error}
@@ -175,7 +178,8 @@ class Pipeline:
     def _unfetched(self, c: Claimed, timing: ItemTiming, error: str, url: str | None
                    ) -> Outcome:
         timing.finished = time.monotonic()
-        record = {"url": url, "final_url": None, "status": None, "title": None,
+        record = {"url": url and redact_userinfo(url), "final_url": None, "status": None,
+                  "title": None,
                   "fields": dict.fromkeys(self.fields), "bytes": len(c.data), "item": c.name,
                   "attempt": c.attempt, "consumer": self.consumer_id, "fetched_at": iso_now(),
                   **timing.fields(), "error": error}

@@ -26,6 +26,7 @@ file is kept and the error logged. ``-`` (stdout) ignores it.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -84,9 +85,11 @@ class Sink:
         try:
             # Unbuffered: after a failed write no half record waits in a buffer to be
             # flushed behind the truncation at close.
-            self._fh = open(path, "ab", buffering=0)  # noqa: SIM115 - lives with the consumer
+            self._fh = _open_out(path)
         except OSError as exc:
-            raise UsageError(f"--out: cannot open {path}: {exc.strerror or exc}") from None
+            why = ("a symbolic link: never written through" if exc.errno == errno.ELOOP
+                   else exc.strerror or exc)
+            raise UsageError(f"--out: cannot open {path}: {why}") from None
         self._durable = True
         self._good = self._fh.seek(0, os.SEEK_END)  # end of the last complete line
 
@@ -181,7 +184,7 @@ class Sink:
             return False
         fh: IO[bytes] | None = None
         try:
-            fh = open(self.path, "ab", buffering=0)  # noqa: SIM115 - replaces self._fh
+            fh = _open_out(self.path)
             good = fh.seek(0, os.SEEK_END)
             _fsync_dir(self.path)  # the new file's name is durable before a record is
         except OSError as exc:
@@ -221,3 +224,17 @@ def _fsync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _open_out(path: str) -> IO[bytes]:
+    """``--out`` for appending, unbuffered (after a failed write no half record waits in a
+    buffer to be flushed behind the truncation at close). Never through a symlink planted
+    at the path (``O_NOFOLLOW``: a results file is not a way to write elsewhere); a new file
+    gets mode 0640 (less the umask), never world-readable."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o640)
+    try:
+        return os.fdopen(fd, "ab", buffering=0)
+    except BaseException:
+        os.close(fd)
+        raise

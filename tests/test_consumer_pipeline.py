@@ -14,7 +14,7 @@ from consumer.settings import CRAWL_DELAY_CAP, ConsumerSettings
 from consumer.sink import Sink
 from consumer.timing import ItemTiming, Timings, percentile, verdict
 from tests.httpd import TestServer, delayed, gzip_bomb, gzipped, html, redirect, static, trickle
-from zkcrawl.errors import SinkError
+from zkcrawl.errors import SinkError, UsageError
 from zkcrawl.politeness.gate import HostGate
 from zkcrawl.politeness.local import LocalPoliteness
 from zkcrawl.queue import items as wire
@@ -263,3 +263,29 @@ def test_timings_and_the_verdict():
     assert snap["processed"] == 20 and snap["dispatch_p95_ms"] == 1.0
     assert snap["dispatch_process_ratio"] < 0.05 and snap["verdict"].startswith("worker-bound")
     assert verdict(20.0, 50.0, 1.0).startswith("queue-bound")
+
+
+def test_credentials_in_a_url_are_used_but_never_recorded():
+    with TestServer({"/x": html("<title>t</title>")}) as srv:
+        url = srv.url("/x").replace("://", "://bob:hunter2@")
+        out = run(make(), claimed(url))
+    assert out.kind == COMPLETE and out.record["title"] == "t"
+    assert out.record["url"] == srv.url("/x").replace("://", "://***@")
+    assert "hunter2" not in json.dumps(out.record)
+
+
+def test_out_is_never_written_through_a_planted_symlink(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    planted = tmp_path / "out.jsonl"
+    planted.symlink_to(victim)
+    with pytest.raises(UsageError, match="symbolic link"):
+        Sink(str(planted))
+    assert victim.read_text() == "keep"
+    fresh = tmp_path / "new.jsonl"
+    old = os.umask(0o022)
+    try:
+        Sink(str(fresh)).close()
+    finally:
+        os.umask(old)
+    assert fresh.stat().st_mode & 0o777 == 0o640

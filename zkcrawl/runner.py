@@ -43,7 +43,7 @@ def setup_logging(settings: CommonSettings) -> None:
 
 
 def connect(settings: CommonSettings) -> ZkClient:
-    """Connect to ``--zk`` within ``--zk-timeout`` (ZkUnavailable -> exit 2), with the
+    """Connect to ``--zk`` within ``--zk-timeout`` (ZkUnavailable -> exit 75), with the
     security flags: credentials (``--zk-auth``/``--zk-auth-file``), the ACL of created
     znodes (``--zk-acl``), TLS (``--zk-tls*``). A wrong password, a refused handshake or a
     server that requires credentials is one line and exit 2 (ZkSecurityError); so is a

@@ -86,7 +86,7 @@ class CommonSettings:
                           choices=("auto", "json", "console"))
     log_level: str = opt("info", "log level",
                          choices=("debug", "info", "warning", "error"))
-    zk_timeout: float = opt(10.0, "seconds to wait for ZooKeeper before giving up (exit 2)",
+    zk_timeout: float = opt(10.0, "seconds to wait for ZooKeeper before giving up (exit 75)",
                             metavar="S")
     session_timeout: float = opt(10.0, "ZooKeeper session timeout in seconds: how fast the "
                                  "leases of a dead process are released", metavar="S")
