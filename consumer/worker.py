@@ -446,7 +446,10 @@ class Worker:
         # kazoo's thread: flags and a notification only, never a blocking call.
         paused = state == control.PAUSED
         if self.state in (ConsumerState.RUNNING, ConsumerState.PAUSED):
-            self.state = ConsumerState.PAUSED if paused else ConsumerState.RUNNING
+            new = ConsumerState.PAUSED if paused else ConsumerState.RUNNING
+            if new != self.state:  # logging only enqueues: fine on kazoo's thread
+                log.info("consumer.paused" if paused else "consumer.resumed", consumer=self.id)
+            self.state = new
         self.metrics.paused.set(1 if paused else 0)
         if self.registration is not None:
             self.registration.refresh()
