@@ -51,6 +51,9 @@ _WAIT_SLICE = 2.0
 # Batches handed over but not yet committed: enough to overlap, little to lose on a stop.
 _IN_FLIGHT = 2
 _WINDOW = 2  # offer transactions in flight (the OfferWindow's depth)
+# How long the committer waits for another batch before it settles those in flight: long
+# enough for a producer that feeds it continuously to keep two transactions in the air.
+_SETTLE_AFTER = 0.005
 # The checkpoint window: the seen state is saved this often while offers commit, also while
 # the producer waits at --max-depth (and always at the end). A SIGKILL re-offers at most
 # what committed in the last window (README, Reliability).
@@ -164,7 +167,12 @@ class Offerer:
     # -- committer thread --------------------------------------------------------
     def _commit_loop(self) -> None:
         while True:
-            batch = self._handoff.get()
+            try:  # with transactions in flight, wait briefly for the next batch to overlap
+                batch = self._handoff.get(timeout=_SETTLE_AFTER if self._window.in_flight
+                                          else None)
+            except stdqueue.Empty:  # none came: settle what is in flight (flush, seen state)
+                self._settle_all()
+                continue
             if batch is None:
                 self._settle_all()
                 self._handoff.task_done()
@@ -174,8 +182,6 @@ class Offerer:
             else:
                 self._abandon(batch)
                 self._handoff.task_done()
-            if self._handoff.empty():  # nothing behind it to overlap with: settle now
-                self._settle_all()
 
     def _commit(self, batch: Batch) -> None:
         """Offer ``batch`` in parts of what the queue has room for; the handoff's
