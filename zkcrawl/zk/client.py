@@ -368,10 +368,9 @@ class ZkClient:
         """``pending``'s result within ``--zk-timeout``, else ConnectionLoss."""
         return answer(pending, self._wire.timeout)
 
-    _answer = answer
 
     def exists(self, path: str, watch: Watcher | None = None) -> Stat | None:
-        return self._answer(self.exists_async(path, watch))
+        return self.answer(self.exists_async(path, watch))
 
     def exists_async(self, path: str, watch: Watcher | None = None) -> Pending[Stat | None]:
         pending: Pending[Stat | None] = self._kazoo.exists_async(path, watch=watch)
@@ -379,7 +378,7 @@ class ZkClient:
 
     def get(self, path: str, watch: Watcher | None = None) -> tuple[bytes, Stat]:
         """The node's data (``b""`` when it has none) and stat; NoNodeError if missing."""
-        data, stat = self._answer(self.get_async(path, watch))
+        data, stat = self.answer(self.get_async(path, watch))
         return bytes(data or b""), stat
 
     def get_async(self, path: str, watch: Watcher | None = None
@@ -389,7 +388,7 @@ class ZkClient:
         return pending
 
     def get_children(self, path: str, watch: Watcher | None = None) -> list[str]:
-        return list(self._answer(self.get_children_async(path, watch)))
+        return list(self.answer(self.get_children_async(path, watch)))
 
     def get_children_async(self, path: str, watch: Watcher | None = None
                            ) -> Pending[list[str]]:
@@ -405,14 +404,14 @@ class ZkClient:
                                               sequence=sequence, makepath=True))
             pending: Pending[str] = self._kazoo.create_async(
                 path, value, ephemeral=ephemeral, sequence=sequence)
-            return str(self._answer(pending))
+            return str(self.answer(pending))
         except NoAuthError:
             raise self._denied("create", path) from None
 
     def set(self, path: str, value: bytes, version: int = -1) -> Stat:
         """Set the data (only at ``version``, unless -1: else BadVersionError)."""
         try:
-            stat: Stat = self._answer(self._kazoo.set_async(path, value, version=version))
+            stat: Stat = self.answer(self._kazoo.set_async(path, value, version=version))
         except NoAuthError:
             raise self._denied("set", path) from None
         return stat
@@ -422,7 +421,7 @@ class ZkClient:
             if recursive:
                 self._kazoo.delete(path, version=version, recursive=True)
             else:
-                self._answer(self.delete_async(path, version))
+                self.answer(self.delete_async(path, version))
         except NoAuthError:
             raise self._denied("delete", path) from None
 
@@ -439,7 +438,7 @@ class ZkClient:
             return []
         if self._multiread:
             try:
-                return list(self._answer(self._wire.multi_read(paths)))
+                return list(self.answer(self._wire.multi_read(paths)))
             except (UnimplementedError, MarshallingError):
                 self._multiread = False  # an old server: pipelined gets from now on
         return [r if isinstance(r, Exception) else (r[0] or b"", r[1])
