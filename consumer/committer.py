@@ -1,24 +1,31 @@
 """The committer: durable first, then done in ZooKeeper (SPEC §3, at-least-once).
 
-Worker threads hand each finished item to :meth:`GroupCommit.put` (its record, if any, was
-already queued with :meth:`consumer.sink.Sink.write`). One thread, ``committer``, takes
-everything put since its last round, waits :data:`COMMIT_WINDOW` for a group to gather, then
+Worker threads hand each finished item, with its record if it has one, to
+:meth:`GroupCommit.put`. One thread, ``committer``, takes everything put since its last
+round, waits :data:`COMMIT_WINDOW` for a group to gather, then
 
-1. :meth:`~consumer.sink.Sink.sync`: every queued record in one write and one fsync;
-2. tells the caller the group is durable (``durable(tokens)``, once per item: the consumer
-   logs ``item.done``/``item.failed`` there, so a done line always has its record on disk);
+1. **writes** the group (:meth:`GroupCommit.write`, the one step between "records of this
+   group" and "per-item results"): every record in one
+   :meth:`~consumer.sink.ResultSink.write_batch` -- one write and one fsync for JSON Lines,
+   one transaction for PostgreSQL. The sink answers per record: stored (durable), or
+   refused with a reason (a constraint or type error in the database), which turns that
+   item into a dead letter with the reason; the rest of the group is unaffected;
+2. tells the caller the group is durable (``durable(settles)``, once per item: the consumer
+   logs ``item.done``/``item.failed`` there, so a done line always has its record stored);
 3. only then settles the group in ZooKeeper: completions in batched transactions
    (:meth:`~zkcrawl.queue.leases.LeaseQueue.complete`), then each retry, dead letter or
    release.
 
-Between two groups -- never inside one -- it reopens the sink when asked
-(:meth:`~consumer.sink.Sink.request_reopen`, SIGHUP): a rotated file is never split
-mid-group and durability is unchanged.
+Between two groups -- never inside one -- it calls
+:meth:`~consumer.sink.ResultSink.between_groups`: the JSON Lines sink reopens its file when
+asked (SIGHUP), so a rotated file is never split mid-group; a database sink that lost its
+server reconnects there (with backoff), while the idle committer polls every 0.5 s.
 
-So an item is never deleted from the queue before its record is on disk; a crash between
-the two leaves a record whose item is taken again (the documented at-least-once duplicate).
-While ZooKeeper is suspended the group is kept (order unchanged) and retried once
-reconnected; a sink failure hands the group back to be released.
+So an item is never deleted from the queue before its record is stored; a crash between
+the two leaves a record whose item is taken again (at-least-once: a duplicate line in a
+file, the same unique key in a database -- effectively once). While ZooKeeper is suspended
+the group is kept (order unchanged, records not written twice) and retried once
+reconnected; a sink failure hands the group back to be released (``failed``).
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from typing import Generic, TypeVar
 import structlog
 
 from consumer.pipeline import COMPLETE, DEAD, RETRY, OutcomeKind
-from consumer.sink import Sink
+from consumer.sink import Entry, Record, ResultSink
 from zkcrawl.errors import SinkError
 from zkcrawl.queue.leases import Claimed, LeaseQueue, QueueSuspended
 
@@ -48,15 +55,17 @@ T = TypeVar("T")  # the caller's handle on an item (the Worker's Task)
 
 @dataclass
 class Settle(Generic[T]):
-    """One item waiting for the committer: what to do in ZooKeeper once its record (if any)
-    is durable. ``token`` is the caller's handle, given back through the callbacks."""
+    """One item waiting for the committer: its record (None: nothing to store, e.g. a
+    retry) and what to do in ZooKeeper once that record is stored. ``token`` is the
+    caller's handle, given back through the callbacks. The committer changes ``kind`` and
+    ``error`` when the sink refuses the record (a dead letter with the sink's reason)."""
 
     claimed: Claimed
     kind: OutcomeKind
     error: str | None
-    durable: bool  # a record was written for it: fsync before touching ZooKeeper
+    record: Record | None
     token: T
-    announced: bool = False  # durable() was told already (a group retried after SUSPENDED)
+    written: bool = False  # stored and announced (a group retried after SUSPENDED)
 
 
 class GroupCommit(Generic[T]):
@@ -65,15 +74,17 @@ class GroupCommit(Generic[T]):
 
     ``live(token)`` says whether the item is still ours to settle (not released or lost
     meanwhile), ``settled(tokens)`` is told when items are done with, ``failed(exc, tokens)``
-    when the sink broke (``exc``) or a commit failed unexpectedly (``None``): those items
-    were not completed and must be released. While ZooKeeper is suspended the group is kept
-    and retried once reconnected.
+    when the sink failed (``exc``: broken, or unavailable for now) or a commit failed
+    unexpectedly (``None``): those items were not completed and must be released.
+    ``durable(settles)`` is told once per item when its record is stored (with the kind
+    and error the committer settles it with). While ZooKeeper is suspended the group is
+    kept and retried once reconnected.
     """
 
-    def __init__(self, sink: Sink, queue: LeaseQueue, *, live: Callable[[T], bool],
+    def __init__(self, sink: ResultSink, queue: LeaseQueue, *, live: Callable[[T], bool],
                  settled: Callable[[list[T]], None],
                  failed: Callable[[SinkError | None, list[T]], None],
-                 durable: Callable[[list[T]], None] | None = None) -> None:
+                 durable: Callable[[list[Settle[T]]], None] | None = None) -> None:
         self.sink, self.queue = sink, queue
         self._live, self._settled, self._failed = live, settled, failed
         self._durable = durable
@@ -110,12 +121,12 @@ class GroupCommit(Generic[T]):
 
     def _loop(self) -> None:
         while True:
-            self.sink.reopen_if_requested()  # between groups only (SIGHUP)
+            self.sink.between_groups()  # reopen (SIGHUP), reconnect: never inside a group
             with self._cond:
                 while not self._pending and not self._closed:
                     self._cond.wait(0.5)
-                    if self.sink.reopen_requested:
-                        break  # an idle consumer reopens within 0.5 s too
+                    if self.sink.reopen_requested or not self.sink.available:
+                        break  # an idle consumer reopens or reconnects within 0.5 s too
                 if not self._pending:
                     if self._closed:
                         return
@@ -129,18 +140,17 @@ class GroupCommit(Generic[T]):
             self._commit(group)
 
     def _commit(self, group: list[Settle[T]]) -> None:
-        if any(s.durable for s in group):
-            try:
-                self.sink.sync()
-            except SinkError as exc:
-                self._failed(exc, [s.token for s in group])
-                return
-        fresh = [s for s in group if not s.announced]
+        fresh = [s for s in group if not s.written]
+        try:
+            self.write(fresh)
+        except SinkError as exc:
+            self._failed(exc, [s.token for s in group])
+            return
+        for s in fresh:
+            s.written = True
         if fresh and self._durable is not None:
-            for s in fresh:
-                s.announced = True
             try:
-                self._durable([s.token for s in fresh])
+                self._durable(fresh)
             except Exception:  # a logging problem must not stop completions
                 log.exception("consumer.durable_callback_failed", items=len(fresh))
         try:
@@ -154,6 +164,24 @@ class GroupCommit(Generic[T]):
         except Exception:  # never let the committer die: completions would stop for good
             log.exception("consumer.commit_failed", items=len(group))
             self._failed(None, [s.token for s in group])
+
+    def write(self, group: list[Settle[T]]) -> None:
+        """The records of this group -> :meth:`ResultSink.write_batch` -> per-item results.
+
+        One call for the whole group (one fsync, one transaction). A record the sink
+        refuses makes its item a dead letter carrying the sink's reason; the others are
+        stored. Raises :class:`SinkError` when nothing was stored (the sink broke, or is
+        unavailable for now): then no item of the group may be completed."""
+        batch = [(s, s.record) for s in group if s.record is not None]
+        if not batch:
+            return
+        refused = self.sink.write_batch([Entry(s.claimed.name, _created_ms(s.claimed), record)
+                                         for s, record in batch])
+        for (s, _), reason in zip(batch, refused, strict=True):
+            if reason is not None:
+                log.warning("item.refused_by_sink", item=s.claimed.name, url=s.claimed.url,
+                            reason=reason)
+                s.kind, s.error, s.record = DEAD, f"sink: {reason}", None
 
     def _apply(self, group: list[Settle[T]]) -> None:
         done = [s for s in group if s.kind == COMPLETE and self._live(s.token)]
@@ -173,3 +201,8 @@ class GroupCommit(Generic[T]):
             else:
                 self.queue.release([s.claimed])
             self._settled([s.token])
+
+
+def _created_ms(c: Claimed) -> int:
+    """The item znode's creation time in ms (ZooKeeper's clock): part of its identity."""
+    return round(c.ctime * 1000)

@@ -4,7 +4,7 @@
 Signal handlers are installed here and nowhere else: SIGTERM/SIGINT (:mod:`zkcrawl.signals`)
 ask the worker to stop (finish within ``--grace``), a second one to release everything and
 exit at once; SIGHUP asks the sink to reopen ``--out`` between two groups (logrotate without
-``copytruncate``; :meth:`consumer.sink.Sink.request_reopen`, a flag). SIGHUP is routed
+``copytruncate``; :meth:`consumer.sink.ResultSink.request_reopen`, a flag). SIGHUP is routed
 before ZooKeeper is connected, so a rotation during start-up does not kill the process.
 
 With ``--metrics-port`` the server listens before ZooKeeper is connected: ``/livez`` answers
@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from consumer.metrics import Metrics, MetricsServer
 from consumer.pipeline import Pipeline
 from consumer.settings import CRAWL_DELAY_CAP, ConsumerSettings
-from consumer.sink import Sink
+from consumer.sink import ResultSink, open_sink
 from consumer.worker import Worker
 from zkcrawl.errors import ExitStatus
 from zkcrawl.politeness.cluster import ClusterPoliteness
@@ -51,7 +51,7 @@ def build_parser() -> ArgumentParser:
 
 
 @contextlib.contextmanager
-def open_consumer(settings: ConsumerSettings, sink: Sink) -> Iterator[Worker]:
+def open_consumer(settings: ConsumerSettings, sink: ResultSink) -> Iterator[Worker]:
     """Connect and assemble a consumer; closing ends the ZooKeeper session (any lease still
     held vanishes with it). Tests drive the yielded Worker directly."""
     fields = parse_field_specs(settings.field)
@@ -107,7 +107,7 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ExitStatu
         settings, _ = parse(ConsumerSettings, build_parser(), argv, env)
         parse_field_specs(settings.field)  # bad XPath: exit 2 before anything starts
         setup_logging(settings)
-        sink = Sink(settings.out)
+        sink = open_sink(settings.out, settings.root)
         try:
             with reopen_on_sighup(sink), open_consumer(settings, sink) as worker, \
                     StopSignals(worker.request_stop):
@@ -119,7 +119,7 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ExitStatu
 
 
 @contextlib.contextmanager
-def reopen_on_sighup(sink: Sink) -> Iterator[None]:
+def reopen_on_sighup(sink: ResultSink) -> Iterator[None]:
     """SIGHUP -> ``sink.request_reopen()`` (a flag: the committer reopens between groups).
     Only from the main thread (a consumer run in-process by a test installs nothing); the
     previous handler is restored on exit."""

@@ -1,14 +1,18 @@
-"""The result sink: JSON Lines appended to a file (or stdout), durable before completion.
+"""Result sinks: the interface (:class:`ResultSink`) and the default, JSON Lines appended to
+a file or stdout (:class:`Sink`), opened by :func:`open_sink`.
 
-At-least-once (SPEC §3) needs "the record is on disk" to happen before "the item is deleted
-from ZooKeeper". Workers hand each record to :meth:`Sink.write`, which only encodes it and
-queues the line; the committer thread (:class:`consumer.committer.GroupCommit`) then calls
-:meth:`Sink.sync`, which writes every queued line in one ``write`` and makes them durable
-with one ``fsync`` -- per group of items, not per item -- and only then completes those
-items in ZooKeeper.
+The interface is small on purpose: the committer thread
+(:class:`consumer.committer.GroupCommit`) is its only writer, and calls
+:meth:`ResultSink.write_batch` once per group of finished items with their records. When
+it returns, every record it did not refuse is **durable** (fsynced, or committed), and only
+then are those items completed in ZooKeeper (SPEC §3: durable first). A record lost with a
+crashed process was never completed: its item is taken again, nothing is lost.
+
+JSON Lines: :meth:`Sink.write_batch` encodes the group's records, writes them in one
+``write`` and makes them durable with one ``fsync`` -- per group of items, not per item.
 One writer and one system call per group also means worker threads never queue up behind
-a lock held across a disk write. A record lost with a crashed process was never completed:
-its item is taken again, nothing is lost.
+a lock held across a disk write. It refuses no record (every record encodes: see
+:meth:`Sink.encode`).
 
 A write or fsync failure (disk full, file size limit, a closed pipe) raises
 :class:`SinkError`; the consumer then stops claiming, releases the items it holds and exits 1.
@@ -32,15 +36,82 @@ import math
 import os
 import sys
 import threading
-from typing import IO, Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import IO, Any, Protocol
 
 import structlog
 
 from zkcrawl.errors import SinkError, UsageError
 from zkcrawl.textsafe import scrub
 
+__all__ = ["Entry", "Record", "ResultSink", "Sink", "SinkUnavailable", "open_sink"]
+
 # structlog.get_logger is a lazy proxy: it picks up the configuration made at start-up.
 log = structlog.get_logger(__name__)
+
+Record = dict[str, Any]  # one result record (SPEC §4 "Output record")
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """A record on its way to the sink, with the identity of the item it is for: the
+    item's znode name and creation time (ms, ZooKeeper's clock). A redelivered item has
+    both unchanged; a queue recreated from scratch reuses names, never both."""
+
+    item: str
+    created_ms: int
+    record: Record
+
+
+class SinkUnavailable(SinkError):
+    """The sink cannot take records for now (its database is unreachable): the consumer
+    stops claiming, releases what it holds and waits for :attr:`ResultSink.available`."""
+
+
+class ResultSink(Protocol):
+    """What the committer needs of a sink. Only the committer thread calls
+    :meth:`write_batch` and :meth:`between_groups`; the others may be called from any
+    thread (:meth:`request_reopen` from a signal handler)."""
+
+    #: ``--out`` as it may be shown in logs (no credentials).
+    describe: str
+
+    def write_batch(self, entries: Sequence[Entry]) -> list[str | None]:
+        """Store the records durably; per entry None (stored) or the reason it was refused
+        (that item becomes a dead letter with it). Raises :class:`SinkError` when nothing
+        was stored: :class:`SinkUnavailable` for a passing failure, else for good."""
+        ...
+
+    def between_groups(self) -> None:
+        """Housekeeping between two groups: reopen a file when asked (SIGHUP), reconnect a
+        database when its backoff is due. Never raises."""
+        ...
+
+    def request_reopen(self) -> None:
+        """SIGHUP: reopen at the next group boundary. Sets a flag, nothing else."""
+        ...
+
+    @property
+    def reopen_requested(self) -> bool: ...
+
+    @property
+    def available(self) -> bool:
+        """Takes records now (False: unreachable, reconnecting)."""
+        ...
+
+    def wait_available(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for :attr:`available`."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def open_sink(out: str, root: str) -> ResultSink:
+    """The sink ``--out`` names: a JSON Lines path or ``-``. A bad value is a
+    :class:`UsageError` (exit 2)."""
+    del root  # a database sink keys its rows by it
+    return Sink(out)
 
 # Built once: json.dumps with any non-default option builds a new encoder on every call.
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
@@ -66,10 +137,12 @@ def _clean_key(key: Any) -> Any:
 
 
 class Sink:
-    """JSON Lines with group commit: many :meth:`write` callers, one :meth:`sync` caller."""
+    """JSON Lines with group commit (a :class:`ResultSink`): :meth:`write_batch` is
+    :meth:`write` for each record (encode and queue) then one :meth:`sync`."""
 
     def __init__(self, path: str) -> None:
         self.path = path
+        self.describe = path
         self._lock = threading.Lock()  # guards the queued lines only, never held across I/O
         self._lines: list[bytes] = []
         self._broken: str | None = None
@@ -103,6 +176,23 @@ class Sink:
             return (_JSON.encode(record) + "\n").encode("utf-8")
         except ValueError:  # UnicodeEncodeError (a surrogate) or a NaN/inf float
             return (_JSON.encode(_clean(record)) + "\n").encode("utf-8")
+
+    def write_batch(self, entries: Sequence[Entry]) -> list[str | None]:
+        """Every record in one write and one fsync; none is refused."""
+        for entry in entries:
+            self.write(entry.record)
+        self.sync()
+        return [None] * len(entries)
+
+    @property
+    def available(self) -> bool:
+        return True  # a file is there or broken for good (SinkError): never "for now"
+
+    def wait_available(self, timeout: float) -> bool:
+        return True
+
+    def between_groups(self) -> None:
+        self.reopen_if_requested()
 
     def write(self, record: dict[str, Any]) -> None:
         """Queue one record for the next :meth:`sync`; :class:`SinkError` once broken."""

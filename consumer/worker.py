@@ -15,9 +15,13 @@ the states and the guarantees)::
 * **Polite without idling**: a cooled item waits in the heap; the scheduler thread hands it
   back, ahead of fresh items, when its host's turn comes
   (:class:`~zkcrawl.politeness.gate.HostGate`).
-* **Durable before done**: the committer (:class:`~consumer.committer.GroupCommit`) writes the
-  group's records in one write, fsyncs once, then logs ``item.done``/``item.failed`` for the
-  group (so a done line always has its record on disk) and completes it in ZooKeeper.
+* **Durable before done**: the committer (:class:`~consumer.committer.GroupCommit`) hands the
+  group's records to the sink in one batch (one fsync, or one database transaction), then
+  logs ``item.done``/``item.failed`` for the group (so a done line always has its record
+  stored) and completes it in ZooKeeper.
+* **Sink unavailable** (its database down): nothing is claimed or started, items not
+  started are released at once, running ones when their group fails to commit; the
+  committer reconnects with backoff and claiming resumes by itself.
 * **Connection trouble**: SUSPENDED holds claims and completions; after LOST, items not yet
   started are never started (a pool thread checks the claim's session before it starts an
   item, the claim loop drops them from the backlog), the ones running finish and come back
@@ -48,7 +52,7 @@ from consumer.committer import GroupCommit, Settle
 from consumer.metrics import Metrics
 from consumer.pipeline import COMPLETE, DEAD, RETRY, Outcome, Pipeline
 from consumer.settings import ConsumerSettings
-from consumer.sink import Sink
+from consumer.sink import ResultSink, SinkUnavailable
 from consumer.timing import ItemTiming, Timings
 from zkcrawl.errors import ExitStatus, SinkError
 from zkcrawl.politeness.gate import EARLY
@@ -92,7 +96,7 @@ class Worker:
     """One consumer daemon's machinery around a :class:`LeaseQueue`."""
 
     def __init__(self, settings: ConsumerSettings, zk: ZkClient, queue: LeaseQueue,
-                 pipeline: Pipeline, sink: Sink, metrics: Metrics, consumer_id: str) -> None:
+                 pipeline: Pipeline, sink: ResultSink, metrics: Metrics, consumer_id: str) -> None:
         self.s = settings
         self.zk, self.queue, self.pipeline, self.sink = zk, queue, pipeline, sink
         self.metrics = metrics
@@ -136,10 +140,10 @@ class Worker:
         return ExitStatus.OK
 
     def tick(self) -> None:
-        """One round: connection, stats, pause, capacity, claim, idleness, schedule."""
+        """One round: connection, stats, pause, sink, capacity, claim, idleness, schedule."""
         self.check_connection()
         self.report_stats()
-        if self.check_paused():
+        if self.check_paused() or self.check_sink():
             return
         free = self.wait_capacity(TICK)
         if free <= 0 or self._stop_claiming:
@@ -167,7 +171,7 @@ class Worker:
         self.state = ConsumerState.PAUSED if self.control.paused else ConsumerState.RUNNING
         self.registration.refresh()
         log.info("consumer.started", consumer=self.id, threads=self.s.threads,
-                 backlog=self.s.backlog, delivery=self.s.delivery, out=self.s.out)
+                 backlog=self.s.backlog, delivery=self.s.delivery, out=self.sink.describe)
 
     def check_connection(self) -> None:
         """Drop items whose leases died with a lost session, unless already started."""
@@ -196,6 +200,16 @@ class Worker:
             return False
         self._idle_since = None  # a paused consumer is not idle: it was told to wait
         self.control.wait_running(TICK)
+        return True
+
+    def check_sink(self) -> bool:
+        """The sink takes no records for now (its database is down): claim nothing, give
+        back what has not started, wait for it (the committer reconnects)."""
+        if self.sink.available:
+            return False
+        self._idle_since = None  # waiting for the sink is not an empty queue
+        self._release(self.backlog.held(READY, COOLING))
+        self.sink.wait_available(TICK)
         return True
 
     def wait_capacity(self, timeout: float) -> int:
@@ -279,7 +293,7 @@ class Worker:
         until resumed), and its lease not lost with an expired session (else: forgotten --
         another consumer, or this one in its new session, claims it again)."""
         assert self.control is not None
-        if self._stop_claiming:
+        if self._stop_claiming or not self.sink.available:
             self._release([task])
             return False
         session = task.claimed.session
@@ -294,28 +308,26 @@ class Worker:
         return True
 
     def perform(self, task: Task) -> None:
-        """Fetch, extract, queue the record; the outcome goes to the committer."""
+        """Fetch, extract, build the record; record and outcome go to the committer."""
         outcome = self.pipeline.process(task.claimed, task.timing,
                                         task.host if task.gated else "")
         if task.timing.finished is None:
             task.timing.finished = time.monotonic()
         if task.state is GONE:
             return  # released after the grace period, or its lease was lost
-        if outcome.record is not None:
-            try:
-                self.sink.write(outcome.record)
-            except SinkError as exc:
-                self.fail(exc)
-                self._release([task])
-                return
         self._settle(task, outcome)
 
-    def _durable(self, tasks: Sequence[Task]) -> None:
-        """The committer made these tasks' group durable (records synced): count them and
-        log ``item.done``/``item.failed`` -- never before their record is on disk."""
-        for task in tasks:
-            if task.outcome is not None:
-                self._account(task, task.outcome)
+    def _durable(self, settles: Sequence[Settle[Task]]) -> None:
+        """The committer stored these tasks' records: count them and log
+        ``item.done``/``item.failed`` -- never before their record is stored. A record the
+        sink refused comes back as a dead letter with the sink's reason."""
+        for s in settles:
+            task, outcome = s.token, s.token.outcome
+            if outcome is None:
+                continue
+            if s.kind != outcome.kind:  # refused by the sink
+                outcome = task.outcome = Outcome(s.kind, None, s.error, outcome.status)
+            self._account(task, outcome)
 
     def _account(self, task: Task, outcome: Outcome) -> None:
         failed = outcome.error is not None
@@ -344,14 +356,14 @@ class Worker:
         task.outcome = outcome
         if self.backlog.settle(task):
             self._committer.put(Settle(task.claimed, outcome.kind, outcome.error,
-                                       outcome.record is not None, task))
+                                       outcome.record, task))
 
     def _finish(self, tasks: Sequence[Task]) -> None:
         self.backlog.forget(tasks)
 
     def _commit_failed(self, exc: SinkError | None, tasks: list[Task]) -> None:
-        if exc is not None:
-            self.fail(exc)
+        if exc is not None and not isinstance(exc, SinkUnavailable):
+            self.fail(exc)  # broken for good; unavailable: released, claiming waits for it
         self._release(tasks)
 
     def _release(self, tasks: Sequence[Task]) -> None:
@@ -437,8 +449,10 @@ class Worker:
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         """For ``/readyz`` (and ``/healthz``): connected, and in the run loop -- running, or
         paused on purpose (the operator's choice, not a fault: it resumes within 1 s)."""
-        ok = self.zk.connected and self.state in (ConsumerState.RUNNING, ConsumerState.PAUSED)
-        return ok, {"zookeeper": self.zk.state, "state": self.state}
+        ok = (self.zk.connected and self.sink.available
+              and self.state in (ConsumerState.RUNNING, ConsumerState.PAUSED))
+        return ok, {"zookeeper": self.zk.state, "state": self.state,
+                    "sink": "up" if self.sink.available else "unavailable"}
 
     health = readiness  # the older name
 
