@@ -55,3 +55,65 @@ def test_bench_without_zk_means_a_throwaway_server_not_a_bad_zk():
     settings.validate()  # "" is allowed here, and only here
     with pytest.raises(UsageError):
         bench.Settings(zk="host:notaport").validate()
+
+
+# -- help that teaches ------------------------------------------------------------------------
+
+def _help_of(main, argv, capsys) -> str:
+    assert main([*argv, "--help"], {}) == 0
+    return capsys.readouterr().out
+
+
+ADMIN = ["status", "pause", "resume", "dead", "queue", "report", "local-zk", "demo", "bench"]
+ALL_HELP = [("zkcrawl-consumer", consumer_main, []), ("zkcrawl-producer", producer_main, []),
+            *[(f"zkcrawl {c}", admin_main, [c]) for c in ADMIN]]
+
+
+@pytest.mark.parametrize("prog, main, argv", ALL_HELP, ids=[p for p, _, _ in ALL_HELP])
+def test_help_lists_own_options_first_then_shared_groups_then_examples(prog, main, argv,
+                                                                       capsys):
+    text = _help_of(main, argv, capsys)
+    headings = [line[:-1] for line in text.splitlines() if line.endswith(":")
+                and not line.startswith(" ")]
+    shared = ["ZooKeeper", "ZooKeeper security", "logging", "configuration", "general",
+              "examples"]
+    assert headings[-len(shared):] == shared, headings
+    own = headings[:-len(shared)]
+    assert own and own[0] != "ZooKeeper", headings  # the command's own options come first
+    examples = text.split("\nexamples:\n", 1)[1]
+    assert examples.count(prog) >= 2, examples  # at least two worked command lines
+
+
+def test_consumer_and_producer_help_are_grouped_by_topic(capsys):
+    consumer = _help_of(consumer_main, [], capsys)
+    for heading in ("workers:", "fetching:", "politeness:", "output:", "delivery:",
+                    "operations:"):
+        assert f"\n{heading}\n" in consumer, heading
+    section = consumer.split("\noutput:\n", 1)[1].split("\n\n", 1)[0]
+    assert "--out" in section and "--field" in section and "--threads" not in section
+    producer = _help_of(producer_main, [], capsys)
+    section = producer.split("\ninput:\n", 1)[1].split("\n\n", 1)[0]
+    assert "--start" in section and "--links-css" in section and "--batch" not in section
+
+
+def test_one_keyword_puts_a_new_flag_under_its_heading():
+    import argparse
+    import dataclasses
+
+    from zkcrawl.settings import OUTPUT, ArgumentParser, CommonSettings, add_options, opt
+
+    @dataclasses.dataclass(frozen=True)
+    class Extended(CommonSettings):
+        sink_url: str | None = opt(None, "where records go", group=OUTPUT)
+        knob: int = opt(1, "a knob of a brand-new kind", group="tuning")
+        plain: int = opt(2, "no group: the command's own options")
+
+    parser = ArgumentParser(prog="x")
+    add_options(parser, Extended, "x --knob 3")
+    text = parser.format_help()
+    titles = [g.title for g in parser._action_groups]
+    assert titles.index("options") < titles.index(OUTPUT) < titles.index("tuning") \
+        < titles.index("ZooKeeper")
+    assert "output:\n  --sink-url" in text and "tuning:\n  --knob" in text
+    assert text.rstrip().endswith("examples:\n  x --knob 3")
+    assert isinstance(parser.parse_args(["--knob", "3"]), argparse.Namespace)

@@ -27,6 +27,7 @@ import importlib.metadata
 import math
 import os
 import re
+import textwrap
 import tomllib
 import types
 import typing
@@ -54,13 +55,38 @@ MAX_FLOAT = 1e9
 _ZK_BAD_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\uffff]")
 
 
-def opt(default: Any, help: str, *, repeat: bool = False, choices: Sequence[str] | None = None,
-        negatable: bool = False, metavar: str | None = None, short: str | None = None,
-        secret: bool = False) -> Any:
-    """A settings field: its default and how it appears on the command line. A ``secret``
-    one is left out of the dataclass's repr and shown as ``***`` by :func:`redacted`."""
-    meta = {"help": help, "repeat": repeat, "choices": choices, "negatable": negatable,
-            "metavar": metavar, "short": short, "secret": secret}
+#: Help groups, in the order ``--help`` shows them: the command's own options first, the
+#: flags every command shares (:data:`SHARED_GROUPS`) after them. A field names its group
+#: with ``opt(..., group=...)``; without one it lands in the command's ``options`` group
+#: (with the options ``configure()`` adds), which comes first of all.
+INPUT = "input"
+FILTERING = "link filtering"
+DEDUP = "de-duplication"
+QUEUE = "queue"
+WORKERS = "workers"
+FETCHING = "fetching"
+POLITENESS = "politeness"
+OUTPUT = "output"
+DELIVERY = "delivery"
+OPERATIONS = "operations"
+ZOOKEEPER = "ZooKeeper"
+ZK_SECURITY = "ZooKeeper security"
+LOGGING = "logging"
+CONFIGURATION = "configuration"
+GROUP_ORDER = (INPUT, FILTERING, DEDUP, QUEUE, WORKERS, FETCHING, POLITENESS, OUTPUT, DELIVERY,
+               OPERATIONS)
+SHARED_GROUPS = (ZOOKEEPER, ZK_SECURITY, LOGGING, CONFIGURATION)
+
+
+def opt(default: Any, help: str, *, group: str | None = None, repeat: bool = False,
+        choices: Sequence[str] | None = None, negatable: bool = False,
+        metavar: str | None = None, short: str | None = None, secret: bool = False) -> Any:
+    """A settings field: its default and how it appears on the command line. ``group`` is
+    its heading in ``--help`` (e.g. :data:`OUTPUT`; a new name makes a new heading).
+    A ``secret`` one is left out of the dataclass's repr and shown as ``***`` by
+    :func:`redacted`."""
+    meta = {"help": help, "group": group, "repeat": repeat, "choices": choices,
+            "negatable": negatable, "metavar": metavar, "short": short, "secret": secret}
     if repeat:
         return dataclasses.field(default=tuple(default), metadata=meta, repr=not secret)
     return dataclasses.field(default=default, metadata=meta, repr=not secret)
@@ -78,35 +104,39 @@ class CommonSettings:
     """Flags every command takes (SPEC §4)."""
 
     zk: str = opt("127.0.0.1:2181", "ZooKeeper connect string, e.g. zk1:2181,zk2:2181,zk3:2181",
-                  metavar="HOSTS")
-    root: str = opt("/zkcrawl", "root znode of this crawl")
+                  metavar="HOSTS", group=ZOOKEEPER)
+    root: str = opt("/zkcrawl", "root znode of this crawl", group=ZOOKEEPER)
     config: str | None = opt(None, "TOML file with settings (keys named like the flags)",
-                             metavar="FILE.toml")
+                             metavar="FILE.toml", group=CONFIGURATION)
     log_format: str = opt("auto", "log format (auto: console on a TTY, JSON otherwise)",
-                          choices=("auto", "json", "console"))
+                          choices=("auto", "json", "console"), group=LOGGING)
     log_level: str = opt("info", "log level",
-                         choices=("debug", "info", "warning", "error"))
+                         choices=("debug", "info", "warning", "error"), group=LOGGING)
     zk_timeout: float = opt(10.0, "seconds to wait for ZooKeeper before giving up (exit 75)",
-                            metavar="S")
+                            metavar="S", group=ZOOKEEPER)
     session_timeout: float = opt(10.0, "ZooKeeper session timeout in seconds: how fast the "
-                                 "leases of a dead process are released", metavar="S")
+                                 "leases of a dead process are released", metavar="S",
+                                 group=ZOOKEEPER)
     zk_auth: str | None = opt(None, "ZooKeeper credentials: digest:USER:PASSWORD or "
                               "sasl:DIGEST-MD5:USER:PASSWORD (prefer --zk-auth-file or the "
                               "environment: a command line is visible in ps)",
-                              metavar="SCHEME:CREDENTIALS", secret=True)
+                              metavar="SCHEME:CREDENTIALS", secret=True, group=ZK_SECURITY)
     zk_auth_file: str | None = opt(None, "file whose first line holds the --zk-auth "
-                                   "credentials (mode 600)", metavar="PATH")
+                                   "credentials (mode 600)", metavar="PATH",
+                                   group=ZK_SECURITY)
     zk_acl: str = opt("creator", "ACL of the znodes zkcrawl creates, with credentials: "
                       "creator = ALL for that identity + READ for anyone; open = anyone "
-                      "may do anything", choices=("creator", "open"))
+                      "may do anything", choices=("creator", "open"), group=ZK_SECURITY)
     zk_tls: bool = opt(False, "connect to ZooKeeper over TLS (its secureClientPort); any "
-                       "--zk-tls-* file turns it on")
+                       "--zk-tls-* file turns it on", group=ZK_SECURITY)
     zk_tls_ca: str | None = opt(None, "PEM CA bundle the server certificate must chain to "
-                                "(default: the system's)", metavar="PATH")
+                                "(default: the system's)", metavar="PATH",
+                                group=ZK_SECURITY)
     zk_tls_cert: str | None = opt(None, "PEM client certificate (mutual TLS; with "
-                                  "--zk-tls-key)", metavar="PATH")
+                                  "--zk-tls-key)", metavar="PATH",
+                                  group=ZK_SECURITY)
     zk_tls_key: str | None = opt(None, "PEM unencrypted private key of --zk-tls-cert",
-                                 metavar="PATH")
+                                 metavar="PATH", group=ZK_SECURITY)
 
     #: True where an empty ``--zk`` means something (bench: start a throwaway server).
     zk_optional: typing.ClassVar[bool] = False
@@ -231,9 +261,12 @@ def _base_type(tp: Any) -> Any:
     return origin or tp
 
 
-def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
-    """Add one option per field of ``cls``; unset options stay absent from the namespace."""
-    for field, tp in _fields(cls):
+def add_options(parser: argparse.ArgumentParser, cls: type, examples: str = "") -> None:
+    """Add one option per field of ``cls`` under its help group (the command's own groups
+    first, :data:`SHARED_GROUPS` last); unset options stay absent from the namespace.
+    ``examples`` (default: ``cls.examples``) becomes the help's Examples section."""
+    fields = _fields(cls)
+    for field, tp in sorted(fields, key=lambda ft: _group_rank(_group_of(ft[0]))):
         meta = field.metadata
         names = [flag_name(field.name)] + ([meta["short"]] if meta.get("short") else [])
         kwargs: dict[str, Any] = {"dest": field.name, "default": argparse.SUPPRESS,
@@ -248,13 +281,54 @@ def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
                 kwargs["choices"] = meta["choices"]
             if meta.get("metavar"):
                 kwargs["metavar"] = meta["metavar"]
-        parser.add_argument(*names, **kwargs)
+        option_group(parser, _group_of(field)).add_argument(*names, **kwargs)
+    text = examples or getattr(cls, "examples", "")
+    if text:
+        parser.epilog = "examples:\n" + textwrap.indent(textwrap.dedent(text).strip("\n"), "  ")
+
+
+def option_group(parser: argparse.ArgumentParser, title: str | None) -> Any:
+    """The help group called ``title`` (made on first use); None: the command's own
+    ``options`` group, shown first."""
+    if title is None:
+        return parser._optionals
+    for group in parser._action_groups:
+        if group.title == title:
+            return group
+    return parser.add_argument_group(title)
+
+
+_COMMON_GROUPS: dict[str, str | None] = {}
+
+
+def _group_of(field: dataclasses.Field[Any]) -> str | None:
+    """A field's help group: its own, else that of the shared field it redefines."""
+    group = field.metadata.get("group")
+    if group is None and not _COMMON_GROUPS:
+        _COMMON_GROUPS.update({f.name: f.metadata.get("group")
+                               for f in dataclasses.fields(CommonSettings)})
+    return group if group is not None else _COMMON_GROUPS.get(field.name)
+
+
+def _group_rank(group: str | None) -> int:
+    """Where a group's options go: own ungrouped, known groups, new groups, shared ones."""
+    if group is None:
+        return 0
+    if group in SHARED_GROUPS:
+        return 100 + SHARED_GROUPS.index(group)
+    return 1 + GROUP_ORDER.index(group) if group in GROUP_ORDER else 50
 
 
 def _help(field: dataclasses.Field[Any]) -> str:
     default = field.default
-    shown = "" if default in (None, (), "") else f" (default: {default})"
+    shown = "" if default in (None, (), "") else f" (default: {_shown_default(default)})"
     return f"{field.metadata['help']}{shown} [env {env_name(field.name)}]"
+
+
+def _shown_default(default: Any) -> str:
+    if isinstance(default, tuple):
+        return " ".join(str(v) for v in default)
+    return str(default).replace("%", "%%")  # argparse formats help with %
 
 
 def _convert(name: str, tp: Any, raw: Any, source: str) -> Any:
@@ -400,15 +474,46 @@ def version() -> str:
         return "0+unknown"
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Fills prose paragraphs to the terminal's width and keeps indented lines (commands in
+    Examples, lists) exactly as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        out = []
+        for para in text.split("\n\n"):
+            lines = para.splitlines()
+            if any(line[:1].isspace() for line in lines[1:]):
+                out.append("\n".join(indent + line for line in lines))
+            else:
+                out.append(super()._fill_text(para, width, indent))
+        return "\n\n".join(out)
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse that raises :class:`UsageError` instead of printing usage and exiting, takes
-    no abbreviated flags (``--star`` is not ``--start``) and answers ``--version``."""
+    no abbreviated flags (``--star`` is not ``--start``), answers ``--version``, keeps the
+    description and Examples as written, and lists its own options before the shared
+    groups and ``general`` (help, version) last."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        kwargs.setdefault("add_help", False)
         super().__init__(*args, **kwargs)
-        self.add_argument("--version", action="version", version=f"%(prog)s {version()}",
-                          help="print the version and exit")
+        self._general = self.add_argument_group("general")
+        self._general.add_argument("-h", "--help", action="help",
+                                   help="show this help and exit")
+        self._general.add_argument("--version", action="version",
+                                   version=f"%(prog)s {version()}",
+                                   help="print the version and exit")
+
+    def format_help(self) -> str:
+        groups = self._action_groups
+        self._action_groups = [g for g in groups if g is not self._general] + [self._general]
+        try:
+            return super().format_help()
+        finally:
+            self._action_groups = groups
 
     def error(self, message: str) -> typing.NoReturn:
         exc = UsageError(message)
