@@ -41,6 +41,7 @@ MAX_THREADS = 1024
 class ConsumerSettings(CommonSettings, WebOptions):
     """``zkcrawl-consumer`` flags; names are the stable surface of SPEC §4."""
 
+    legacy_env_names: ClassVar[bool] = True  # ZKCRAWL_TIMEOUT... still read, deprecated
     examples: ClassVar[str] = """
         # one consumer per machine, results in a file, metrics for Prometheus
         zkcrawl-consumer --zk zk1:2181,zk2:2181,zk3:2181 --out results.jsonl --metrics-port 9100

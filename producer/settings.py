@@ -42,6 +42,7 @@ MAX_BLOOM_BITS = 2**37
 class ProducerSettings(CommonSettings, WebOptions):
     """Flags of ``zkcrawl-producer`` (SPEC §4 plus the de-duplication and HTTP knobs)."""
 
+    legacy_env_names: ClassVar[bool] = True  # ZKCRAWL_TIMEOUT... still read, deprecated
     examples: ClassVar[str] = """
         # follow a listing's next-page links, offer the article links on the same host
         zkcrawl-producer --start https://blog.example.com/ --next '//a[@rel="next"]/@href' \\
