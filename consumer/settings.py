@@ -10,11 +10,22 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import ClassVar
 
 from zkcrawl.errors import UsageError
 from zkcrawl.politeness.local import MAX_CRAWL_DELAY
 from zkcrawl.queue.leases import AT_LEAST_ONCE, AT_MOST_ONCE
-from zkcrawl.settings import CommonSettings, opt, znode_path_problem
+from zkcrawl.settings import (
+    DELIVERY,
+    FETCHING,
+    OPERATIONS,
+    OUTPUT,
+    POLITENESS,
+    WORKERS,
+    CommonSettings,
+    opt,
+    znode_path_problem,
+)
 from zkcrawl.web.fetch import FetchSettings
 from zkcrawl.web.options import WebOptions
 
@@ -30,39 +41,54 @@ MAX_THREADS = 1024
 class ConsumerSettings(CommonSettings, WebOptions):
     """``zkcrawl-consumer`` flags; names are the stable surface of SPEC §4."""
 
+    legacy_env_names: ClassVar[bool] = True  # ZKCRAWL_TIMEOUT... still read, deprecated
+    examples: ClassVar[str] = """
+        # one consumer per machine, results in a file, metrics for Prometheus
+        zkcrawl-consumer --zk zk1:2181,zk2:2181,zk3:2181 --out results.jsonl --metrics-port 9100
+        # extra fields from each page, a gentler gap per host
+        zkcrawl-consumer --field price=//span[@class='price']/text() --domain-delay 2
+        # crawl what is queued, then exit (batch jobs, tests)
+        zkcrawl-consumer --out - --exit-when-idle 10 | gzip > results.jsonl.gz
+    """
+
     id: str | None = opt(None, "consumer id, unique in the cluster (default: host-pid)",
-                         metavar="NAME")
-    threads: int = opt(16, "worker threads fetching in parallel", metavar="N")
+                         metavar="NAME", group=WORKERS)
+    threads: int = opt(16, "worker threads fetching in parallel", metavar="N", group=WORKERS)
     backlog: int = opt(32, "capacity of the capped queue in front of the pool; a consumer "
-                       "never holds more than threads + backlog leases", metavar="N")
-    out: str = opt("-", "JSON Lines sink ('-' = stdout)", metavar="PATH|-")
+                       "never holds more than threads + backlog leases", metavar="N", group=WORKERS)
+    out: str = opt("-", "JSON Lines sink ('-' = stdout)", metavar="PATH|-", group=OUTPUT)
     field: tuple[str, ...] = opt((), "extra record field NAME=XPATH (repeatable; title is "
-                                 "always recorded)", repeat=True, metavar="NAME=XPATH")
+                                 "always recorded)", repeat=True, metavar="NAME=XPATH",
+                                 group=OUTPUT)
     timeout: float = opt(15.0, "read timeout of a fetch in seconds; the whole fetch gets "
-                         "twice that", metavar="S")
-    max_attempts: int = opt(3, "tries before an item goes to the dead letters", metavar="N")
+                         "twice that", metavar="S", group=FETCHING)
+    max_attempts: int = opt(3, "tries before an item goes to the dead letters", metavar="N",
+                            group=DELIVERY)
     domain_delay: float = opt(1.0, "minimum gap in seconds between two requests to one host",
-                              metavar="S")
+                              metavar="S", group=POLITENESS)
     politeness: str = opt("cluster", "where --domain-delay holds: 'cluster' (every consumer "
                           "of the root, through ZooKeeper) or 'local' (this consumer)",
-                          choices=("cluster", "local"))
-    robots: bool = opt(True, "obey robots.txt (cached per host for an hour)")
-    user_agent: str = opt(DEFAULT_USER_AGENT, "User-Agent header, also the robots.txt agent")
+                          choices=("cluster", "local"), group=POLITENESS)
+    robots: bool = opt(True, "obey robots.txt (cached per host for an hour)", group=POLITENESS)
+    user_agent: str = opt(DEFAULT_USER_AGENT, "User-Agent header, also the robots.txt agent",
+                          group=FETCHING)
     max_bytes: int = opt(10_000_000, "stop reading a body there; the record gets error "
-                         "too-large", metavar="N")
+                         "too-large", metavar="N", group=FETCHING)
     delivery: str = opt(AT_LEAST_ONCE, "at-least-once (no item lost) or at-most-once "
-                        "(delete on take, lossy)", choices=(AT_LEAST_ONCE, AT_MOST_ONCE))
+                        "(delete on take, lossy)", choices=(AT_LEAST_ONCE, AT_MOST_ONCE),
+                        group=DELIVERY)
     exit_when_idle: float | None = opt(None, "exit 0 after S seconds with nothing in flight "
                                        "and nothing claimable (default: run forever)",
-                                       metavar="S")
+                                       metavar="S", group=OPERATIONS)
     metrics_port: int = opt(0, "serve Prometheus /metrics, /livez and /readyz (/healthz) on "
-                            "this port (0 = off)", metavar="P")
+                            "this port (0 = off)", metavar="P", group=OPERATIONS)
     metrics_host: str = opt("127.0.0.1", "address the metrics server binds to (0.0.0.0: "
                             "every interface; /metrics has no authentication)",
-                            metavar="ADDR")
+                            metavar="ADDR", group=OPERATIONS)
     grace: float = opt(30.0, "seconds running fetches get to finish after SIGTERM",
-                       metavar="S")
-    stats_interval: float = opt(10.0, "seconds between consumer.stats events", metavar="S")
+                       metavar="S", group=OPERATIONS)
+    stats_interval: float = opt(10.0, "seconds between consumer.stats events", metavar="S",
+                                group=OPERATIONS)
 
     def validate(self) -> None:
         super().validate()

@@ -12,9 +12,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import ClassVar
 
 from zkcrawl.errors import UsageError
-from zkcrawl.settings import CommonSettings, opt, znode_path_problem
+from zkcrawl.settings import (
+    DEDUP,
+    FETCHING,
+    FILTERING,
+    INPUT,
+    POLITENESS,
+    QUEUE,
+    CommonSettings,
+    opt,
+    znode_path_problem,
+)
 from zkcrawl.web.options import WebOptions
 
 #: Tracking parameters stripped when no ``--strip-param`` is given (fnmatch globs).
@@ -31,46 +42,64 @@ MAX_BLOOM_BITS = 2**37
 class ProducerSettings(CommonSettings, WebOptions):
     """Flags of ``zkcrawl-producer`` (SPEC §4 plus the de-duplication and HTTP knobs)."""
 
+    legacy_env_names: ClassVar[bool] = True  # ZKCRAWL_TIMEOUT... still read, deprecated
+    examples: ClassVar[str] = """
+        # follow a listing's next-page links, offer the article links on the same host
+        zkcrawl-producer --start https://blog.example.com/ --next '//a[@rel="next"]/@href' \\
+            --links-css 'article h2 a' --same-host
+        # numbered listing pages 1..50, remember what was offered across runs
+        zkcrawl-producer --pages 'https://shop.example.com/list?page={page}' --page-range 1-50 \\
+            --seen /var/lib/zkcrawl/seen.bloom
+        # offer the URLs of a file (one per line; - = stdin), nothing fetched
+        zkcrawl-producer --from-file urls.txt --deny '\\.pdf$'
+    """
+
     start: tuple[str, ...] = opt((), "listing page to start from; repeatable", repeat=True,
-                                 metavar="URL")
+                                 metavar="URL", group=INPUT)
     pages: str | None = opt(None, "listing URL template with {page} (or {page:03d}); "
-                            "needs --page-range", metavar="TEMPLATE")
-    page_range: str | None = opt(None, "pages of --pages to read, inclusive", metavar="A-B")
+                            "needs --page-range", metavar="TEMPLATE", group=INPUT)
+    page_range: str | None = opt(None, "pages of --pages to read, inclusive", metavar="A-B",
+                                 group=INPUT)
     links: str | None = opt(None, "XPath selecting item links (default //a/@href)",
-                            metavar="XPATH")
+                            metavar="XPATH", group=INPUT)
     links_css: str | None = opt(None, "CSS selector of item link elements (instead of --links)",
-                                metavar="SELECTOR")
-    next: str | None = opt(None, "XPath of the next-page link (with --start)", metavar="XPATH")
+                                metavar="SELECTOR", group=INPUT)
+    next: str | None = opt(None, "XPath of the next-page link (with --start)", metavar="XPATH",
+                           group=INPUT)
     max_pages: int = opt(1000, "read at most N listing pages in this run (0: no limit)",
-                         metavar="N")
+                         metavar="N", group=INPUT)
     allow: tuple[str, ...] = opt((), "offer only URLs matching one of these regexes; repeatable",
-                                 repeat=True, metavar="REGEX")
+                                 repeat=True, metavar="REGEX", group=FILTERING)
     deny: tuple[str, ...] = opt((), "never offer URLs matching this regex; repeatable",
-                                repeat=True, metavar="REGEX")
-    same_host: bool = opt(False, "offer only links on the listing page's host[:port]")
+                                repeat=True, metavar="REGEX", group=FILTERING)
+    same_host: bool = opt(False, "offer only links on the listing page's host[:port]",
+                          group=FILTERING)
     strip_param: tuple[str, ...] = opt(DEFAULT_STRIP, "query parameter to remove (glob, e.g. "
                                        "'utm_*'); repeatable; replaces the default list",
-                                       repeat=True, metavar="NAME")
+                                       repeat=True, metavar="NAME", group=FILTERING)
     from_file: str | None = opt(None, "offer the URLs in this file, one per line (- = stdin); "
-                                "nothing is fetched", metavar="PATH")
+                                "nothing is fetched", metavar="PATH", group=INPUT)
     seen: str | None = opt(None, "de-duplication state file that survives restarts "
-                           "(default: this run only)", metavar="PATH")
+                           "(default: this run only)", metavar="PATH", group=DEDUP)
     expected: int = opt(1_000_000, "URLs the --seen state is sized for (when it is created)",
-                        metavar="N")
+                        metavar="N", group=DEDUP)
     fp_rate: float = opt(0.001, "false-positive rate of the --seen Bloom filter: that share "
-                         "of new URLs is wrongly skipped", metavar="F")
+                         "of new URLs is wrongly skipped", metavar="F", group=DEDUP)
     max_depth: int = opt(10_000, "back-pressure: wait while the queue holds N items",
-                         metavar="N")
-    batch: int = opt(DEFAULT_BATCH, "items per ZooKeeper transaction", metavar="N")
-    delay: float = opt(1.0, "seconds between two listing fetches from one host", metavar="S")
-    robots: bool = opt(True, "obey robots.txt for listing pages")
-    user_agent: str = opt(DEFAULT_USER_AGENT, "User-Agent of listing fetches")
-    timeout: float = opt(15.0, "connect/read timeout of one listing fetch", metavar="S")
+                         metavar="N", group=QUEUE)
+    batch: int = opt(DEFAULT_BATCH, "items per ZooKeeper transaction", metavar="N", group=QUEUE)
+    delay: float = opt(1.0, "seconds between two listing fetches from one host", metavar="S",
+                       group=POLITENESS)
+    robots: bool = opt(True, "obey robots.txt for listing pages", group=POLITENESS)
+    user_agent: str = opt(DEFAULT_USER_AGENT, "User-Agent of listing fetches", group=FETCHING)
+    timeout: float = opt(15.0, "connect/read timeout of one listing fetch", metavar="S",
+                         group=FETCHING)
     retries: int = opt(3, "retries of a listing fetch that may pass (connection, 429, 5xx)",
-                       metavar="N")
-    max_bytes: int = opt(10_000_000, "read at most N bytes of a listing page", metavar="N")
+                       metavar="N", group=FETCHING)
+    max_bytes: int = opt(10_000_000, "read at most N bytes of a listing page", metavar="N",
+                         group=FETCHING)
     id: str | None = opt(None, "producer id in <root>/producers (default host-pid)",
-                         metavar="NAME")
+                         metavar="NAME", group=QUEUE)
 
     def validate(self) -> None:
         super().validate()

@@ -23,6 +23,8 @@ from typing import Any
 
 import pytest
 
+from zkcrawl.settings import command_prefix
+
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy"
 SYSTEMD = DEPLOY / "systemd"
@@ -79,9 +81,16 @@ def _within(inner: IPNet, outer: IPNet) -> bool:
     return False
 
 
-def _env_to_flag(name: str) -> str:
+def _env_to_flag(name: str, command: str = "") -> str:
+    """The flag a variable sets for ``command`` (``zkcrawl-consumer``): its own
+    ZKCRAWL_<COMMAND>_<FLAG> names, or a shared ZKCRAWL_<FLAG>; anything else (an old,
+    deprecated name) maps to no flag."""
+    own = f"ZKCRAWL_{command_prefix(command)}_" if command else None
+    if own and name.startswith(own):
+        return name[len(own):].lower().replace("_", "-")
     assert name.startswith("ZKCRAWL_"), name
-    return name[len("ZKCRAWL_"):].lower().replace("_", "-")
+    flag = name[len("ZKCRAWL_"):].lower().replace("_", "-")
+    return flag if flag in COMMON_FLAGS - {"config"} else f"(not a shared name: {name})"
 
 
 def _toml_key_to_flag(key: str) -> str:
@@ -218,19 +227,20 @@ def test_consumer_unit_configuration_sources() -> None:
     env_files = unit["Service"]["EnvironmentFile"]
     assert "/etc/zkcrawl/zkcrawl.env" in env_files  # mandatory: no leading "-"
     env = _environment(unit)
-    assert env["ZKCRAWL_CONFIG"] == "/etc/zkcrawl/consumer.toml"
+    assert env["ZKCRAWL_CONSUMER_CONFIG"] == "/etc/zkcrawl/consumer.toml"
     assert env["ZKCRAWL_LOG_FORMAT"] == "json"
     # One output file per instance, inside the state directory.
-    assert "%i" in env["ZKCRAWL_OUT"] and env["ZKCRAWL_OUT"].startswith("/var/lib/zkcrawl/")
+    out = env["ZKCRAWL_CONSUMER_OUT"]
+    assert "%i" in out and out.startswith("/var/lib/zkcrawl/")
     for name in env:
         if name.startswith("ZKCRAWL_"):
-            assert _env_to_flag(name) in COMMON_FLAGS | CONSUMER_FLAGS, name
+            assert _env_to_flag(name, "zkcrawl-consumer") in COMMON_FLAGS | CONSUMER_FLAGS, name
 
 
 def test_consumer_unit_drains_on_sigterm_within_the_stop_timeout() -> None:
     unit = _unit(UNITS["consumer"])
     assert _one(unit, "Service", "KillSignal") == "SIGTERM"
-    grace = float(_environment(unit).get("ZKCRAWL_GRACE", DEFAULT_GRACE))
+    grace = float(_environment(unit).get("ZKCRAWL_CONSUMER_GRACE", DEFAULT_GRACE))
     zk_timeout = float(_environment(unit).get("ZKCRAWL_ZK_TIMEOUT", DEFAULT_ZK_TIMEOUT))
     stop = _seconds(_one(unit, "Service", "TimeoutStopSec"))
     assert stop > DEFAULT_GRACE
@@ -238,7 +248,7 @@ def test_consumer_unit_drains_on_sigterm_within_the_stop_timeout() -> None:
     assert stop >= grace + zk_timeout + STOP_MARGIN, \
         "TimeoutStopSec = grace + zk-timeout (a drain while ZooKeeper is away) + margin"
     text = UNITS["consumer"].read_text(encoding="utf-8")
-    assert "TimeoutStopSec = ZKCRAWL_GRACE + ZKCRAWL_ZK_TIMEOUT + 10" in text
+    assert "TimeoutStopSec = ZKCRAWL_CONSUMER_GRACE + ZKCRAWL_ZK_TIMEOUT + 10" in text
     readme = (SYSTEMD / "README.md").read_text(encoding="utf-8")
     assert "TimeoutStopSec = grace + zk-timeout + 10 s" in readme
 
@@ -295,8 +305,8 @@ def test_producer_unit_and_timer() -> None:
     assert argv[argv.index("--seen") + 1].startswith("/var/lib/zkcrawl/")
     assert "/etc/zkcrawl/zkcrawl.env" in unit["Service"]["EnvironmentFile"]
     env = _environment(unit)
-    assert env["ZKCRAWL_CONFIG"] == "/etc/zkcrawl/producer.toml"
-    assert all(_env_to_flag(n) in COMMON_FLAGS | PRODUCER_FLAGS
+    assert env["ZKCRAWL_PRODUCER_CONFIG"] == "/etc/zkcrawl/producer.toml"
+    assert all(_env_to_flag(n, "zkcrawl-producer") in COMMON_FLAGS | PRODUCER_FLAGS
                for n in env if n.startswith("ZKCRAWL_"))
     for key, value in HARDENING.items():
         assert _one(unit, "Service", key) == value, key
@@ -464,7 +474,8 @@ def test_env_example() -> None:
     for name in env:
         # Shared by every command on the host: only common flags.
         assert _env_to_flag(name) in COMMON_FLAGS, name
-    for per_unit in ("ZKCRAWL_CONFIG", "ZKCRAWL_OUT", "ZKCRAWL_METRICS_PORT", "ZKCRAWL_GRACE"):
+    for per_unit in ("ZKCRAWL_CONSUMER_CONFIG", "ZKCRAWL_CONSUMER_OUT",
+                     "ZKCRAWL_CONSUMER_METRICS_PORT", "ZKCRAWL_CONSUMER_GRACE"):
         assert per_unit not in env
 
 
@@ -589,16 +600,17 @@ def test_configmaps_set_known_flags_as_strings(
         manifests: dict[tuple[str, str], dict[str, Any]]) -> None:
     common = manifests[("ConfigMap", "zkcrawl-common")]["data"]
     consumer = manifests[("ConfigMap", "zkcrawl-consumer")]["data"]
-    for data, allowed in ((common, COMMON_FLAGS), (consumer, CONSUMER_FLAGS)):
+    for data, command, allowed in ((common, "", COMMON_FLAGS),
+                                   (consumer, "zkcrawl-consumer", CONSUMER_FLAGS)):
         for key, value in data.items():
-            assert _env_to_flag(key) in allowed, key
+            assert _env_to_flag(key, command) in allowed, key
             assert isinstance(value, str), f"{key}: ConfigMap values must be strings"
     assert common["ZKCRAWL_ZK"].count(":2181") >= 3
     assert common["ZKCRAWL_ROOT"].startswith("/")
     assert common["ZKCRAWL_LOG_FORMAT"] == "json"
     # Set as args, where they must agree with the pod spec.
-    assert not set(consumer) & {"ZKCRAWL_ID", "ZKCRAWL_OUT", "ZKCRAWL_METRICS_PORT",
-                                "ZKCRAWL_METRICS_HOST", "ZKCRAWL_GRACE"}
+    assert not {_env_to_flag(k, "zkcrawl-consumer") for k in consumer} & {
+        "id", "out", "metrics-port", "metrics-host", "grace"}
 
 
 def test_consumer_deployment(manifests: dict[tuple[str, str], dict[str, Any]]) -> None:
@@ -710,7 +722,7 @@ def test_consumer_metrics_listen_on_the_pod_address(
     container = _container(pod, "consumer")
     args = [str(a) for a in container["args"]]
     env = {e["name"]: e.get("value") for e in container.get("env", [])}
-    host = _arg_value(args, "--metrics-host") or env.get("ZKCRAWL_METRICS_HOST")
+    host = _arg_value(args, "--metrics-host") or env.get("ZKCRAWL_CONSUMER_METRICS_HOST")
     assert host == "0.0.0.0"
 
 

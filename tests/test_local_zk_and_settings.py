@@ -47,7 +47,7 @@ class Demo(CommonSettings):
 
 
 def load(argv: list[str], env: dict[str, str]) -> Demo:
-    parser = ArgumentParser(prog="t")
+    parser = ArgumentParser(prog="zkcrawl")  # no command prefix: ZKCRAWL_<FLAG>
     add_options(parser, Demo)
     return parse(Demo, parser, argv, env)[0]
 

@@ -294,7 +294,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def load(cls: type, argv: list[str], env: dict[str, str]) -> object | None:
     """The settings, or None for a usage error; any other exception fails the test."""
-    parser = ArgumentParser(prog="t")
+    parser = ArgumentParser(prog="zkcrawl")  # no command prefix: ZKCRAWL_<FLAG>
     add_options(parser, cls)
     if cls is ProducerSettings:
         argv = ["--start", "http://example.com/", *argv]
@@ -372,7 +372,7 @@ def test_usage_error_messages_name_the_flag() -> None:
 
 
 def _parser(cls: type) -> ArgumentParser:
-    parser = ArgumentParser(prog="t")
+    parser = ArgumentParser(prog="zkcrawl")  # no command prefix: ZKCRAWL_<FLAG>
     add_options(parser, cls)
     return parser
 

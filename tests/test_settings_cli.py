@@ -55,3 +55,141 @@ def test_bench_without_zk_means_a_throwaway_server_not_a_bad_zk():
     settings.validate()  # "" is allowed here, and only here
     with pytest.raises(UsageError):
         bench.Settings(zk="host:notaport").validate()
+
+
+# -- help that teaches ------------------------------------------------------------------------
+
+def _help_of(main, argv, capsys) -> str:
+    assert main([*argv, "--help"], {}) == 0
+    return capsys.readouterr().out
+
+
+ADMIN = ["status", "pause", "resume", "dead", "queue", "report", "local-zk", "demo", "bench"]
+ALL_HELP = [("zkcrawl-consumer", consumer_main, []), ("zkcrawl-producer", producer_main, []),
+            *[(f"zkcrawl {c}", admin_main, [c]) for c in ADMIN]]
+
+
+@pytest.mark.parametrize("prog, main, argv", ALL_HELP, ids=[p for p, _, _ in ALL_HELP])
+def test_help_lists_own_options_first_then_shared_groups_then_examples(prog, main, argv,
+                                                                       capsys):
+    text = _help_of(main, argv, capsys)
+    headings = [line[:-1] for line in text.splitlines() if line.endswith(":")
+                and not line.startswith(" ")]
+    shared = ["ZooKeeper", "ZooKeeper security", "logging", "configuration", "general",
+              "examples"]
+    assert headings[-len(shared):] == shared, headings
+    own = headings[:-len(shared)]
+    assert own and own[0] != "ZooKeeper", headings  # the command's own options come first
+    examples = text.split("\nexamples:\n", 1)[1]
+    assert examples.count(prog) >= 2, examples  # at least two worked command lines
+
+
+def test_consumer_and_producer_help_are_grouped_by_topic(capsys):
+    consumer = _help_of(consumer_main, [], capsys)
+    for heading in ("workers:", "fetching:", "politeness:", "output:", "delivery:",
+                    "operations:"):
+        assert f"\n{heading}\n" in consumer, heading
+    section = consumer.split("\noutput:\n", 1)[1].split("\n\n", 1)[0]
+    assert "--out" in section and "--field" in section and "--threads" not in section
+    producer = _help_of(producer_main, [], capsys)
+    section = producer.split("\ninput:\n", 1)[1].split("\n\n", 1)[0]
+    assert "--start" in section and "--links-css" in section and "--batch" not in section
+
+
+def test_one_keyword_puts_a_new_flag_under_its_heading():
+    import argparse
+    import dataclasses
+
+    from zkcrawl.settings import OUTPUT, ArgumentParser, CommonSettings, add_options, opt
+
+    @dataclasses.dataclass(frozen=True)
+    class Extended(CommonSettings):
+        sink_url: str | None = opt(None, "where records go", group=OUTPUT)
+        knob: int = opt(1, "a knob of a brand-new kind", group="tuning")
+        plain: int = opt(2, "no group: the command's own options")
+
+    parser = ArgumentParser(prog="x")
+    add_options(parser, Extended, "x --knob 3")
+    text = parser.format_help()
+    titles = [g.title for g in parser._action_groups]
+    assert titles.index("options") < titles.index(OUTPUT) < titles.index("tuning") \
+        < titles.index("ZooKeeper")
+    assert "output:\n  --sink-url" in text and "tuning:\n  --knob" in text
+    assert text.rstrip().endswith("examples:\n  x --knob 3")
+    assert isinstance(parser.parse_args(["--knob", "3"]), argparse.Namespace)
+
+
+# -- environment names and --print-config ---------------------------------------------------
+
+def test_each_command_has_its_own_environment_names(capsys):
+    """ZKCRAWL_TIMEOUT once meant a fetch timeout, a listing timeout and the demo's deadline."""
+    env = {"ZKCRAWL_CONSUMER_TIMEOUT": "20", "ZKCRAWL_PRODUCER_TIMEOUT": "7",
+           "ZKCRAWL_DEMO_TIMEOUT": "300", "ZKCRAWL_ZK": "zk9:2181", "ZKCRAWL_ROOT": "/c"}
+    assert consumer_main(["--print-config"], env) == 0
+    out = capsys.readouterr().out
+    assert "timeout = 20.0" in out and "# env ZKCRAWL_CONSUMER_TIMEOUT" in out
+    assert 'zk = "zk9:2181"' in out and "# env ZKCRAWL_ZK\n" in out  # shared by every command
+    assert producer_main(["--print-config", "--start", "http://x.test/"], env) == 0
+    assert "timeout = 7.0" in capsys.readouterr().out
+    assert admin_main(["demo", "--print-config"], env) == 0
+    assert "timeout = 300.0" in capsys.readouterr().out
+    assert admin_main(["bench", "queue", "--print-config"], env) == 0
+    out = capsys.readouterr().out  # a benchmark never inherits the cluster's ZooKeeper
+    assert 'zk = ""' in out and "ZKCRAWL_ZK" not in out
+
+
+def test_old_names_work_for_the_daemons_with_one_deprecation_line(capsys):
+    env = {"ZKCRAWL_TIMEOUT": "2", "ZKCRAWL_THREADS": "3"}
+    assert consumer_main(["--print-config"], env) == 0
+    out, err = capsys.readouterr()
+    assert "timeout = 2.0" in out and "threads = 3" in out
+    lines = err.splitlines()
+    assert len(lines) == 2 and all("deprecated" in line for line in lines), err
+    assert any("ZKCRAWL_TIMEOUT" in x and "ZKCRAWL_CONSUMER_TIMEOUT" in x for x in lines)
+    # the new name wins, silently; an admin command never reads the old one
+    assert consumer_main(["--print-config"], {**env, "ZKCRAWL_CONSUMER_TIMEOUT": "9",
+                                              "ZKCRAWL_CONSUMER_THREADS": "4"}) == 0
+    out, err = capsys.readouterr()
+    assert "timeout = 9.0" in out and err == ""
+    assert admin_main(["demo", "--print-config"], env) == 0
+    out, err = capsys.readouterr()
+    assert "timeout = 90.0" in out and "# default" in out and err == ""
+
+
+def test_print_config_names_every_source_and_hides_secrets(tmp_path, capsys):
+    cfg = tmp_path / "consumer.toml"
+    cfg.write_text('threads = 5\nuser-agent = "bot/1"\n')
+    env = {"ZKCRAWL_CONSUMER_CONFIG": str(cfg), "ZKCRAWL_CONSUMER_BACKLOG": "6",
+           "ZKCRAWL_ZK_AUTH": "digest:alice:s3cret"}
+    # nothing listens on port 1: --print-config must not connect (else exit 75)
+    assert consumer_main(["--print-config", "--grace", "4", "--zk", "127.0.0.1:1"], env) == 0
+    out, err = capsys.readouterr()
+    rows = dict(line.split("  # ", 1) for line in out.splitlines()[1:])
+    rows = {k.rstrip(): v for k, v in rows.items()}
+    assert rows["grace = 4.0"] == "flag --grace"
+    assert rows["backlog = 6"] == "env ZKCRAWL_CONSUMER_BACKLOG"
+    assert rows["threads = 5"] == f"file {cfg}"
+    assert rows["max-attempts = 3"] == "default"
+    assert rows['zk-auth = "***"'] == "env ZKCRAWL_ZK_AUTH"
+    assert "s3cret" not in out + err
+    # the output is a config file the command accepts
+    again = tmp_path / "again.toml"
+    again.write_text(out.replace('zk-auth = "***"', "# "))
+    assert consumer_main(["--print-config", "--config", str(again)], {}) == 0
+    assert "threads = 5" in capsys.readouterr().out
+
+
+def test_print_config_of_an_invalid_value_is_exit_2(capsys):
+    assert admin_main(["status", "--print-config", "--watch", "-1"], {}) == 2
+    out, err = capsys.readouterr()
+    assert "watch = -1.0" in out and err.count("\n") == 1 and "--watch" in err
+
+
+@pytest.mark.parametrize("prog, main, argv", ALL_HELP, ids=[p for p, _, _ in ALL_HELP])
+def test_print_config_on_every_command(prog, main, argv, capsys):
+    extra = {"zkcrawl-producer": ["--start", "http://x.test/"], "zkcrawl dead": ["list"],
+             "zkcrawl queue": ["list"], "zkcrawl report": ["r.jsonl"],
+             "zkcrawl local-zk": ["status"], "zkcrawl bench": ["queue"]}.get(prog, [])
+    assert main([*argv, *extra, "--print-config"], {}) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"# {prog}: effective settings") and "# default" in out

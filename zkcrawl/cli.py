@@ -14,6 +14,11 @@ from zkcrawl.runner import guarded
 from zkcrawl.settings import ArgumentParser, add_options, resolve
 
 PROG = "zkcrawl"
+EXAMPLES = """examples:
+  zkcrawl demo                                  # the whole system on this machine
+  zkcrawl local-zk start                        # a throwaway ZooKeeper on 127.0.0.1:2181
+  zkcrawl status --zk zk1:2181,zk2:2181,zk3:2181
+  zkcrawl COMMAND --help                        # a command's options and examples"""
 
 
 def _load(name: str) -> ModuleType:
@@ -21,13 +26,14 @@ def _load(name: str) -> ModuleType:
 
 
 def build_parser() -> tuple[ArgumentParser, dict[str, ModuleType]]:
-    parser = ArgumentParser(prog=PROG, description="Admin command of a zkcrawl cluster.")
+    parser = ArgumentParser(prog=PROG, description="Admin command of a zkcrawl cluster.",
+                            epilog=EXAMPLES)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgumentParser)
     modules = {}
     for name in COMMANDS:
         mod = _load(name)
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.HELP)
-        add_options(p, mod.Settings)
+        add_options(p, mod.Settings, getattr(mod, "EXAMPLES", ""))
         mod.configure(p)
         modules[mod.NAME] = mod
     return parser, modules

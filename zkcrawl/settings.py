@@ -24,9 +24,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.metadata
+import json
 import math
 import os
 import re
+import sys
+import textwrap
 import tomllib
 import types
 import typing
@@ -54,13 +57,38 @@ MAX_FLOAT = 1e9
 _ZK_BAD_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\uffff]")
 
 
-def opt(default: Any, help: str, *, repeat: bool = False, choices: Sequence[str] | None = None,
-        negatable: bool = False, metavar: str | None = None, short: str | None = None,
-        secret: bool = False) -> Any:
-    """A settings field: its default and how it appears on the command line. A ``secret``
-    one is left out of the dataclass's repr and shown as ``***`` by :func:`redacted`."""
-    meta = {"help": help, "repeat": repeat, "choices": choices, "negatable": negatable,
-            "metavar": metavar, "short": short, "secret": secret}
+#: Help groups, in the order ``--help`` shows them: the command's own options first, the
+#: flags every command shares (:data:`SHARED_GROUPS`) after them. A field names its group
+#: with ``opt(..., group=...)``; without one it lands in the command's ``options`` group
+#: (with the options ``configure()`` adds), which comes first of all.
+INPUT = "input"
+FILTERING = "link filtering"
+DEDUP = "de-duplication"
+QUEUE = "queue"
+WORKERS = "workers"
+FETCHING = "fetching"
+POLITENESS = "politeness"
+OUTPUT = "output"
+DELIVERY = "delivery"
+OPERATIONS = "operations"
+ZOOKEEPER = "ZooKeeper"
+ZK_SECURITY = "ZooKeeper security"
+LOGGING = "logging"
+CONFIGURATION = "configuration"
+GROUP_ORDER = (INPUT, FILTERING, DEDUP, QUEUE, WORKERS, FETCHING, POLITENESS, OUTPUT, DELIVERY,
+               OPERATIONS)
+SHARED_GROUPS = (ZOOKEEPER, ZK_SECURITY, LOGGING, CONFIGURATION)
+
+
+def opt(default: Any, help: str, *, group: str | None = None, repeat: bool = False,
+        choices: Sequence[str] | None = None, negatable: bool = False,
+        metavar: str | None = None, short: str | None = None, secret: bool = False) -> Any:
+    """A settings field: its default and how it appears on the command line. ``group`` is
+    its heading in ``--help`` (e.g. :data:`OUTPUT`; a new name makes a new heading).
+    A ``secret`` one is left out of the dataclass's repr and shown as ``***`` by
+    :func:`redacted`."""
+    meta = {"help": help, "group": group, "repeat": repeat, "choices": choices,
+            "negatable": negatable, "metavar": metavar, "short": short, "secret": secret}
     if repeat:
         return dataclasses.field(default=tuple(default), metadata=meta, repr=not secret)
     return dataclasses.field(default=default, metadata=meta, repr=not secret)
@@ -78,36 +106,45 @@ class CommonSettings:
     """Flags every command takes (SPEC §4)."""
 
     zk: str = opt("127.0.0.1:2181", "ZooKeeper connect string, e.g. zk1:2181,zk2:2181,zk3:2181",
-                  metavar="HOSTS")
-    root: str = opt("/zkcrawl", "root znode of this crawl")
+                  metavar="HOSTS", group=ZOOKEEPER)
+    root: str = opt("/zkcrawl", "root znode of this crawl", group=ZOOKEEPER)
     config: str | None = opt(None, "TOML file with settings (keys named like the flags)",
-                             metavar="FILE.toml")
+                             metavar="FILE.toml", group=CONFIGURATION)
     log_format: str = opt("auto", "log format (auto: console on a TTY, JSON otherwise)",
-                          choices=("auto", "json", "console"))
+                          choices=("auto", "json", "console"), group=LOGGING)
     log_level: str = opt("info", "log level",
-                         choices=("debug", "info", "warning", "error"))
+                         choices=("debug", "info", "warning", "error"), group=LOGGING)
     zk_timeout: float = opt(10.0, "seconds to wait for ZooKeeper before giving up (exit 75)",
-                            metavar="S")
+                            metavar="S", group=ZOOKEEPER)
     session_timeout: float = opt(10.0, "ZooKeeper session timeout in seconds: how fast the "
-                                 "leases of a dead process are released", metavar="S")
+                                 "leases of a dead process are released", metavar="S",
+                                 group=ZOOKEEPER)
     zk_auth: str | None = opt(None, "ZooKeeper credentials: digest:USER:PASSWORD or "
                               "sasl:DIGEST-MD5:USER:PASSWORD (prefer --zk-auth-file or the "
                               "environment: a command line is visible in ps)",
-                              metavar="SCHEME:CREDENTIALS", secret=True)
+                              metavar="SCHEME:CREDENTIALS", secret=True, group=ZK_SECURITY)
     zk_auth_file: str | None = opt(None, "file whose first line holds the --zk-auth "
-                                   "credentials (mode 600)", metavar="PATH")
+                                   "credentials (mode 600)", metavar="PATH",
+                                   group=ZK_SECURITY)
     zk_acl: str = opt("creator", "ACL of the znodes zkcrawl creates, with credentials: "
                       "creator = ALL for that identity + READ for anyone; open = anyone "
-                      "may do anything", choices=("creator", "open"))
+                      "may do anything", choices=("creator", "open"), group=ZK_SECURITY)
     zk_tls: bool = opt(False, "connect to ZooKeeper over TLS (its secureClientPort); any "
-                       "--zk-tls-* file turns it on")
+                       "--zk-tls-* file turns it on", group=ZK_SECURITY)
     zk_tls_ca: str | None = opt(None, "PEM CA bundle the server certificate must chain to "
-                                "(default: the system's)", metavar="PATH")
+                                "(default: the system's)", metavar="PATH",
+                                group=ZK_SECURITY)
     zk_tls_cert: str | None = opt(None, "PEM client certificate (mutual TLS; with "
-                                  "--zk-tls-key)", metavar="PATH")
+                                  "--zk-tls-key)", metavar="PATH",
+                                  group=ZK_SECURITY)
     zk_tls_key: str | None = opt(None, "PEM unencrypted private key of --zk-tls-cert",
-                                 metavar="PATH")
+                                 metavar="PATH", group=ZK_SECURITY)
 
+    #: True for the daemons, whose deployments set ``ZKCRAWL_<FLAG>`` before each command had
+    #: its own names: they still read such an old name (one deprecation line) when the new
+    #: one is unset. Admin commands never read them (a consumer's ZKCRAWL_TIMEOUT made the
+    #: demo give up after 2 s).
+    legacy_env_names: typing.ClassVar[bool] = False
     #: True where an empty ``--zk`` means something (bench: start a throwaway server).
     zk_optional: typing.ClassVar[bool] = False
 
@@ -213,8 +250,31 @@ def flag_name(field: str) -> str:
     return "--" + field.replace("_", "-")
 
 
-def env_name(field: str) -> str:
-    return "ZKCRAWL_" + field.upper()
+def env_name(field: str, command: str = "", shared: bool = False) -> str:
+    """The environment variable of ``field``: ``ZKCRAWL_<FLAG>`` for the flags every command
+    shares, ``ZKCRAWL_<COMMAND>_<FLAG>`` for a command's own (``--timeout`` of
+    ``zkcrawl-consumer``: ``ZKCRAWL_CONSUMER_TIMEOUT``), so no two commands read one name
+    with two meanings. ``command`` is the program (``zkcrawl-consumer``, ``zkcrawl demo``);
+    none: the old unprefixed name."""
+    prefix = "" if shared else command_prefix(command)
+    return "ZKCRAWL_" + (prefix + "_" if prefix else "") + field.upper()
+
+
+def command_prefix(command: str) -> str:
+    """``zkcrawl-consumer`` -> ``CONSUMER``; ``zkcrawl local-zk`` -> ``LOCAL_ZK``."""
+    rest = command.removeprefix("zkcrawl").strip(" -")
+    return re.sub(r"[^A-Za-z0-9]+", "_", rest).upper()
+
+
+def is_shared(cls: type, name: str) -> bool:
+    """True for a flag every command shares with one meaning (``--zk``, ``--root``,
+    ``--zk-*``, ``--log-*``, ``--session-timeout``): a field of :class:`CommonSettings` the
+    command does not redefine, except ``--config`` (each command has its own file)."""
+    common = {f.name: f for f in dataclasses.fields(CommonSettings)}
+    if name not in common or name == "config":
+        return False
+    own = {f.name: f for f in dataclasses.fields(cls)}
+    return own.get(name) is common[name]
 
 
 def _fields(cls: type) -> list[tuple[dataclasses.Field[Any], Any]]:
@@ -231,13 +291,19 @@ def _base_type(tp: Any) -> Any:
     return origin or tp
 
 
-def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
-    """Add one option per field of ``cls``; unset options stay absent from the namespace."""
-    for field, tp in _fields(cls):
+def add_options(parser: argparse.ArgumentParser, cls: type, examples: str = "") -> None:
+    """Add one option per field of ``cls`` under its help group (the command's own groups
+    first, :data:`SHARED_GROUPS` last); unset options stay absent from the namespace.
+    ``examples`` (default: ``cls.examples``) becomes the help's Examples section. The
+    parser's ``prog`` names the command's environment variables (:func:`env_name`)."""
+    fields = _fields(cls)
+    parser.set_defaults(**{_PROG: parser.prog})
+    for field, tp in sorted(fields, key=lambda ft: _group_rank(_group_of(ft[0]))):
         meta = field.metadata
         names = [flag_name(field.name)] + ([meta["short"]] if meta.get("short") else [])
         kwargs: dict[str, Any] = {"dest": field.name, "default": argparse.SUPPRESS,
-                                  "help": _help(field)}
+                                  "help": _help(field, env_name(field.name, parser.prog,
+                                                                is_shared(cls, field.name)))}
         base = _base_type(tp)
         if base is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
@@ -248,13 +314,54 @@ def add_options(parser: argparse.ArgumentParser, cls: type) -> None:
                 kwargs["choices"] = meta["choices"]
             if meta.get("metavar"):
                 kwargs["metavar"] = meta["metavar"]
-        parser.add_argument(*names, **kwargs)
+        option_group(parser, _group_of(field)).add_argument(*names, **kwargs)
+    text = examples or getattr(cls, "examples", "")
+    if text:
+        parser.epilog = "examples:\n" + textwrap.indent(textwrap.dedent(text).strip("\n"), "  ")
 
 
-def _help(field: dataclasses.Field[Any]) -> str:
+def option_group(parser: argparse.ArgumentParser, title: str | None) -> Any:
+    """The help group called ``title`` (made on first use); None: the command's own
+    ``options`` group, shown first."""
+    if title is None:
+        return parser._optionals
+    for group in parser._action_groups:
+        if group.title == title:
+            return group
+    return parser.add_argument_group(title)
+
+
+_COMMON_GROUPS: dict[str, str | None] = {}
+
+
+def _group_of(field: dataclasses.Field[Any]) -> str | None:
+    """A field's help group: its own, else that of the shared field it redefines."""
+    group = field.metadata.get("group")
+    if group is None and not _COMMON_GROUPS:
+        _COMMON_GROUPS.update({f.name: f.metadata.get("group")
+                               for f in dataclasses.fields(CommonSettings)})
+    return group if group is not None else _COMMON_GROUPS.get(field.name)
+
+
+def _group_rank(group: str | None) -> int:
+    """Where a group's options go: own ungrouped, known groups, new groups, shared ones."""
+    if group is None:
+        return 0
+    if group in SHARED_GROUPS:
+        return 100 + SHARED_GROUPS.index(group)
+    return 1 + GROUP_ORDER.index(group) if group in GROUP_ORDER else 50
+
+
+def _help(field: dataclasses.Field[Any], env_var: str) -> str:
     default = field.default
-    shown = "" if default in (None, (), "") else f" (default: {default})"
-    return f"{field.metadata['help']}{shown} [env {env_name(field.name)}]"
+    shown = "" if default in (None, (), "") else f" (default: {_shown_default(default)})"
+    return f"{field.metadata['help']}{shown} [env {env_var}]"
+
+
+def _shown_default(default: Any) -> str:
+    if isinstance(default, tuple):
+        return " ".join(str(v) for v in default)
+    return str(default).replace("%", "%%")  # argparse formats help with %
 
 
 def _convert(name: str, tp: Any, raw: Any, source: str) -> Any:
@@ -358,38 +465,123 @@ def load_toml(path: str) -> dict[str, Any]:
     return {key.replace("-", "_"): value for key, value in data.items()}
 
 
+_PROG = "zkcrawl_prog"  # namespace key: the program whose options add_options added
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """Where a setting's value came from, for ``--print-config`` and error lines."""
+
+    kind: str  # flag | env | file | default
+    where: str = ""  # the variable's or the file's name
+    note: str = ""  # e.g. a deprecated variable's replacement
+
+    def __str__(self) -> str:
+        return " ".join(p for p in (self.kind, self.where) if p) + (
+            f" ({self.note})" if self.note else "")
+
+
+def _from_env(cls: type, name: str, command: str, env: Mapping[str, str]
+              ) -> tuple[Any, Source] | None:
+    """The value of ``name`` from the environment, and which variable held it. A daemon
+    (``legacy_env_names``) still reads the old unprefixed name when the new one is unset."""
+    shared = is_shared(cls, name)
+    new = env_name(name, command, shared)
+    if new in env:
+        return env[new], Source("env", new)
+    old = env_name(name)
+    if old != new and old in env and getattr(cls, "legacy_env_names", False):
+        return env[old], Source("env", old, f"deprecated name: use {new}")
+    return None
+
+
 def resolve(cls: type[T], ns: argparse.Namespace, env: Mapping[str, str]) -> T:
-    """Build ``cls`` from parsed flags, the environment and the config file."""
+    """Build ``cls`` from parsed flags, the environment and the config file. With
+    ``--print-config``: print each effective value and its source, then exit 0 (or 2 if a
+    value is invalid) without connecting anywhere."""
     given = vars(ns)
-    config_path = given.get("config") or env.get(env_name("config"))
+    command = given.get(_PROG) or ""
+    values, sources = _gather(cls, given, command, env)
+    for source in sources.values():
+        if source.note:  # one line per deprecated variable actually used
+            print(f"{command or 'zkcrawl'}: warning: ${source.where} is deprecated (other "
+                  f"commands read it too): {source.note.split(': ', 1)[1]}", file=sys.stderr)
+    obj = cls(**values)
+    if given.get("print_config"):
+        sys.stdout.write(render_config(obj, sources, command))
+        sys.stdout.flush()
+    validate = getattr(obj, "validate", None)
+    if validate is not None:
+        validate()
+    if given.get("print_config"):
+        raise SystemExit(0)
+    return obj
+
+
+def _gather(cls: type, given: Mapping[str, Any], command: str, env: Mapping[str, str]
+            ) -> tuple[dict[str, Any], dict[str, Source]]:
+    config_env = _from_env(cls, "config", command, env)
+    if given.get("config"):
+        config_path: str | None = given["config"]
+    else:
+        config_path = config_env[0] if config_env else None
     file_values = load_toml(config_path) if config_path else {}
     known = {f.name for f, _ in _fields(cls)}
     unknown = sorted(set(file_values) - known)
     if unknown:
         raise UsageError(f"--config: unknown key {unknown[0]!r} in {config_path}")
     values: dict[str, Any] = {}
+    sources: dict[str, Source] = {}
     for field, tp in _fields(cls):
         name = field.name
+        from_env = _from_env(cls, name, command, env)
         if name in given:
             raw: Any = given[name]
-            source = "the command line"
-        elif env_name(name) in env:
-            raw, source = env[env_name(name)], f"${env_name(name)}"
+            source = Source("flag", flag_name(name))
+        elif from_env is not None:
+            raw, source = from_env
         elif name in file_values:
-            raw, source = file_values[name], str(config_path)
+            raw, source = file_values[name], Source("file", str(config_path))
         else:
+            sources[name] = Source("default")
             continue
-        value = _convert(name, tp, raw, source)
+        shown = {"flag": "the command line", "env": f"${source.where}"}.get(source.kind,
+                                                                          source.where)
+        value = _convert(name, tp, raw, shown)
         choices = field.metadata.get("choices")
         if choices and value not in choices:
-            raise UsageError(f"{flag_name(name)} from {source}: {value!r} is not one of "
+            raise UsageError(f"{flag_name(name)} from {shown}: {value!r} is not one of "
                              f"{', '.join(choices)}")
         values[name] = value
-    obj = cls(**values)
-    validate = getattr(obj, "validate", None)
-    if validate is not None:
-        validate()
-    return obj
+        sources[name] = source
+    return values, sources
+
+
+def render_config(settings: Any, sources: Mapping[str, Source], command: str = "") -> str:
+    """``--print-config``: one ``key = value  # source`` line per setting in help order,
+    TOML a ``--config`` file accepts (unset ones commented out), secrets as ``***``."""
+    shown = redacted(settings)
+    fields = sorted(_fields(type(settings)), key=lambda ft: _group_rank(_group_of(ft[0])))
+    rows = []
+    for field, _tp in fields:
+        value = shown[field.name]
+        key = field.name.replace("_", "-")
+        text = f"# {key} = (not set)" if value is None else f"{key} = {_toml(value)}"
+        rows.append((text, str(sources.get(field.name, Source("default")))))
+    width = min(max(len(t) for t, _ in rows), 60)
+    head = (f"# {command or 'zkcrawl'}: effective settings and their sources "
+            "(flag > env > file > default)\n")
+    return head + "".join(f"{t.ljust(width)}  # {src}\n" for t, src in rows)
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, tuple | list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return json.dumps(str(value))  # a TOML basic string: JSON's escapes are TOML's
 
 
 def version() -> str:
@@ -400,15 +592,51 @@ def version() -> str:
         return "0+unknown"
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Fills prose paragraphs to the terminal's width and keeps indented lines (commands in
+    Examples, lists) exactly as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        out = []
+        for para in text.split("\n\n"):
+            lines = para.splitlines()
+            if any(line[:1].isspace() for line in lines[1:]):
+                out.append("\n".join(indent + line for line in lines))
+            else:
+                out.append(super()._fill_text(para, width, indent))
+        return "\n\n".join(out)
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse that raises :class:`UsageError` instead of printing usage and exiting, takes
-    no abbreviated flags (``--star`` is not ``--start``) and answers ``--version``."""
+    no abbreviated flags (``--star`` is not ``--start``), answers ``--version``, keeps the
+    description and Examples as written, and lists its own options before the shared
+    groups and ``general`` (help, version) last."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        kwargs.setdefault("add_help", False)
         super().__init__(*args, **kwargs)
-        self.add_argument("--version", action="version", version=f"%(prog)s {version()}",
-                          help="print the version and exit")
+        self._general = self.add_argument_group("general")
+        self._general.add_argument("-h", "--help", action="help",
+                                   help="show this help and exit")
+        self._general.add_argument("--print-config", action="store_true",
+                                   default=argparse.SUPPRESS,
+                                   help="print each effective setting and where it comes "
+                                   "from (flag, env, file, default), then exit without "
+                                   "connecting")
+        self._general.add_argument("--version", action="version",
+                                   version=f"%(prog)s {version()}",
+                                   help="print the version and exit")
+
+    def format_help(self) -> str:
+        groups = self._action_groups
+        self._action_groups = [g for g in groups if g is not self._general] + [self._general]
+        try:
+            return super().format_help()
+        finally:
+            self._action_groups = groups
 
     def error(self, message: str) -> typing.NoReturn:
         exc = UsageError(message)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from zkcrawl.settings import opt
+from zkcrawl.settings import FETCHING, opt
 from zkcrawl.web.addresses import BLOCK_PRIVATE, AddressGuard
 from zkcrawl.web.transfer import TRANSPORTS
 
@@ -15,11 +15,12 @@ class WebOptions:
     settings."""
 
     http: str = opt("curl", "HTTP transport: 'curl' (libcurl, least CPU per page) or "
-                    "'requests' (a requests.Session per thread)", choices=TRANSPORTS)
+                    "'requests' (a requests.Session per thread)", choices=TRANSPORTS,
+                    group=FETCHING)
     allow_private_addresses: bool = opt(False, "let fetches connect to loopback, link-local, "
                                         "private, multicast or reserved addresses; off: such "
                                         "a connected address (checked after DNS, on every "
-                                        "redirect hop) gets error blocked-address")
+                                        "redirect hop) gets error blocked-address", group=FETCHING)
 
     def address_guard(self) -> AddressGuard | None:
         """The SSRF guard the fetcher applies (None: ``--allow-private-addresses``)."""

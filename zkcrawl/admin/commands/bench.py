@@ -13,15 +13,22 @@ from zkcrawl.settings import CommonSettings, opt
 
 NAME = "bench"
 HELP = "measure the queue, the producer's offers or a whole crawl against baselines"
+EXAMPLES = """
+    zkcrawl bench queue                    # a throwaway local ZooKeeper
+    zkcrawl bench queue --zk 127.0.0.1:2181 --root /bench --items 5000
+    zkcrawl bench crawl --json > crawl.json
+"""
 
 
 @dataclasses.dataclass(frozen=True)
 class Settings(CommonSettings):
     zk: str = opt("", "ZooKeeper to measure against (default: a throwaway local server)",
                   metavar="HOSTS")
-    items: int = opt(0, "items per case (default: queue 20000, offer 100000, crawl 2000)")
-    threads: int = opt(32, "crawl: worker threads per consumer")
-    latency_ms: int = opt(50, "crawl: delay of every response of the synthetic site")
+    items: int = opt(0, "items per case (0: queue 20000, offer 100000, crawl 2000)",
+                     metavar="N")
+    threads: int = opt(32, "crawl: worker threads per consumer", metavar="N")
+    latency_ms: int = opt(50, "crawl: delay of every response of the synthetic site",
+                          metavar="MS")
     json: bool = opt(False, "print one JSON object instead of a table")
 
     zk_optional = True  # no --zk: each bench starts a throwaway local ZooKeeper

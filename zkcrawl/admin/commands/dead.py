@@ -43,6 +43,12 @@ NAME = "dead"
 HELP = "list, requeue or purge dead letters (items that failed --max-attempts times)"
 URL_SHOWN = 2048  # characters of a URL shown by the text list
 ERROR_SHOWN = 300  # characters of an error shown by the text list
+EXAMPLES = """
+    zkcrawl dead list
+    zkcrawl dead requeue 7 12      # dl-0000000007 and dl-0000000012, attempt 0 again
+    zkcrawl dead requeue --all
+    zkcrawl dead purge --all --yes
+"""
 
 
 @dataclasses.dataclass(frozen=True)

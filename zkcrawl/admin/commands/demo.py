@@ -24,6 +24,10 @@ from zkcrawl.settings import CommonSettings, opt
 
 NAME = "demo"
 HELP = "run the whole system on this machine against a bundled sample site (no setup)"
+EXAMPLES = """
+    zkcrawl demo                           # about 20 s; results in ./zkcrawl-demo/
+    zkcrawl demo --consumers 3 --threads 8 --out-dir /tmp/demo
+"""
 
 #: What each failure reason of the sample site means, for the summary.
 REASONS = {

@@ -14,17 +14,26 @@ from zkcrawl.settings import CommonSettings, opt
 
 NAME = "local-zk"
 HELP = "start, stop or show a throwaway local ZooKeeper bound to 127.0.0.1"
+EXAMPLES = """
+    zkcrawl local-zk start         # 127.0.0.1:2181, data under ~/.local/state/zkcrawl
+    zkcrawl local-zk start --port 2182 --data-dir /tmp/zk2
+    zkcrawl local-zk status
+    zkcrawl local-zk stop
+"""
 
 
-def _default_dir() -> str:
-    state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+def default_dir(env: Mapping[str, str]) -> str:
+    """``$XDG_STATE_HOME/zkcrawl/local-zk``, else ``~/.local/state/zkcrawl/local-zk``."""
+    state = env.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
     return os.path.join(state, "zkcrawl", "local-zk")
 
 
 @dataclasses.dataclass(frozen=True)
 class Settings(CommonSettings):
-    port: int = opt(2181, "client port on 127.0.0.1")
-    data_dir: str = opt(_default_dir(), "where the server keeps its data, log and PID file")
+    port: int = opt(2181, "client port on 127.0.0.1", metavar="PORT")
+    data_dir: str | None = opt(None, "where the server keeps its data, log and PID file "
+                               "(default: $XDG_STATE_HOME/zkcrawl/local-zk, else "
+                               "~/.local/state/zkcrawl/local-zk)", metavar="DIR")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -32,7 +41,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(settings: Settings, ns: argparse.Namespace, env: Mapping[str, str]) -> ExitStatus:
-    data_dir = Path(settings.data_dir)
+    data_dir = Path(settings.data_dir or default_dir(env))
     pid = read_pid(data_dir)
     running = pid is not None and pid_alive(pid)
     if ns.action == "status":

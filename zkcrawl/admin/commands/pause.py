@@ -22,6 +22,11 @@ from zkcrawl.textsafe import printable
 
 NAME = "pause"
 HELP = "pause the whole cluster: consumers stop claiming and starting fetches"
+EXAMPLES = """
+    zkcrawl pause                  # consumers stop claiming within a second
+    zkcrawl pause --wait 10        # ... and wait until every live consumer acknowledged
+    zkcrawl resume
+"""
 
 
 @dataclasses.dataclass(frozen=True)

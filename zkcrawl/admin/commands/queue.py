@@ -29,6 +29,10 @@ from zkcrawl.textsafe import printable, scrub
 NAME = "queue"
 HELP = "list the head of the queue, or purge every queued item (--yes)"
 URL_SHOWN = 2048  # characters of a URL (or decoding error) shown by the text list
+EXAMPLES = """
+    zkcrawl queue list --limit 50  # the items consumers take next, with their lease holders
+    zkcrawl queue purge --yes      # delete every queued item
+"""
 
 
 @dataclasses.dataclass(frozen=True)

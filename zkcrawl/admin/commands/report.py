@@ -30,6 +30,11 @@ from zkcrawl.textsafe import printable
 
 NAME = "report"
 HELP = "summarize result files: outcomes, consumers, hosts, timings (text, JSON or HTML)"
+EXAMPLES = """
+    zkcrawl report results-*.jsonl
+    zkcrawl report results.jsonl.gz --html report.html
+    zkcrawl-consumer --out - --exit-when-idle 5 | zkcrawl report - --json
+"""
 
 
 @dataclasses.dataclass(frozen=True)

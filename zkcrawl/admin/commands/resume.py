@@ -11,8 +11,12 @@ from zkcrawl.queue.control import RUNNING
 
 NAME = "resume"
 HELP = "resume the whole cluster after a pause"
+EXAMPLES = """
+    zkcrawl resume                 # consumers claim again
+    zkcrawl resume --wait 10       # ... and wait until every live consumer acknowledged
+"""
 
-__all__ = ["HELP", "NAME", "Settings", "configure", "execute"]
+__all__ = ["EXAMPLES", "HELP", "NAME", "Settings", "configure", "execute"]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -30,6 +30,11 @@ from zkcrawl.zk.client import ZkClient
 
 NAME = "status"
 HELP = "show queue depth, leases, consumers, producers, dead letters and the control state"
+EXAMPLES = """
+    zkcrawl status --zk zk1:2181,zk2:2181,zk3:2181    # the cluster at a glance
+    zkcrawl status --watch 2                          # redraw every 2 s until Ctrl-C
+    zkcrawl status --json | jq .queue                 # the stable JSON document
+"""
 
 _CLEAR = "\x1b[H\x1b[2J"
 _CELL_LIMIT = 80  # characters of one published value shown in a table cell
