@@ -89,6 +89,18 @@ def make_plan(s: ProducerSettings) -> Plan:
     return Plan(s, s.id or default_id(), link_filter, selectors, starts, template)
 
 
+def classify_link(link_filter: LinkFilter, link: str, source: str) -> tuple[str | None, str]:
+    """``(normalized URL, "")`` for a link found on listing ``source`` that passes the
+    filters, else ``(None, reason)``: javascript, mailto, data, scheme, invalid, too-long,
+    deny, not-allowed, other-host (``zkcrawl try`` shows the same reasons)."""
+    norm, reason = link_filter.check(link, source)
+    if norm is not None:
+        return norm, ""
+    if reason == "scheme":  # say which: javascript, mailto, data, other
+        reason = drop_reason(link, source) or "scheme"
+    return None, reason or "invalid"
+
+
 class Producer:
     """One run: read listings or lines, filter, de-duplicate, offer. Runs in one thread."""
 
@@ -136,13 +148,11 @@ class Producer:
                  elapsed_ms=round(page.elapsed_ms, 1))
 
     def _take_links(self, links: list[str], source: str) -> None:
-        check = self.plan.link_filter.check
+        link_filter = self.plan.link_filter
         for link in links:
-            norm, reason = check(link, source)
+            norm, reason = classify_link(link_filter, link, source)
             if norm is None:
-                if reason == "scheme":  # say which: javascript, mailto, data, other
-                    reason = drop_reason(link, source) or "scheme"
-                self.counts.dropped[reason or "invalid"] += 1
+                self.counts.dropped[reason] += 1
                 continue
             self.offerer.add(norm, source)
 
