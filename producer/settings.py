@@ -71,6 +71,9 @@ class ProducerSettings(CommonSettings, WebOptions):
     max_bytes: int = opt(10_000_000, "read at most N bytes of a listing page", metavar="N")
     id: str | None = opt(None, "producer id in <root>/producers (default host-pid)",
                          metavar="NAME")
+    dry_run: bool = opt(False, "walk the listings (or read --from-file) and print the URLs "
+                        "that would be offered, one per line, instead of offering them: no "
+                        "ZooKeeper, the --seen state read but never written")
 
     def validate(self) -> None:
         super().validate()

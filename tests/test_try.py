@@ -124,3 +124,52 @@ def test_bad_input_is_one_line_exit_2(capsys, args: list[str], expect: str) -> N
     rc, out, err = run(capsys, *args)
     assert rc == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and expect in err and "Traceback" not in err
+
+
+# -- zkcrawl-producer --dry-run -----------------------------------------------------------
+
+def dry_run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str], str]:
+    from producer.main import main as producer_main
+
+    capsys.readouterr()
+    rc = producer_main(["--dry-run", "--zk", f"127.0.0.1:{free_port()}",
+                        "--log-format", "json", *argv], {})
+    out, err = capsys.readouterr()
+    return int(rc), out.splitlines(), err
+
+
+def test_dry_run_walks_the_listings_and_prints_the_offers(site: SampleSite, capsys,
+                                                           tmp_path) -> None:
+    base = site.base_url
+    walk = ["--start", f"{base}/blog/page/1", "--links", ss.LINKS_XPATH, "--next",
+            ss.NEXT_XPATH, "--same-host", "--delay", "0", "--allow-private-addresses"]
+    seen = tmp_path / "seen.state"
+    rc, urls, err = dry_run(capsys, *walk, "--seen", str(seen))
+    assert rc == 0
+    # Every item a real run offers, once each, normalized, in the form --from-file reads.
+    assert sorted(urls) == sorted(ss.expected_articles(base))
+    assert f"{len(urls)} URLs would be offered" in err and "other-host 1" in err
+    assert not seen.exists()  # the seen state is never written
+
+    # URLs an earlier run offered (in the --seen state) are duplicates, as in a real run;
+    # the state file stays as it was.
+    from zkcrawl.seen import SeenSet
+    state = SeenSet.open(seen)
+    state.add(f"{base}{ss.article_path(1)}")
+    state.close()
+    before = seen.read_bytes()
+    rc, again, _ = dry_run(capsys, *walk, "--seen", str(seen))
+    assert rc == 0 and sorted(again) == sorted(set(urls) - {f"{base}{ss.article_path(1)}"})
+    assert seen.read_bytes() == before
+
+
+def test_dry_run_of_a_list_and_of_a_failing_listing(site: SampleSite, capsys,
+                                                     tmp_path) -> None:
+    src = tmp_path / "urls.txt"
+    src.write_text("http://a.example/x?utm_source=feed\nhttp://a.example/x\nnot a url\n")
+    rc, urls, err = dry_run(capsys, "--from-file", str(src))
+    assert rc == 0 and urls == ["http://a.example/x"]
+    assert "1 rejected" in err and "1 duplicates" in err
+    rc, urls, err = dry_run(capsys, "--start", f"{site.base_url}/blog/page/99",
+                            "--allow-private-addresses", "--retries", "0")
+    assert rc == 1 and urls == [] and "failed: " in err and "http-404" in err
