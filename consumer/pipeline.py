@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -83,6 +84,47 @@ def backoff(attempt: int, retry_after: float | None) -> float:
     return min(BACKOFF_CAP, BACKOFF_BASE * 2.0 ** min(max(0, attempt), 32))
 
 
+def page_values(res: FetchResult, fields: Mapping[str, Any]) -> tuple[str | None,
+                                                                       dict[str, Any]]:
+    """The title and ``--field`` values the consumer records for a fetched page (``res``
+    with no error, or ``too-large``: its first ``--max-bytes``). The one place a page turns
+    into values: the consumer's pool threads and ``zkcrawl try`` both come here."""
+    body = res.body
+    if not body:
+        return None, dict.fromkeys(fields)
+    if not fields:
+        # Only the title is wanted: parse up to the first </title> (a few hundred bytes
+        # instead of the whole page). If that prefix yields no title -- the tag was in a
+        # comment or a script, say -- the whole page is parsed as usual.
+        end = _TITLE_END.search(body, 0, _TITLE_SCAN)
+        if end is not None:
+            # The encoding is decided on the whole body (detection needs it), the parse
+            # is done on the prefix only.
+            encoding, _ = html_encoding(body, res.content_type)
+            doc = _parse_html(body[:end.end()], res.final_url,
+                              f"text/html; charset={encoding}")
+            title = record_from_doc(doc).title
+            if title is not None:
+                return title, {}
+    doc = _parse_html(body, res.final_url, res.content_type)
+    rec = record_from_doc(doc, fields)
+    return rec.title, rec.fields
+
+
+def page_record(url: str, res: FetchResult, fields: Mapping[str, Any], *, item: str | None,
+                attempt: int, consumer: str, timing: Mapping[str, float]) -> dict[str, Any]:
+    """The output record (SPEC §4) of ``url`` fetched as ``res``: what the consumer writes
+    for it, and what ``zkcrawl try`` shows. ``timing``: the record's ``*_ms`` fields."""
+    # A too-large page still has its first --max-bytes: its title is usually there.
+    title, values = page_values(res, fields) if res.error in (None, "too-large") else (
+        None, dict.fromkeys(fields))
+    # Credentials inside URLs are never recorded (https://***@host/...).
+    return {"url": redact_userinfo(url), "final_url": redact_userinfo(res.final_url),
+            "status": res.status, "title": title, "fields": values, "bytes": len(res.body),
+            "item": item, "attempt": attempt, "consumer": consumer, "fetched_at": iso_now(),
+            **timing, "error": res.error}
+
+
 class Pipeline:
     """Fetch + extract + record for one item; thread-safe (the Fetcher keeps one transport --
     a libcurl handle or a requests Session -- per thread, extraction is pure)."""
@@ -133,39 +175,10 @@ class Pipeline:
             return Outcome(DEAD, self._record(c, res, timing), res.error, res.status)
         return Outcome(RETRY, None, res.error, res.status)
 
-    def _extract(self, res: FetchResult) -> tuple[str | None, dict[str, Any]]:
-        body = res.body
-        if not body:
-            return None, dict.fromkeys(self.fields)
-        if not self.fields:
-            # Only the title is wanted: parse up to the first </title> (a few hundred bytes
-            # instead of the whole page). If that prefix yields no title -- the tag was in a
-            # comment or a script, say -- the whole page is parsed as usual.
-            end = _TITLE_END.search(body, 0, _TITLE_SCAN)
-            if end is not None:
-                # The encoding is decided on the whole body (detection needs it), the parse
-                # is done on the prefix only.
-                encoding, _ = html_encoding(body, res.content_type)
-                doc = _parse_html(body[:end.end()], res.final_url,
-                                  f"text/html; charset={encoding}")
-                title = record_from_doc(doc).title
-                if title is not None:
-                    return title, {}
-        doc = _parse_html(body, res.final_url, res.content_type)
-        rec = record_from_doc(doc, self.fields)
-        return rec.title, rec.fields
-
     def _record(self, c: Claimed, res: FetchResult, timing: ItemTiming) -> dict[str, Any]:
-        # A too-large page still has its first --max-bytes: its title is usually there.
-        title, fields = self._extract(res) if res.error in (None, "too-large") else (
-            None, dict.fromkeys(self.fields))
         timing.finished = time.monotonic()
-        # Credentials inside URLs are never recorded (https://***@host/...).
-        return {"url": redact_userinfo(c.url or ""), "final_url": redact_userinfo(res.final_url),
-                "status": res.status,
-                "title": title, "fields": fields, "bytes": len(res.body), "item": c.name,
-                "attempt": c.attempt, "consumer": self.consumer_id, "fetched_at": iso_now(),
-                **timing.fields(), "error": res.error}
+        return page_record(c.url or "", res, self.fields, item=c.name, attempt=c.attempt,
+                           consumer=self.consumer_id, timing=timing.fields())
 
     def _abandoned(self, c: Claimed, timing: ItemTiming) -> Outcome:
         """SPEC §3: its holders died ``c.deaths`` times; no fetch (it may be what kills

@@ -142,11 +142,14 @@ def _key(url: str) -> str:
     return normalize_url(url) or url
 
 
-
-
 def read_page(fetcher: Fetcher, url: str, selectors: Selectors) -> ListingPage:
     """Fetch one listing page and extract its item links and next-page link."""
-    res: FetchResult = fetcher.fetch(url)
+    return page_from_result(url, fetcher.fetch(url), selectors)
+
+
+def page_from_result(url: str, res: FetchResult, selectors: Selectors) -> ListingPage:
+    """What the producer takes from listing ``url`` fetched as ``res`` (also ``zkcrawl try``'s
+    producer view)."""
     page = ListingPage(url=url, final_url=res.final_url or url, status=res.status,
                        elapsed_ms=res.elapsed_ms)
     if res.error in _SKIPPED and not res.retryable:

@@ -27,7 +27,8 @@ from typing import IO, BinaryIO
 
 import structlog
 
-from producer import listing
+from producer import dryrun, listing
+from producer.dryrun import DryOfferer
 from producer.offerer import Offerer
 from producer.settings import ProducerSettings
 from producer.summary import Counts, Progress, report
@@ -89,10 +90,22 @@ def make_plan(s: ProducerSettings) -> Plan:
     return Plan(s, s.id or default_id(), link_filter, selectors, starts, template)
 
 
+def classify_link(link_filter: LinkFilter, link: str, source: str) -> tuple[str | None, str]:
+    """``(normalized URL, "")`` for a link found on listing ``source`` that passes the
+    filters, else ``(None, reason)``: javascript, mailto, data, scheme, invalid, too-long,
+    deny, not-allowed, other-host (``zkcrawl try`` shows the same reasons)."""
+    norm, reason = link_filter.check(link, source)
+    if norm is not None:
+        return norm, ""
+    if reason == "scheme":  # say which: javascript, mailto, data, other
+        reason = drop_reason(link, source) or "scheme"
+    return None, reason or "invalid"
+
+
 class Producer:
     """One run: read listings or lines, filter, de-duplicate, offer. Runs in one thread."""
 
-    def __init__(self, plan: Plan, offerer: Offerer, counts: Counts,
+    def __init__(self, plan: Plan, offerer: Offerer | DryOfferer, counts: Counts,
                  fetcher: Fetcher | None, stop: threading.Event) -> None:
         self.plan = plan
         self.offerer = offerer
@@ -136,13 +149,11 @@ class Producer:
                  elapsed_ms=round(page.elapsed_ms, 1))
 
     def _take_links(self, links: list[str], source: str) -> None:
-        check = self.plan.link_filter.check
+        link_filter = self.plan.link_filter
         for link in links:
-            norm, reason = check(link, source)
+            norm, reason = classify_link(link_filter, link, source)
             if norm is None:
-                if reason == "scheme":  # say which: javascript, mailto, data, other
-                    reason = drop_reason(link, source) or "scheme"
-                self.counts.dropped[reason or "invalid"] += 1
+                self.counts.dropped[reason] += 1
                 continue
             self.offerer.add(norm, source)
 
@@ -297,6 +308,27 @@ def execute(plan: Plan, stop: threading.Event | None = None,
     return ExitStatus.FAILURE if run.counts.pages_failed else ExitStatus.OK
 
 
+def execute_dry_run(plan: Plan, out: IO[str]) -> ExitStatus:
+    """``--dry-run``: the same walk, filters and de-duplication, the URLs printed to ``out``
+    instead of offered; no ZooKeeper, the ``--seen`` state read and never saved."""
+    s = plan.settings
+    seen = SeenSet.open(s.seen, s.expected, s.fp_rate)  # never closed: closing saves it
+    counts = Counts()
+    fetcher = None if s.from_file else _fetcher(s)
+    producer = Producer(plan, DryOfferer(seen, counts, out), counts, fetcher,
+                        threading.Event())
+    try:
+        if s.from_file is None:
+            producer.run_listings()
+        else:
+            _run_file(producer, s.from_file)
+    finally:
+        if fetcher is not None:
+            fetcher.close()
+        dryrun.finish(counts, s.from_file is not None)
+    return ExitStatus.FAILURE if counts.pages_failed else ExitStatus.OK
+
+
 def _run_file(producer: Producer, path: str) -> None:
     stream, source, owned = _open_input(path)
     try:
@@ -340,6 +372,8 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ExitStatu
         if settings.same_host and settings.from_file is not None:
             log.warning("producer.same_host_ignored", hint="--same-host compares with the "
                         "listing page's host; --from-file has none")
+        if settings.dry_run:
+            return execute_dry_run(plan, sys.stdout)
         return execute(plan, progress_to=sys.stderr if sys.stderr.isatty() else None,
                        table_to=sys.stdout if sys.stdout.isatty() else None)
 

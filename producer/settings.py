@@ -100,6 +100,9 @@ class ProducerSettings(CommonSettings, WebOptions):
                          group=FETCHING)
     id: str | None = opt(None, "producer id in <root>/producers (default host-pid)",
                          metavar="NAME", group=QUEUE)
+    dry_run: bool = opt(False, "walk the listings (or read --from-file) and print the URLs "
+                        "that would be offered, one per line, instead of offering them: no "
+                        "ZooKeeper, the --seen state read but never written", group=INPUT)
 
     def validate(self) -> None:
         super().validate()

@@ -4,4 +4,5 @@
 ``configure(parser)`` for positionals, and ``execute(settings, ns, env) -> ExitStatus``.
 """
 
-COMMANDS = ("status", "pause", "resume", "dead", "queue", "report", "local_zk", "demo", "bench")
+COMMANDS = ("status", "pause", "resume", "dead", "queue", "report", "local_zk", "demo", "bench",
+            "try_")

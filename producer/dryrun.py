@@ -1,0 +1,81 @@
+"""``zkcrawl-producer --dry-run``: the whole producer run -- the listing walk (or the
+``--from-file`` list), the filters, the de-duplication -- with its offers printed instead
+of made.
+
+Guarantees: no ZooKeeper connection is opened, and the ``--seen`` state is read (so URLs
+offered by earlier runs count as duplicates, as they would) but never written. Each URL that
+would be offered is printed once, normalized, one per line on stdout -- in the form
+``--from-file`` reads, so the output can be reviewed and then fed to a real run -- and a
+one-line summary goes to stderr. The exit status is the real run's: 1 when a listing page
+could not be read.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import IO
+
+import structlog
+
+from producer.summary import Counts
+from zkcrawl import logs
+from zkcrawl.queue.untrusted import URL_LIMIT
+from zkcrawl.seen import SeenSet
+from zkcrawl.textsafe import printable
+
+log = structlog.get_logger(__name__)  # lazy: bound after logs.configure()
+
+
+class DryOfferer:
+    """The :class:`~producer.offerer.Offerer`'s interface (``add``, ``flush``, ``pending``,
+    ``close``) and its accept rules (too long, seen before, already taken in this run),
+    writing each accepted URL to ``out`` instead of offering it."""
+
+    def __init__(self, seen: SeenSet, counts: Counts, out: IO[str]) -> None:
+        self.seen = seen
+        self.counts = counts
+        self.out = out
+        self._taken: set[str] = set()
+        self._lock = threading.Lock()
+
+    @property
+    def pending(self) -> int:
+        return 0  # nothing is ever buffered
+
+    def add(self, url: str, source: str) -> bool:
+        if len(url) > URL_LIMIT // 4 and len(url.encode("utf-8", "surrogatepass")) > URL_LIMIT:
+            self.counts.dropped["too-long"] += 1
+            return False
+        with self._lock:
+            if url in self._taken or url in self.seen:
+                self.counts.duplicates += 1
+                return False
+            self._taken.add(url)
+            self.counts.offered += 1
+        self.out.write(url + "\n")  # normalized: no control character survives normalization
+        return True
+
+    def flush(self) -> None:
+        self.out.flush()
+
+    def close(self) -> None:
+        self.flush()
+
+
+def summary_line(c: Counts, from_file: bool) -> str:
+    """``zkcrawl-producer --dry-run: N URLs would be offered (...)``, for stderr."""
+    read = (f"{c.lines_read} lines read, {c.rejected} rejected" if from_file else
+            f"{c.pages_read} pages read, {len(c.pages_failed)} failed, "
+            f"{sum(c.pages_skipped.values())} skipped, {c.links_found} links found")
+    dropped = ", ".join(f"{k} {v}" for k, v in c.dropped.most_common())
+    failed = "".join(f"; failed: {printable(u, 200)} ({e})" for u, e in c.pages_failed[:5])
+    return (f"zkcrawl-producer --dry-run: {c.offered} URLs would be offered ({read}, "
+            f"{c.duplicates} duplicates, {sum(c.dropped.values())} dropped"
+            f"{': ' + dropped if dropped else ''}){failed}; nothing was offered")
+
+
+def finish(c: Counts, from_file: bool, err: IO[str] | None = None) -> None:
+    log.info("producer.summary", dry_run=True, **c.as_event())
+    logs.flush()  # the page events first, then the line
+    print(summary_line(c, from_file), file=err or sys.stderr, flush=True)
