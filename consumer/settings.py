@@ -23,6 +23,7 @@ from zkcrawl.settings import (
     POLITENESS,
     WORKERS,
     CommonSettings,
+    header_value_problem,
     opt,
     znode_path_problem,
 )
@@ -111,6 +112,8 @@ class ConsumerSettings(CommonSettings, WebOptions):
                                  f" number of seconds, got {value:g}")
         if not 0 <= self.metrics_port <= 65535:
             raise UsageError(f"--metrics-port must be 0..65535, got {self.metrics_port}")
+        if problem := header_value_problem(self.user_agent):
+            raise UsageError(f"--user-agent: {problem}")
         if self.id is not None and (not self.id or "/" in self.id
                                     or znode_path_problem("/" + self.id)):
             raise UsageError(f"--id must be a non-empty znode name without '/', got {self.id!r}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from typing import ClassVar
 
 from zkcrawl.errors import UsageError
@@ -23,6 +24,7 @@ from zkcrawl.settings import (
     POLITENESS,
     QUEUE,
     CommonSettings,
+    header_value_problem,
     opt,
     znode_path_problem,
 )
@@ -140,6 +142,10 @@ class ProducerSettings(CommonSettings, WebOptions):
         for flag, value in (("--delay", self.delay), ("--timeout", self.timeout)):
             if not math.isfinite(value) or value < 0 or (flag == "--timeout" and value == 0):
                 raise UsageError(f"{flag} must be a finite number of seconds, got {value}")
+        if problem := header_value_problem(self.user_agent):
+            raise UsageError(f"--user-agent: {problem}")
+        if self.from_file not in (None, "-") and os.path.isdir(self.from_file):
+            raise UsageError(f"--from-file {self.from_file}: is a directory")
         if self.id is not None and (not self.id or "/" in self.id
                                     or znode_path_problem("/" + self.id)):
             raise UsageError(f"--id must be a non-empty znode name without '/', got {self.id!r}")

@@ -181,9 +181,10 @@ def test_pause_wait_names_the_consumer_that_did_not_acknowledge(zk_factory, zk_h
     ControlledStatus(zk_factory(), zk_root, "good")
     register(zk_factory(), zk_root, "stuck", {"id": "stuck", "state": "running",
                                               "control": "running"})
-    rc, out, _ = run(capsys, "pause", "--wait", "1", *common(zk_hosts, zk_root))
+    rc, out, err = run(capsys, "pause", "--wait", "1", *common(zk_hosts, zk_root))
     assert rc == ExitStatus.FAILURE
-    assert "not acknowledged within 1s by: stuck" in out
+    assert err == "zkcrawl pause: error: paused not acknowledged within 1s by: stuck\n", err
+    assert "not acknowledged" not in out
     rc, out, _ = run(capsys, "status", *common(zk_hosts, zk_root))
     assert "waiting for 1: stuck" in out
 

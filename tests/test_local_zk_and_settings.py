@@ -88,3 +88,18 @@ def test_unknown_or_malformed_config_file(tmp_path: Path):
     unknown.write_text("thread = 3\n")
     with pytest.raises(UsageError, match="unknown key 'thread'"):
         load(["--config", str(unknown)], {})
+
+
+def test_local_zk_start_on_a_busy_port_names_the_port_and_the_cause(tmp_path: Path, capsys):
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        status = main(["local-zk", "start", "--port", str(port), "--data-dir",
+                       str(tmp_path / "zk")], {})
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1, err
+    assert f"127.0.0.1:{port}" in err[0] and "Address already in use" in err[0]
+    assert read_pid(tmp_path / "zk") is None  # refused before any JVM was started

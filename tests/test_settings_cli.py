@@ -193,3 +193,46 @@ def test_print_config_on_every_command(prog, main, argv, capsys):
     assert main([*argv, *extra, "--print-config"], {}) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"# {prog}: effective settings") and "# default" in out
+
+
+# -- every value validated at start ----------------------------------------------------------
+
+NO_ZK = ["--zk", "127.0.0.1:1", "--zk-timeout", "0.2"]  # a value that passes would try to connect
+BAD_FORMS = [
+    (consumer_main, ["--user-agent", "bot\r\nX-Injected: 1"], "--user-agent: control"),
+    (consumer_main, ["--user-agent", " "], "--user-agent: it is empty"),
+    (consumer_main, ["--field", "x=//["], "--field: invalid XPath"),
+    (consumer_main, ["--threads", "0"], "--threads"),
+    (producer_main, ["--start", "http://x.test/", "--user-agent", "é"], "non-ASCII"),
+    (producer_main, ["--from-file", "/"], "is a directory"),
+    (producer_main, ["--start", "http://x.test/", "--allow", "("], "--allow: invalid regex"),
+    (producer_main, ["--start", "nota url"], "--start: not an absolute"),
+    (producer_main, ["--pages", "http://x.test/{pag}", "--page-range", "1-2"], "--pages"),
+    (producer_main, ["--pages", "http://x.test/{page}", "--page-range", "3-1"], "--page-range"),
+    (admin_main, ["local-zk", "status", "--port", "70000"], "--port must be 1..65535"),
+    (admin_main, ["local-zk", "start", "--data-dir", "/etc/hostname"], "not a directory"),
+    (admin_main, ["demo", "--out-dir", ""], "--out-dir must not be empty"),
+    (admin_main, ["bench", "crawl", "--threads", "0"], "--threads must be 1..1024"),
+    (admin_main, ["bench", "queue", "--items", "-1"], "--items must be >= 0"),
+    (admin_main, ["status", "--watch", "0.001"], "--watch must be 0"),
+    (admin_main, ["pause", "--wait", "-1"], "--wait must be >= 0"),
+]
+
+
+@pytest.mark.parametrize("main, argv, needle", BAD_FORMS, ids=[" ".join(a)[:40] for _, a, _ in
+                                                                BAD_FORMS])
+def test_a_bad_value_is_one_line_and_exit_2_before_connecting(main, argv, needle, capsys):
+    assert main([*argv, *NO_ZK], {}) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err and "Traceback" not in err, err
+    assert err.startswith("zkcrawl")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=60))
+def test_an_accepted_user_agent_is_one_header_value(text):
+    from zkcrawl.settings import header_value_problem
+
+    if header_value_problem(text) is None:
+        encoded = text.encode("ascii")
+        assert b"\r" not in encoded and b"\n" not in encoded and text.strip()

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from types import ModuleType
 
 from zkcrawl.admin.commands import COMMANDS
-from zkcrawl.errors import ExitStatus
+from zkcrawl.errors import ExitStatus, ZkCrawlError
 from zkcrawl.runner import guarded
 from zkcrawl.settings import ArgumentParser, add_options, resolve
 
@@ -41,8 +41,6 @@ def build_parser() -> tuple[ArgumentParser, dict[str, ModuleType]]:
 
 def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ExitStatus:
     env = os.environ if env is None else env
-    state: dict[str, object] = {}
-
     def work() -> ExitStatus:
         parser, modules = build_parser()
         ns = parser.parse_args(list(argv))
@@ -50,9 +48,13 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ExitStatu
             parser.print_help(sys.stderr)
             return ExitStatus.USAGE
         mod = modules[ns.command]
-        state["prog"] = f"{PROG} {ns.command}"
-        settings = resolve(mod.Settings, ns, env)
-        return ExitStatus(mod.execute(settings, ns, env))
+        try:
+            settings = resolve(mod.Settings, ns, env)
+            return ExitStatus(mod.execute(settings, ns, env))
+        except ZkCrawlError as exc:  # its one line names the command: "zkcrawl bench: ..."
+            if not getattr(exc, "prog", None):
+                exc.prog = f"{PROG} {ns.command}"  # type: ignore[attr-defined]
+            raise
 
     return guarded(PROG, work)
 

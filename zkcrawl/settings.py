@@ -208,6 +208,21 @@ class CommonSettings:
 _HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)$")
 
 
+def header_value_problem(value: str) -> str | None:
+    """Why ``value`` cannot be sent as an HTTP header value (``--user-agent``), or None: a
+    CR or LF would end the header (and inject others), other controls are refused by
+    servers, and an empty agent matches no robots.txt group by name."""
+    if not value.strip():
+        return "it is empty"
+    if len(value) > 1000:
+        return f"{len(value)} characters (at most 1000)"
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        return "control character (CR, LF, TAB...)"
+    if not value.isascii():
+        return "non-ASCII character"
+    return None
+
+
 def zk_hosts_problem(hosts: str) -> str | None:
     """Why ``hosts`` is not a ZooKeeper connect string kazoo can use, or ``None``."""
     servers, slash, chroot = hosts.strip().partition("/")

@@ -70,6 +70,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def port_problem(port: int) -> str | None:
+    """Why a server could not listen on 127.0.0.1:``port`` now (``Address already in use``,
+    ``Permission denied``), or None. SO_REUSEADDR as the JVM sets it, so a port left in
+    TIME_WAIT by a stopped server is free."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None
+
+
 def four_letter(port: int, word: str, timeout: float = 1.0) -> str:
     """Send a ZooKeeper four-letter command; '' when the server does not answer."""
     try:
@@ -240,8 +253,13 @@ class ZkServer:
         return lines
 
     def start(self, wait: float = 30.0, detach: bool = False) -> ZkServer:
-        """Start the JVM; with ``wait`` > 0 return once it serves (raise if it does not)."""
+        """Start the JVM; with ``wait`` > 0 return once it serves (raise if it does not).
+        A client port another process holds is refused at once, naming the port and why."""
         install = find_install()
+        busy = port_problem(self.port)
+        if busy:
+            raise LocalZkError(f"cannot listen on 127.0.0.1:{self.port}: {busy} (another "
+                               "process holds the port; choose a free one with --port)")
         cfg = self._write_config()
         main = ("org.apache.zookeeper.server.quorum.QuorumPeerMain" if self.peers
                 else "org.apache.zookeeper.server.ZooKeeperServerMain")
@@ -276,10 +294,19 @@ class ZkServer:
             if self.serving():
                 return
             if self.proc is not None and self.proc.poll() is not None:
-                break
+                raise LocalZkError(f"ZooKeeper on port {self.port} exited with status "
+                                   f"{self.proc.returncode} before serving: "
+                                   f"{self.failure_cause()}; see {self.log_path}")
             time.sleep(0.1)  # the server exposes no readiness event; bounded by timeout
         raise LocalZkError(f"ZooKeeper on port {self.port} did not start within "
                            f"{timeout:g}s; see {self.log_path}:\n{self.log_tail()}")
+
+    def failure_cause(self) -> str:
+        """The exception the server's log names last (``java.net.BindException: Address
+        already in use``), else its last line."""
+        lines = [line.strip() for line in self.log_tail(60).splitlines() if line.strip()]
+        causes = [line for line in lines if "Exception" in line and not line.startswith("at ")]
+        return (causes or lines or ["no log"])[-1][:300]
 
     def log_tail(self, lines: int = 30) -> str:
         try:

@@ -33,14 +33,21 @@ class Settings(CommonSettings):
 
     zk_optional = True  # no --zk: each bench starts a throwaway local ZooKeeper
 
+    def validate(self) -> None:
+        super().validate()
+        if self.items < 0:
+            raise UsageError(f"--items must be >= 0 (0: the case's default), got {self.items}")
+        if not 1 <= self.threads <= 1024:
+            raise UsageError(f"--threads must be 1..1024, got {self.threads}")
+        if not 0 <= self.latency_ms <= 60_000:
+            raise UsageError(f"--latency-ms must be 0..60000, got {self.latency_ms}")
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("what", choices=("queue", "offer", "crawl"))
 
 
 def execute(settings: Settings, ns: argparse.Namespace, env: Mapping[str, str]) -> ExitStatus:
-    if settings.items < 0:
-        raise UsageError("--items must be positive")
     hosts = settings.zk or None
     out: dict[str, Any]
     if ns.what == "queue":

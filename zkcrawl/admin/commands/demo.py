@@ -56,6 +56,9 @@ class Settings(CommonSettings):
             raise UsageError("--consumers must be 1..16 and --threads 1..256")
         if self.domain_delay < 0 or self.timeout <= 0:
             raise UsageError("--domain-delay must be >= 0 and --timeout > 0")
+        if not self.out_dir.strip():
+            raise UsageError("--out-dir must not be empty (the demo writes results.jsonl, "
+                             "report.html, logs/ and parts/ there)")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from zkcrawl.admin.localzk import ZkServer, four_letter, pid_alive, read_pid, stop_pid
-from zkcrawl.errors import ExitStatus, LocalZkError
+from zkcrawl.errors import ExitStatus, LocalZkError, UsageError
 from zkcrawl.settings import CommonSettings, opt
 
 NAME = "local-zk"
@@ -34,6 +34,17 @@ class Settings(CommonSettings):
     data_dir: str | None = opt(None, "where the server keeps its data, log and PID file "
                                "(default: $XDG_STATE_HOME/zkcrawl/local-zk, else "
                                "~/.local/state/zkcrawl/local-zk)", metavar="DIR")
+
+
+    def validate(self) -> None:
+        super().validate()
+        if not 1 <= self.port <= 65535:
+            raise UsageError(f"--port must be 1..65535, got {self.port}")
+        if self.data_dir is not None:
+            if not self.data_dir.strip():
+                raise UsageError("--data-dir must not be empty")
+            if os.path.exists(self.data_dir) and not os.path.isdir(self.data_dir):
+                raise UsageError(f"--data-dir {self.data_dir}: exists and is not a directory")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -63,7 +74,11 @@ def execute(settings: Settings, ns: argparse.Namespace, env: Mapping[str, str]) 
     if "Mode:" in four_letter(settings.port, "srvr"):
         raise LocalZkError(f"port {settings.port} already serves a ZooKeeper not started "
                            "here; use --port")
-    server = ZkServer(data_dir, settings.port).start(wait=settings.zk_timeout * 3, detach=True)
+    try:
+        server = ZkServer(data_dir, settings.port).start(wait=settings.zk_timeout * 3,
+                                                         detach=True)
+    except OSError as exc:  # the data directory: not writable, a file on its path...
+        raise LocalZkError(f"--data-dir {data_dir}: {exc.strerror or exc}") from None
     print(f"started pid={server.proc.pid if server.proc else '?'} 127.0.0.1:{server.port} "
           f"log={server.log_path}")
     print(f"use: --zk 127.0.0.1:{server.port}   stop: zkcrawl local-zk stop "

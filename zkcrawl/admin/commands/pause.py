@@ -2,7 +2,8 @@
 
 It writes ``{"state": "paused"}`` to ``<root>/control`` and returns once ZooKeeper has it;
 consumers react through their watch within a second and publish the state they run under,
-which ``zkcrawl status`` shows as ACK. ``--wait S`` also waits for those acknowledgements.
+which ``zkcrawl status`` shows as ACK. ``--wait S`` also waits for those acknowledgements; a
+consumer that has not acknowledged by then is named in one line on stderr, exit 1.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import socket
+import sys
 from collections.abc import Mapping
 
 from zkcrawl.admin.cluster import session, wait_acknowledged
@@ -60,7 +62,9 @@ def switch(settings: Settings, state: str) -> ExitStatus:
               "a second; see `zkcrawl status`)")
         return ExitStatus.OK
     names = ", ".join(printable(p, 80) for p in pending)  # ids are read from ZooKeeper
-    print(f"not acknowledged within {settings.wait:g}s by: {names}")
+    command = "pause" if state == PAUSED else "resume"
+    print(f"zkcrawl {command}: error: {state} not acknowledged within {settings.wait:g}s by: "
+          f"{names}", file=sys.stderr)
     return ExitStatus.FAILURE
 
 

@@ -37,6 +37,7 @@ EXAMPLES = """
 """
 
 _CLEAR = "\x1b[H\x1b[2J"
+MIN_WATCH = 0.1  # a shorter period only loads ZooKeeper with reads nobody can follow
 _CELL_LIMIT = 80  # characters of one published value shown in a table cell
 
 
@@ -48,8 +49,9 @@ class Settings(CommonSettings):
 
     def validate(self) -> None:
         super().validate()
-        if self.watch < 0:
-            raise UsageError("--watch must be >= 0 seconds")
+        if self.watch < 0 or 0 < self.watch < MIN_WATCH:
+            raise UsageError(f"--watch must be 0 (once) or at least {MIN_WATCH:g} seconds, "
+                             f"got {self.watch:g}")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
