@@ -13,8 +13,14 @@ Cases (same server, a fresh root per case):
 * ``offer_single`` / ``offer_batched``  one create per round trip vs offer_many
 
 The two O(n)-per-take baselines are timed on samples of takes at depth N and at
-depth N/10 (a full drain of 20,000 would take minutes); the zkcrawl cases drain all
+depth N/10 (a full drain of 20,000 would take minutes), a sample never larger than the
+queue it is taken from (kazoo's get() on an empty queue waits); the zkcrawl cases drain all
 N items and report per-take time over the first and the last tenth of the drain.
+
+Every node lives under one run node ``<root>/run-<hex>`` (``--root``, default
+``/zkcrawl-bench``), removed on exit -- also on Ctrl-C, after the worker processes (in a
+session of their own, so the terminal's SIGINT reaches only this one) are stopped; the root
+goes too when this run created it and left it empty.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from zkcrawl.queue.leases import AT_LEAST_ONCE, AT_MOST_ONCE, LeaseQueue
 from zkcrawl.zk import ZkClient
 
 SAMPLE = 300
+DEFAULT_ROOT = "/zkcrawl-bench"
 
 
 def _items(n: int) -> list[Item]:
@@ -64,24 +71,29 @@ def _seed_take(zk: ZkClient, path: str) -> bytes | None:
 
 
 def _sampled(take: Callable[[], object], n: int, reset: Callable[[int], None]) -> dict[str, float]:
-    reset(n)
-    t0 = time.perf_counter()
-    for _ in range(SAMPLE):
-        take()
-    at_n = (time.perf_counter() - t0) / SAMPLE * 1000
-    reset(n // 10)
-    t0 = time.perf_counter()
-    for _ in range(SAMPLE):
-        take()
-    at_n10 = (time.perf_counter() - t0) / SAMPLE * 1000
+    """Milliseconds per take over at most SAMPLE takes at depth n, then at depth n/10."""
+    per_take, takes = [], 0
+    for depth in (max(1, n), max(1, n // 10)):
+        reset(depth)
+        sample = min(SAMPLE, depth)  # never more takes than items: an empty get() waits
+        t0 = time.perf_counter()
+        for _ in range(sample):
+            take()
+        per_take.append((time.perf_counter() - t0) / sample * 1000)
+        takes += sample
+    at_n, at_n10 = per_take
     mean = (at_n + at_n10) / 2
     return {"items_per_s": round(1000 / mean, 1), "ms_per_take_at_n": round(at_n, 3),
             "ms_per_take_at_n_10": round(at_n10, 3), "wasted_requests_per_item": 0.0,
-            "sampled_takes": 2 * SAMPLE}
+            "sampled_takes": takes}
 
 
-def bench_seed(zk: ZkClient, n: int) -> dict[str, float]:
-    root = f"/bench-{uuid.uuid4().hex[:8]}"
+def _case_root(base: str) -> str:
+    return f"{base}/case-{uuid.uuid4().hex[:8]}"
+
+
+def bench_seed(zk: ZkClient, n: int, base: str = "") -> dict[str, float]:
+    root = _case_root(base)
     path = Layout.of(root).queue
 
     def reset(depth: int) -> None:
@@ -93,7 +105,7 @@ def bench_seed(zk: ZkClient, n: int) -> dict[str, float]:
     return res
 
 
-def bench_kazoo(zk: ZkClient, n: int) -> dict[str, float]:
+def bench_kazoo(zk: ZkClient, n: int, base: str = "") -> dict[str, float]:
     from kazoo.client import KazooClient
     from kazoo.recipe.queue import LockingQueue
 
@@ -101,7 +113,7 @@ def bench_kazoo(zk: ZkClient, n: int) -> dict[str, float]:
     # (ZkClient keeps its kazoo client private), on the same server as the other cases.
     raw = KazooClient(hosts=zk.hosts, timeout=30)
     raw.start(timeout=zk.zk_timeout)
-    root = f"/bench-{uuid.uuid4().hex[:8]}"
+    root = _case_root(base)
     holder: dict[str, Any] = {}
 
     def reset(depth: int) -> None:
@@ -168,9 +180,9 @@ def drain(q: LeaseQueue, n: int, idle_timeout: float = 2.0, stop_when_empty: boo
     return done
 
 
-def _drain_from(zk: ZkClient, n: int, delivery: str, count: bool = True
+def _drain_from(zk: ZkClient, n: int, delivery: str, count: bool = True, base: str = ""
                 ) -> tuple[float, LeaseQueue, int]:
-    root = f"/bench-{uuid.uuid4().hex[:8]}"
+    root = _case_root(base)
     _fill(zk, root, n)
     q = LeaseQueue(zk, root, "solo", delivery=delivery, count_claims=count)
     t0 = time.perf_counter()
@@ -180,16 +192,17 @@ def _drain_from(zk: ZkClient, n: int, delivery: str, count: bool = True
     return elapsed, q, done
 
 
-def bench_lease(zk: ZkClient, n: int, delivery: str, count: bool = True) -> dict[str, float]:
+def bench_lease(zk: ZkClient, n: int, delivery: str, count: bool = True, base: str = ""
+                ) -> dict[str, float]:
     """A whole drain from depth N, then a whole drain from depth N/10.
 
     Per-take time is each drain's time per item: its one listing of the queue is
     amortised over the items it serves, as in production. O(1) takes give the same
     time at both depths; the seed's O(n) take is ~depth-proportional.
     """
-    elapsed, q, done = _drain_from(zk, n, delivery, count)
+    elapsed, q, done = _drain_from(zk, n, delivery, count, base)
     small = max(1, n // 10)
-    elapsed_10, _, done_10 = _drain_from(zk, small, delivery, count)
+    elapsed_10, _, done_10 = _drain_from(zk, small, delivery, count, base)
     return {"items_per_s": round(done / elapsed, 1),
             "ms_per_take_at_n": round(elapsed / max(done, 1) * 1000, 4),
             "ms_per_take_at_n_10": round(elapsed_10 / max(done_10, 1) * 1000, 4),
@@ -197,16 +210,20 @@ def bench_lease(zk: ZkClient, n: int, delivery: str, count: bool = True) -> dict
             "items": done}
 
 
-def bench_procs(hosts: str, n: int, procs: int = 4) -> dict[str, Any]:
-    zk = ZkClient(hosts).connect()
-    root = f"/bench-{uuid.uuid4().hex[:8]}"
+def bench_procs(zk: ZkClient, n: int, procs: int = 4, base: str = "") -> dict[str, Any]:
+    """``procs`` worker processes drain one queue; each runs in a session of its own (the
+    terminal's Ctrl-C reaches only the parent, which stops them: none is left behind)."""
+    root = _case_root(base)
+    _fill(zk, root, n)
+    go = f"{root}/go"
+    env = {**os.environ, "PYTHONPATH": _pythonpath()}
+    children: list[subprocess.Popen[bytes]] = []
     try:
-        _fill(zk, root, n)
-        go = f"{root}/go"
-        env = {**os.environ, "PYTHONPATH": _pythonpath()}
-        children = [subprocess.Popen(
-            [sys.executable, "-m", "zkcrawl.bench.drain", "--worker", hosts, root, f"w{i}",
-             str(procs)], stdout=subprocess.PIPE, env=env) for i in range(procs)]
+        for i in range(procs):
+            children.append(subprocess.Popen(
+                [sys.executable, "-m", "zkcrawl.bench.drain", "--worker", zk.hosts, root,
+                 f"w{i}", str(procs)], stdout=subprocess.PIPE, env=env,
+                start_new_session=True))
         _await_children(zk, Layout.of(root).consumers, procs, children)
         zk.create(go, b"")
         outs = [json.loads(c.communicate(timeout=600)[0]) for c in children]
@@ -214,7 +231,10 @@ def bench_procs(hosts: str, n: int, procs: int = 4) -> dict[str, Any]:
         leftover = len(zk.get_children(layout.queue)) + len(zk.get_children(layout.leases))
         zk.delete(root, recursive=True)
     finally:
-        zk.close()
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+            child.wait()
     total = sum(o["items"] for o in outs)
     span = max(o["end"] for o in outs) - min(o["start"] for o in outs)
     fair = n / procs
@@ -259,8 +279,9 @@ def _worker(hosts: str, root: str, wid: str, _procs: str) -> None:
     zk.close()
 
 
-def bench_offers(zk: ZkClient, n: int) -> tuple[dict[str, float], dict[str, float]]:
-    root = f"/bench-{uuid.uuid4().hex[:8]}"
+def bench_offers(zk: ZkClient, n: int, base: str = ""
+                 ) -> tuple[dict[str, float], dict[str, float]]:
+    root = _case_root(base)
     zk.ensure_path(Layout.of(root).queue)
     sample = min(n, 3000)
     data = [Item(url=f"http://127.0.0.1:9/s/{i}").encode() for i in range(sample)]
@@ -279,8 +300,10 @@ def bench_offers(zk: ZkClient, n: int) -> tuple[dict[str, float], dict[str, floa
             {"items_per_s": round(batched, 1), "items": n})
 
 
-def run_bench(hosts: str | None, n: int = 20_000) -> dict[str, Any]:
-    """Run every case; starts a throwaway local ZooKeeper when ``hosts`` is None."""
+def run_bench(hosts: str | None, n: int = 20_000, root: str = DEFAULT_ROOT
+              ) -> dict[str, Any]:
+    """Run every case under ``<root>/run-<hex>``; starts a throwaway local ZooKeeper when
+    ``hosts`` is None. The run node is removed however the run ends (Ctrl-C included)."""
     with tempfile.TemporaryDirectory(prefix="zkcrawl-bench-") as tmp:
         server = None
         if hosts is None:
@@ -288,23 +311,40 @@ def run_bench(hosts: str | None, n: int = 20_000) -> dict[str, Any]:
             hosts = server.hosts
         try:
             zk = ZkClient(hosts, session_timeout=30).connect()
+            made_root = zk.exists(root) is None
+            base = f"{root.rstrip('/')}/run-{uuid.uuid4().hex[:8]}"
             try:
-                out: dict[str, Any] = {"n": n, "zk": hosts}
-                bench_lease(zk, min(n, 2000), AT_LEAST_ONCE)  # warm-up: JIT, caches
-                out["offer_single"], out["offer_batched"] = bench_offers(zk, n)
-                out["seed_take"] = bench_seed(zk, n)
-                out["kazoo_locking"] = bench_kazoo(zk, n)
-                out["zkcrawl_alo_uncounted"] = bench_lease(zk, n, AT_LEAST_ONCE, count=False)
-                out["zkcrawl_alo"] = bench_lease(zk, n, AT_LEAST_ONCE)
-                out["zkcrawl_amo"] = bench_lease(zk, n, AT_MOST_ONCE)
+                zk.ensure_path(base)
+                out = _cases(zk, n, base)
             finally:
+                _remove(zk, base, root if made_root else None)
                 zk.close()
-            out["zkcrawl_alo_4proc"] = bench_procs(hosts, n, 4)
         finally:
             if server is not None:
                 server.stop()
     out["ratios"] = _ratios(out)
     return out
+
+
+def _cases(zk: ZkClient, n: int, base: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"n": n, "zk": zk.hosts, "root": base.rsplit("/", 1)[0] or "/"}
+    bench_lease(zk, min(n, 2000), AT_LEAST_ONCE, base=base)  # warm-up: JIT, caches
+    out["offer_single"], out["offer_batched"] = bench_offers(zk, n, base)
+    out["seed_take"] = bench_seed(zk, n, base)
+    out["kazoo_locking"] = bench_kazoo(zk, n, base)
+    out["zkcrawl_alo_uncounted"] = bench_lease(zk, n, AT_LEAST_ONCE, count=False, base=base)
+    out["zkcrawl_alo"] = bench_lease(zk, n, AT_LEAST_ONCE, base=base)
+    out["zkcrawl_amo"] = bench_lease(zk, n, AT_MOST_ONCE, base=base)
+    out["zkcrawl_alo_4proc"] = bench_procs(zk, n, 4, base)
+    return out
+
+
+def _remove(zk: ZkClient, base: str, root: str | None) -> None:
+    """Delete the run node, and ``root`` when this run created it and it is empty now."""
+    if zk.exists(base):
+        zk.delete(base, recursive=True)
+    if root not in (None, "/") and zk.exists(root) and not zk.get_children(root):
+        zk.delete(root)
 
 
 def _ratios(out: dict[str, Any]) -> dict[str, float]:
@@ -344,4 +384,7 @@ def _fmt(v: float | None) -> str:
 
 
 if __name__ == "__main__" and len(sys.argv) == 6 and sys.argv[1] == "--worker":
-    _worker(*sys.argv[2:6])
+    try:
+        _worker(*sys.argv[2:6])
+    except KeyboardInterrupt:  # stopped with the run: no traceback
+        sys.exit(130)

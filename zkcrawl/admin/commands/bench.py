@@ -24,6 +24,8 @@ EXAMPLES = """
 class Settings(CommonSettings):
     zk: str = opt("", "ZooKeeper to measure against (default: a throwaway local server)",
                   metavar="HOSTS")
+    root: str = opt("/zkcrawl-bench", "queue: znode under which each run makes (and on exit, "
+                    "Ctrl-C included, removes) its own node")
     items: int = opt(0, "items per case (0: queue 20000, offer 100000, crawl 2000)",
                      metavar="N")
     threads: int = opt(32, "crawl: worker threads per consumer", metavar="N")
@@ -53,7 +55,7 @@ def execute(settings: Settings, ns: argparse.Namespace, env: Mapping[str, str]) 
     if ns.what == "queue":
         from zkcrawl.bench import drain as bq
 
-        out = bq.run_bench(hosts, settings.items or 20_000)
+        out = bq.run_bench(hosts, settings.items or 20_000, settings.root)
         text = bq.render(out)
     elif ns.what == "offer":
         from zkcrawl.bench import offer as bo
