@@ -431,7 +431,8 @@ class Worker:
                 "failed": self.timings.failed, "in_flight": in_flight, "backlog": backlog,
                 "leases": held, "items_per_s": self.timings.items_per_s(),
                 "control": self.control.state if self.control else control.RUNNING,
-                "threads": self.s.threads, "capacity": self.s.capacity}
+                "threads": self.s.threads, "capacity": self.s.capacity,
+                "domain_delay": self.s.domain_delay}
 
     def liveness(self) -> tuple[bool, dict[str, Any]]:
         """For ``/livez``: the process works -- its claim loop ticked lately and its

@@ -80,8 +80,8 @@ def test_status_json_has_every_documented_field(zk_factory, zk_hosts, zk_root, c
     assert len(held) == 2
     q.dead_letter(q.claim(1, timeout=5)[0], "http-503")
     register(worker, zk_root, "c1", {"id": "c1", "pid": 42, "state": "running", "processed": 7,
-                                     "failed": 1, "in_flight": 2, "items_per_s": 3.5,
-                                     "control": "running"})
+                                     "failed": 1, "in_flight": 2, "backlog": 0,
+                                     "items_per_s": 3.5, "control": "running"})
     start(Registration(other, f"{zk_root}/producers/p1",
                        lambda: {"id": "p1", "state": "listing", "pages": 3, "offered": 6},
                        interval=5))
@@ -94,13 +94,15 @@ def test_status_json_has_every_documented_field(zk_factory, zk_hosts, zk_root, c
     assert doc["queue"]["depth"] == 5  # 6 offered, 1 dead-lettered
     assert doc["queue"]["claimable"] == 3
     assert doc["queue"]["oldest_age_s"] >= 0.3
-    assert doc["leases"] == {"count": 2, "by_consumer": {"c1": 2}}
+    assert doc["leases"] == {"count": 2, "fetching": 2, "waiting": 0, "by_consumer": {"c1": 2}}
     assert doc["dead"] == {"count": 1}
     [c] = doc["consumers"]
-    assert {k: c[k] for k in ("id", "pid", "state", "processed", "failed", "in_flight",
-                              "items_per_s", "leases", "acknowledged")} == {
-        "id": "c1", "pid": 42, "state": "running", "processed": 7, "failed": 1,
-        "in_flight": 2, "items_per_s": 3.5, "leases": 2, "acknowledged": True}
+    assert {k: c[k] for k in ("id", "pid", "state", "processed", "ok", "failed", "in_flight",
+                              "waiting", "items_per_s", "leases", "acknowledged", "stale",
+                              "heartbeat_interval_s")} == {
+        "id": "c1", "pid": 42, "state": "running", "processed": 7, "ok": 6, "failed": 1,
+        "in_flight": 2, "waiting": 0, "items_per_s": 3.5, "leases": 2, "acknowledged": True,
+        "stale": False, "heartbeat_interval_s": 5}
     assert c["host"] and 0 <= c["heartbeat_age_s"] < 5
     [p] = doc["producers"]
     assert p["id"] == "p1" and p["offered"] == 6 and p["state"] == "listing"
@@ -110,6 +112,12 @@ def test_status_json_has_every_documented_field(zk_factory, zk_hosts, zk_root, c
     assert rc == 0
     assert "5 items, 3 claimable" in out and "CONSUMER" in out and "p1" in out
     assert "1 dead letters" in out
+    assert "leases    2 held: 2 fetching now, 0 waiting in consumer backlogs" in out
+    head = next(line for line in out.splitlines() if line.startswith("CONSUMER"))
+    assert head.split() == ["CONSUMER", "HOST", "STATE", "OK", "FAILED", "LEASES", "FETCHING",
+                            "WAITING", "ITEMS/S", "HEARTBEAT", "ACK"]
+    row = next(line for line in out.splitlines() if line.startswith("c1 ")).split()
+    assert row[3:8] == ["6", "1", "2", "2", "0"]  # ok and failed apart
 
 
 def test_status_shows_hosts_held_back_by_cluster_politeness(zk, zk_hosts, zk_root, capsys):
@@ -124,7 +132,26 @@ def test_status_shows_hosts_held_back_by_cluster_politeness(zk, zk_hosts, zk_roo
     assert [x["host"] for x in h["longest"]] == ["busy.example:80", "[::1]:8080"]
     assert 110 < h["longest"][0]["next_slot_in_s"] <= 120
     rc, out, _ = run(capsys, "status", *common(zk_hosts, zk_root))
-    assert "hosts     3 with a politeness slot, 2 held back: busy.example:80 (1" in out
+    assert ("hosts     3 with a politeness slot, 2 held back (Retry-After, failures, "
+            "Crawl-delay): busy.example:80 (1") in out
+
+
+def test_a_slot_booked_ahead_by_waiting_items_is_not_held_back(zk, zk_hosts, zk_root, capsys):
+    """One host, many items waiting their turn 1 s apart: the slot is booked ~20 s ahead,
+    which is politeness doing its job, not a Retry-After."""
+    q = LeaseQueue(zk, zk_root, "c1")
+    q.offer_many([Item(url=f"http://one.example/a/{i}") for i in range(24)])
+    assert len(q.claim(24, timeout=5)) == 24
+    register(zk, zk_root, "c1", {"id": "c1", "state": "running", "domain_delay": 1.0,
+                                 "in_flight": 4, "backlog": 20, "control": "running"})
+    pol = ClusterPoliteness(zk, zk_root, 1.0)
+    for _ in range(20):
+        pol.reserve("one.example")
+    pol.back_off("busy.example", 120)
+    rc, out, err = run(capsys, "status", "--json", *common(zk_hosts, zk_root))
+    hosts = json.loads(out)["hosts"]
+    assert rc == 0 and hosts["tracked"] == 2, err
+    assert [h["host"] for h in hosts["longest"]] == ["busy.example"]
 
 
 def test_status_of_an_empty_root_and_orphan_leases(zk_factory, zk_hosts, zk_root, capsys):

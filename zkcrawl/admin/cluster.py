@@ -9,17 +9,35 @@ round trips, not one per consumer or lease.
 
     {"root", "time", "control",                       # "running" | "paused"
      "queue": {"depth", "claimable", "oldest_age_s"},
-     "leases": {"count", "by_consumer": {id: n}},
-     "consumers": [{"id", "host", "pid", "state", "processed", "failed", "in_flight",
-                    "items_per_s", "heartbeat_age_s", "leases", "control_seen",
-                    "acknowledged"}],
+     "leases": {"count", "fetching", "waiting", "by_consumer": {id: n}},
+     "consumers": [{"id", "host", "pid", "state", "processed", "ok", "failed", "in_flight",
+                    "waiting", "items_per_s", "heartbeat_age_s", "heartbeat_interval_s",
+                    "stale", "leases", "control_seen", "acknowledged"}],
      "producers": [{"id", "host", "state", "heartbeat_age_s", ...as published}],
      "dead": {"count"}, "control_pending": [ids that have not acknowledged yet],
-     "hosts": {"tracked", "held_back", "longest": [{"host", "next_slot_in_s"}]}}
+     "hosts": {"tracked", "held_back", "longest": [{"host", "next_slot_in_s",
+                                                    "leased_items"}]}}
 
-``hosts`` reads ``<root>/hosts`` (cluster politeness): hosts with a slot, and how many are
-held back more than 5 s (a ``Retry-After``, a retry's cool-down, a large ``Crawl-delay``),
-the ten longest first.
+Words mean one thing: ``processed`` counts every finished item, ``ok`` those without an error
+and ``failed`` the others (``processed = ok + failed``); a lease is *held* from the claim to
+the completion, and of those held ``fetching`` (a consumer's ``in_flight``) run on a pool
+thread now while ``waiting`` sit in its backlog. A consumer is ``stale`` when its heartbeat
+is older than :data:`STALE_AFTER` x the interval it publishes (5 s, SPEC §2, if it does not
+say): frozen, or cut off from ZooKeeper but not yet expired.
+
+``hosts`` reads ``<root>/hosts`` (cluster politeness): hosts with a slot, and those *held
+back* -- a ``Retry-After``, a failure's cool-down, a large ``Crawl-delay`` -- the ten longest
+first. A slot booked ahead only because items wait their turn at the host is not held back:
+a host counts when its next slot is further away than its leased items x the largest
+``--domain-delay`` the consumers publish, plus 5 s.
+
+``consumer_status(zk, root, id)`` is ``zkcrawl status --consumer ID --json``: that consumer's
+entry, its leases with ages and URLs (oldest first) and the hosts of those items with their
+next slot::
+
+    {"root", "time", "id", "registered", "consumer": {...as above} | null,
+     "leases": [{"item", "age_s", "attempt", "url", "host"}],
+     "hosts": [{"host", "leased_items", "next_slot_in_s"}]}
 
 A consumer *acknowledges* the control state when its status node reports it: the node's
 ``control`` key (the state its ControlWatch last saw) equals the cluster's; a node without
@@ -40,6 +58,7 @@ from typing import Any
 
 from zkcrawl.errors import UsageError, ZkCrawlError
 from zkcrawl.politeness.cluster import read_slots
+from zkcrawl.politeness.local import MAX_CRAWL_DELAY
 from zkcrawl.queue import items as wire
 from zkcrawl.queue import untrusted
 from zkcrawl.queue.control import PAUSED, RUNNING, parse_state
@@ -47,6 +66,7 @@ from zkcrawl.queue.items import Item
 from zkcrawl.queue.layout import Layout
 from zkcrawl.runner import connect
 from zkcrawl.settings import CommonSettings
+from zkcrawl.web.urls import host_key
 from zkcrawl.zk import (
     KazooException,
     Multi,
@@ -61,6 +81,11 @@ from zkcrawl.zk import (
 
 # Consumer states that show a consumer is taking work (i.e. it has seen "running").
 _RUNNING_STATES = ("running", "idle")
+#: A consumer whose heartbeat is older than this many intervals is marked stale.
+STALE_AFTER = 3
+#: The heartbeat interval of a status node that does not publish one (SPEC §2: "at least
+#: every 5 s").
+DEFAULT_HEARTBEAT_S = 5.0
 
 
 @contextlib.contextmanager
@@ -140,17 +165,25 @@ def _consumer(now: float, name: str, doc: dict[str, Any], stat: Stat, leases: in
               control: str) -> dict[str, Any]:
     seen = control_seen(doc)
     extra = {k: v for k, v in doc.items() if k not in ("heartbeat_at", "control")}
+    processed, failed = _num(doc, "processed"), _num(doc, "failed")
+    interval = untrusted.number(doc.get("heartbeat_interval_s"), DEFAULT_HEARTBEAT_S,
+                                lo=0.001, hi=86400.0)
+    age = _age(now, doc, stat)
     return {
         **extra,  # whatever else the consumer publishes (backlog, threads...), passed on
         "id": str(doc.get("id") or name),
         "host": doc.get("host"),
         "pid": doc.get("pid"),
         "state": doc.get("state", "unknown"),
-        "processed": _num(doc, "processed"),
-        "failed": _num(doc, "failed"),
+        "processed": processed,
+        "ok": max(0, processed - failed),
+        "failed": failed,
         "in_flight": _num(doc, "in_flight", leases),
+        "waiting": _num(doc, "backlog", None),
         "items_per_s": _num(doc, "items_per_s", 0.0),
-        "heartbeat_age_s": _age(now, doc, stat),
+        "heartbeat_age_s": age,
+        "heartbeat_interval_s": interval,
+        "stale": age > STALE_AFTER * interval,
         "started_at": doc.get("started_at"),
         "leases": leases,
         "control_seen": seen,
@@ -173,19 +206,46 @@ def _oldest_age(zk: ZkClient, queue: str, names: list[str], now: float) -> float
     return None
 
 
-BACKING_OFF_S = 5.0  # a host whose next slot is further away than this is shown as held back
+BACKING_OFF_S = 5.0  # held back: the next slot is this much further than its turns explain
 _HOSTS_SHOWN = 10
+_DEFAULT_GAP = 1.0  # --domain-delay's default, for consumers that do not publish theirs
 
 
-def _hosts(zk: ZkClient, base: str, now: float) -> dict[str, Any]:
+def _hosts(zk: ZkClient, base: str, now: float, leased: Counter[str], gap: float
+           ) -> dict[str, Any]:
     """``<root>/hosts`` (cluster politeness): how many hosts have a slot, and those held back
-    longest (a Retry-After, a retry's cool-down or a large Crawl-delay)."""
+    longest (a Retry-After, a retry's cool-down or a large Crawl-delay): booked further
+    ahead than the host's leased items waiting their turn ``gap`` apart would explain."""
     slots = read_slots(zk, base)
-    held = [(slot.time - now, slot.host) for slot in slots if slot.time - now > BACKING_OFF_S]
+    held = [(slot.time - now, slot.host) for slot in slots
+            if slot.time - now > leased.get(slot.host, 0) * gap + BACKING_OFF_S]
     held.sort(reverse=True)
     return {"tracked": len(slots), "held_back": len(held),
-            "longest": [{"host": h, "next_slot_in_s": round(w, 1)}
-                        for w, h in held[:_HOSTS_SHOWN]]}
+            "longest": [{"host": h, "next_slot_in_s": round(w, 1),
+                         "leased_items": leased.get(h, 0)} for w, h in held[:_HOSTS_SHOWN]]}
+
+
+def _leased_items(zk: ZkClient, p: dict[str, str], leases: list[tuple[str, dict[str, Any], Stat]],
+                  now: float) -> list[dict[str, Any]]:
+    """Each lease with its holder, age and the item's URL and host (items read pipelined; an
+    item completed meanwhile, or malformed, has no URL)."""
+    reads = gather([zk.get_async(f"{p['queue']}/{name}") for name, _, _ in leases])
+    out = []
+    for (name, doc, stat), res in zip(leases, reads, strict=True):
+        item = None if isinstance(res, Exception) else wire.decode(bytes(res[0] or b"")).item
+        claimed = untrusted.number(doc.get("claimed_at"), stat.ctime / 1000.0, lo=0.0)
+        out.append({"item": name, "consumer": str(doc.get("consumer", "?")),
+                    "age_s": round(max(0.0, now - claimed), 3),
+                    "attempt": item.attempt if item else None,
+                    "url": item.url if item else None,
+                    "host": host_key(item.url) if item else None})
+    return out
+
+
+def _largest_gap(consumers: list[dict[str, Any]]) -> float:
+    gaps = [untrusted.number(c.get("domain_delay"), _DEFAULT_GAP, lo=0.0, hi=MAX_CRAWL_DELAY)
+            for c in consumers]
+    return max(gaps, default=_DEFAULT_GAP)
 
 
 def cluster_status(zk: ZkClient, root: str, now: float | None = None) -> dict[str, Any]:
@@ -197,6 +257,7 @@ def cluster_status(zk: ZkClient, root: str, now: float | None = None) -> dict[st
     control_stat = zk.exists(p["control"])
     control = parse_state(zk.get(p["control"])[0]) if control_stat else RUNNING
     leases = _read_json(zk, p["leases"], names["leases"])
+    leased = _leased_items(zk, p, leases, now)
     by_consumer = Counter(str(doc.get("consumer", "?")) for _, doc, _ in leases)
     consumers = [_consumer(now, n, doc, st, by_consumer.get(str(doc.get("id") or n), 0),
                            control)
@@ -212,12 +273,42 @@ def cluster_status(zk: ZkClient, root: str, now: float | None = None) -> dict[st
         "control_pending": [c["id"] for c in consumers if not c["acknowledged"]],
         "queue": {"depth": depth, "claimable": max(0, depth - len(leases)),
                   "oldest_age_s": _oldest_age(zk, p["queue"], names["queue"], now)},
-        "leases": {"count": len(leases), "by_consumer": dict(sorted(by_consumer.items()))},
+        "leases": {"count": len(leases),
+                   "fetching": sum(c["in_flight"] for c in consumers),
+                   "waiting": sum(c["waiting"] or 0 for c in consumers),
+                   "by_consumer": dict(sorted(by_consumer.items()))},
         "consumers": consumers,
         "producers": producers,
         "dead": {"count": len(names["dead"])},
-        "hosts": _hosts(zk, p["hosts"], now),
+        "hosts": _hosts(zk, p["hosts"], now, Counter(x["host"] for x in leased if x["host"]),
+                        _largest_gap(consumers)),
     }
+
+
+def consumer_status(zk: ZkClient, root: str, consumer_id: str, now: float | None = None
+                    ) -> dict[str, Any]:
+    """One consumer (``zkcrawl status --consumer ID``): see the module docstring."""
+    p = _paths(root)
+    now = time.time() if now is None else now
+    control_stat = zk.exists(p["control"])
+    control = parse_state(zk.get(p["control"])[0]) if control_stat else RUNNING
+    leases = [lease for lease in _read_json(zk, p["leases"], _children(zk, p["leases"]))
+              if str(lease[1].get("consumer", "?")) == consumer_id]
+    mine = sorted(_leased_items(zk, p, leases, now), key=lambda x: -x["age_s"])
+    found = _read_json(zk, p["consumers"], [n for n in _children(zk, p["consumers"])
+                                            if n == consumer_id])
+    entry = (_consumer(now, *found[0], len(mine), control) if found else None)
+    slots = {s.host: s.time for s in read_slots(zk, p["hosts"])}
+    per_host = Counter(x["host"] for x in mine if x["host"])
+    hosts = [{"host": h, "leased_items": n,
+              "next_slot_in_s": round(max(0.0, slots[h] - now), 1) if h in slots else None}
+             for h, n in per_host.most_common()]
+    hosts.sort(key=lambda h: -(h["next_slot_in_s"] or 0.0))
+    for x in mine:
+        del x["consumer"]
+    return {"root": root, "time": round(now, 3), "id": consumer_id,
+            "registered": entry is not None, "consumer": entry, "leases": mine,
+            "hosts": hosts}
 
 
 # ----------------------------------------------------------------- dead letters --

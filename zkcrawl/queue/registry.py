@@ -42,7 +42,8 @@ class Registration:
         self._thread: threading.Thread | None = None
 
     def _body(self) -> bytes:
-        doc = {"host": socket.gethostname(), **self.status(), "heartbeat_at": time.time()}
+        doc = {"host": socket.gethostname(), **self.status(), "heartbeat_at": time.time(),
+               "heartbeat_interval_s": self.interval}  # `zkcrawl status` judges staleness
         return json.dumps(doc, separators=(",", ":"), default=str).encode()
 
     def start(self, wait_free: float = 0.0) -> Registration:

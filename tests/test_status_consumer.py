@@ -1,0 +1,116 @@
+"""``zkcrawl status --consumer ID`` against a real consumer process, and the stale marker.
+
+The consumer (one thread, a backlog of 3) fetches from a page that does not answer, so it
+holds four leases -- one fetching, three waiting -- while the view is read; then SIGTERM, and
+the books: every offered item still queued (released, nothing lost), no lease left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import wait_for
+from tests.httpd import TestServer, delayed, html
+from zkcrawl.cli import main
+from zkcrawl.queue.items import Item
+from zkcrawl.queue.layout import Layout
+from zkcrawl.queue.leases import LeaseQueue
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    rc = main(list(argv), {})
+    out, err = capsys.readouterr()
+    return int(rc), out, err
+
+
+def test_status_of_one_real_consumer(zk, zk_hosts, zk_root, tmp_path, capsys):
+    common = ["--zk", zk_hosts, "--root", zk_root, "--log-format", "json"]
+    with TestServer({"/slow/*": delayed(60, html("<title>late</title>"))}) as site:
+        urls = [site.url(f"/slow/{i}") for i in range(4)]
+        LeaseQueue(zk, zk_root, "producer").offer_many([Item(url=u) for u in urls])
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        env = {k: v for k, v in env.items() if not k.startswith("ZKCRAWL_")}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "consumer.main", *common, "--id", "watched", "--threads",
+             "1", "--backlog", "3", "--allow-private-addresses", "--no-robots",
+             "--domain-delay", "0", "--grace", "0.5", "--out", str(tmp_path / "out.jsonl")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            def holding() -> dict | None:
+                rc, out, _ = run(capsys, "status", "--consumer", "watched", "--json", *common)
+                doc = json.loads(out) if rc == 0 else None
+                c = doc and doc["consumer"]
+                ready = c and len(doc["leases"]) == 4 and c["in_flight"] == 1 \
+                    and c["waiting"] == 3
+                return doc if ready else None
+
+            doc = wait_for(holding, 30, "the consumer to hold 4 leases")
+            c = doc["consumer"]
+            assert doc["registered"] and c["id"] == "watched" and c["stale"] is False
+            assert c["heartbeat_interval_s"] == 2.0 and c["heartbeat_age_s"] < 6
+            assert sorted(x["url"] for x in doc["leases"]) == sorted(urls)
+            ages = [x["age_s"] for x in doc["leases"]]
+            assert ages == sorted(ages, reverse=True) and all(a >= 0 for a in ages)
+            host = urls[0].split("/")[2]
+            assert doc["hosts"] == [{"host": host, "leased_items": 4,
+                                     "next_slot_in_s": None}]  # --domain-delay 0: no slot
+
+            rc, out, _ = run(capsys, "status", "--consumer", "watched", *common)
+            assert rc == 0
+            assert "leases    4 held: 1 fetching now, 3 waiting in its backlog" in out
+            assert "heartbeat" in out and "STALE" not in out
+            assert sum(1 for line in out.splitlines() if line.startswith("qn-")) == 4
+            rc, out, _ = run(capsys, "status", *common)  # the cluster view agrees
+            assert "leases    4 held: 1 fetching now, 3 waiting in consumer backlogs" in out
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                _, err = proc.communicate(timeout=30)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+    assert proc.returncode == 0, err
+    layout = Layout.of(zk_root)
+    assert len(zk.get_children(layout.queue)) == 4  # released, not lost
+    assert zk.get_children(layout.leases) == []
+
+
+def test_unknown_consumer_is_one_line_exit_1(zk, zk_hosts, zk_root, capsys):
+    zk.ensure_path(Layout.of(zk_root).consumers)
+    rc, out, err = run(capsys, "status", "--consumer", "nobody", "--zk", zk_hosts, "--root",
+                       zk_root)
+    assert rc == 1 and out == "" and err.count("\n") == 1
+    assert "no consumer 'nobody'" in err and "(live: none)" in err
+
+
+def test_a_consumer_without_heartbeat_for_three_intervals_is_stale(zk, zk_hosts, zk_root,
+                                                                   capsys):
+    layout = Layout.of(zk_root)
+    zk.ensure_path(layout.consumers)
+    frozen = {"id": "frozen", "state": "running", "heartbeat_at": time.time() - 7,
+              "heartbeat_interval_s": 2.0, "processed": 3, "failed": 0}
+    fresh = {**frozen, "id": "fresh", "heartbeat_at": time.time()}
+    for doc in (frozen, fresh):
+        zk.create(layout.consumer(doc["id"]), json.dumps(doc).encode(), ephemeral=True)
+    rc, out, _ = run(capsys, "status", "--json", "--zk", zk_hosts, "--root", zk_root)
+    stale = {c["id"]: c["stale"] for c in json.loads(out)["consumers"]}
+    assert rc == 0 and stale == {"fresh": False, "frozen": True}
+    rc, out, _ = run(capsys, "status", "--zk", zk_hosts, "--root", zk_root)
+    row = next(line for line in out.splitlines() if line.startswith("frozen"))
+    assert "STALE" in row and "STALE: no heartbeat for 3 intervals" in out
+    assert "STALE" not in next(line for line in out.splitlines() if line.startswith("fresh"))
+    rc, out, _ = run(capsys, "status", "--consumer", "frozen", "--zk", zk_hosts, "--root",
+                     zk_root)
+    assert rc == 0 and "STALE: older than 3 x 2 s" in out
