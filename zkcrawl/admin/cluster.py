@@ -48,6 +48,7 @@ a resume).
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import math
 import threading
 import time
@@ -372,20 +373,59 @@ def list_dead(zk: ZkClient, root: str) -> list[DeadLetter]:
             for n, r in zip(names, results, strict=True) if not isinstance(r, Exception)]
 
 
-def select_dead(zk: ZkClient, root: str, ids: Sequence[str], all_: bool) -> list[DeadLetter]:
-    """The dead letters named by ``ids`` (or all); an unknown id is a usage error."""
-    if all_ == bool(ids):
-        raise UsageError("name the dead letters (ID...) or use --all, not both or neither")
+@dataclass(frozen=True)
+class DeadFilter:
+    """Which dead letters an action takes: ``error`` a glob on the reason (``http-5*``;
+    exact without wildcards), ``host`` the URL's ``host[:port]`` (or its host name alone),
+    ``older_than`` seconds since the letter died. Unset criteria match everything."""
+
+    error: str | None = None
+    host: str | None = None
+    older_than: float | None = None
+
+    def __bool__(self) -> bool:
+        return any(v is not None for v in (self.error, self.host, self.older_than))
+
+    def matches(self, letter: DeadLetter, now: float) -> bool:
+        if self.error is not None and not fnmatch.fnmatchcase(letter.error or "", self.error):
+            return False
+        if self.host is not None:
+            host = host_key(letter.url) if letter.url else ""
+            wanted = self.host.lower()
+            if wanted not in (host, _host_name(host)):
+                return False
+        return self.older_than is None or (letter.dead_at is not None
+                                           and now - letter.dead_at >= self.older_than)
+
+
+def _host_name(host: str) -> str:
+    """``host[:port]`` -> host (``[::1]:8080`` -> ``[::1]``)."""
+    return host.rsplit(":", 1)[0] if host.rsplit(":", 1)[-1].isdigit() and \
+        not host.endswith("]") else host
+
+
+def select_dead(zk: ZkClient, root: str, ids: Sequence[str], all_: bool,
+                where: DeadFilter | None = None, now: float | None = None
+                ) -> list[DeadLetter]:
+    """The dead letters named by ``ids``, or all of them, kept where ``where`` matches (a
+    filter alone selects among all); an unknown id is a usage error."""
+    where = where or DeadFilter()
+    if all_ and ids:
+        raise UsageError("name the dead letters (ID...) or use --all, not both")
+    if not (all_ or ids or where):
+        raise UsageError("name the dead letters (ID...), use --all, or select them with "
+                         "--error/--host/--older-than")
     letters = list_dead(zk, root)
-    if all_:
-        return letters
+    now = time.time() if now is None else now
+    if not ids:
+        return [d for d in letters if where.matches(d, now)]
     by_id = {d.id: d for d in letters}
     wanted = [dead_id(i) for i in ids]
     missing = [w for w in wanted if w not in by_id]
     if missing:
         raise UsageError(f"no such dead letter: {', '.join(missing)} under {root}/dead "
                          f"(see `zkcrawl dead list`)")
-    return [by_id[w] for w in dict.fromkeys(wanted)]
+    return [by_id[w] for w in dict.fromkeys(wanted) if where.matches(by_id[w], now)]
 
 
 def requeue_item(letter: DeadLetter) -> Item | None:

@@ -1,15 +1,20 @@
 """``zkcrawl dead list|requeue|purge``: the items that failed ``--max-attempts`` times.
 
 * ``dead list [--json]``: id, attempts, last error, URL, age.
-* ``dead requeue (--all | ID...)``: offer each item again with attempt 0 (the original
+* ``dead requeue (--all | ID... | --error/--host/--older-than)``: offer each item again
+  with attempt 0 (the original
   item's producer and meta kept, ``meta.requeued_from`` and ``meta.last_error`` added) and
   delete the letter, one transaction per letter. A letter without a URL (a malformed item)
   cannot be requeued: it is reported and left for ``purge``.
-* ``dead purge (--all | ID...) --yes``: delete for good; refuses without ``--yes``.
+* ``dead purge (--all | ID... | filters) --yes``: delete for good; refuses without ``--yes``.
 
-IDs are ``dl-0000000007`` or just ``7``, written right after the action. ``--yes`` and
-``--all`` are flags only, on purpose: no environment variable or config key can confirm a
-destructive command for you.
+Filters (on ``list`` too, combined with AND, and narrowing given IDs): ``--error REASON`` (a
+glob: ``http-5*``), ``--host HOST`` (``host[:port]`` of the URL, or the host name alone),
+``--older-than AGE`` (dead for at least AGE: ``90``, ``90s``, ``15m``, ``2h``, ``1d``).
+
+IDs are ``dl-0000000007`` or just ``7``, written right after the action. ``--yes``,
+``--all`` and the filters are flags only, on purpose: no environment variable or config key
+can confirm -- or widen -- a destructive command for you.
 
 A dead letter's URL and error come from crawled pages and znodes: the text list shows them
 through :func:`zkcrawl.textsafe.printable` (no control, ANSI or bidi character reaches the
@@ -21,11 +26,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import sys
 import time
 from collections.abc import Mapping
 
 from zkcrawl.admin.cluster import (
+    DeadFilter,
     DeadLetter,
     Outcome,
     list_dead,
@@ -47,6 +54,8 @@ EXAMPLES = """
     zkcrawl dead list
     zkcrawl dead requeue 7 12      # dl-0000000007 and dl-0000000012, attempt 0 again
     zkcrawl dead requeue --all
+    zkcrawl dead requeue --error 'http-5*' --host shop.example.com --older-than 1h
+    zkcrawl dead list --error timeout --json
     zkcrawl dead purge --all --yes
 """
 
@@ -65,6 +74,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="requeue/purge: every dead letter")
     parser.add_argument("--yes", action="store_true",
                         help="purge: confirm the deletion (required)")
+    parser.add_argument("--error", metavar="REASON",
+                        help="only letters whose error matches REASON (a glob: http-5*)")
+    parser.add_argument("--host", metavar="HOST",
+                        help="only letters whose URL is on HOST (host[:port] or the name)")
+    parser.add_argument("--older-than", metavar="AGE", type=parse_age,
+                        help="only letters dead for at least AGE (90, 90s, 15m, 2h, 1d)")
+
+
+_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_AGE = re.compile(r"\s*(\d{1,12}(?:\.\d{1,9})?)\s*([smhd]?)\s*")
+
+
+def parse_age(text: str) -> float:
+    """``90``, ``90s``, ``15m``, ``2h``, ``1d`` -> seconds; anything else raises
+    ArgumentTypeError (argparse makes it one usage line naming the flag)."""
+    m = _AGE.fullmatch(text)
+    if m is None:
+        raise argparse.ArgumentTypeError(f"not an age (90, 90s, 15m, 2h, 1d): {text[:40]!r}")
+    return float(m.group(1)) * _UNITS[m.group(2)]
 
 
 def _age(at: float | None) -> str:
@@ -99,18 +127,26 @@ def _report(verb: str, out: Outcome) -> ExitStatus:
 
 
 def execute(settings: Settings, ns: argparse.Namespace, env: Mapping[str, str]) -> ExitStatus:
+    where = DeadFilter(ns.error, ns.host, ns.older_than)
     if ns.action == "list" and (ns.ids or ns.all_ or ns.yes):
-        raise UsageError("dead list takes no ID, --all or --yes")
-    if ns.action != "list" and ns.all_ == bool(ns.ids):
-        raise UsageError(f"dead {ns.action}: name the dead letters (ID...) or use --all")
+        raise UsageError("dead list takes no ID, --all or --yes (filters: --error, --host, "
+                         "--older-than)")
+    if ns.action != "list" and ns.all_ and ns.ids:
+        raise UsageError(f"dead {ns.action}: name the dead letters (ID...) or use --all, "
+                         "not both")
+    if ns.action != "list" and not (ns.all_ or ns.ids or where):
+        raise UsageError(f"dead {ns.action}: name the dead letters (ID...), use --all, or "
+                         "select them with --error/--host/--older-than")
     if ns.action == "purge" and not ns.yes:
         raise UsageError("dead purge deletes dead letters for good: add --yes to confirm")
     setup_logging(settings)
     with zk_session(settings) as zk:
         if ns.action == "list":
-            _print_list(list_dead(zk, settings.root), settings.json)
+            now = time.time()
+            _print_list([d for d in list_dead(zk, settings.root) if where.matches(d, now)],
+                        settings.json)
             return ExitStatus.OK
-        letters = select_dead(zk, settings.root, ns.ids, ns.all_)
+        letters = select_dead(zk, settings.root, ns.ids, ns.all_, where)
         if ns.action == "requeue":
             return _report("requeued", requeue_dead(zk, settings.root, letters))
         return _report("purged", purge_dead(zk, settings.root, letters))
