@@ -47,7 +47,7 @@ class ConsumerSettings(CommonSettings, WebOptions):
         # one consumer per machine, results in a file, metrics for Prometheus
         zkcrawl-consumer --zk zk1:2181,zk2:2181,zk3:2181 --out results.jsonl --metrics-port 9100
         # extra fields from each page, a gentler gap per host
-        zkcrawl-consumer --field price=//span[@class='price']/text() --domain-delay 2
+        zkcrawl-consumer --field "price=//span[@class='price']/text()" --domain-delay 2
         # crawl what is queued, then exit (batch jobs, tests)
         zkcrawl-consumer --out - --exit-when-idle 10 | gzip > results.jsonl.gz
     """

@@ -64,7 +64,8 @@ def _help_of(main, argv, capsys) -> str:
     return capsys.readouterr().out
 
 
-ADMIN = ["status", "pause", "resume", "dead", "queue", "report", "local-zk", "demo", "bench"]
+ADMIN = ["status", "pause", "resume", "dead", "queue", "report", "local-zk", "demo", "bench",
+         "try"]
 ALL_HELP = [("zkcrawl-consumer", consumer_main, []), ("zkcrawl-producer", producer_main, []),
             *[(f"zkcrawl {c}", admin_main, [c]) for c in ADMIN]]
 
@@ -189,7 +190,8 @@ def test_print_config_of_an_invalid_value_is_exit_2(capsys):
 def test_print_config_on_every_command(prog, main, argv, capsys):
     extra = {"zkcrawl-producer": ["--start", "http://x.test/"], "zkcrawl dead": ["list"],
              "zkcrawl queue": ["list"], "zkcrawl report": ["r.jsonl"],
-             "zkcrawl local-zk": ["status"], "zkcrawl bench": ["queue"]}.get(prog, [])
+             "zkcrawl local-zk": ["status"], "zkcrawl bench": ["queue"],
+             "zkcrawl try": ["http://x.test/"]}.get(prog, [])
     assert main([*argv, *extra, "--print-config"], {}) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"# {prog}: effective settings") and "# default" in out

@@ -47,6 +47,14 @@ from zkcrawl.web.urls import LinkFilter, compile_patterns, normalize_url
 NAME = "try"
 HELP = ("fetch one page as the crawl would and show what the producer would offer and what "
         "the consumer would record (no ZooKeeper needed)")
+EXAMPLES = """
+    # the links a listing page gives, kept and dropped with reasons, and its next page
+    zkcrawl try https://blog.example.com/ --links-css 'article h2 a' \\
+        --next '//a[@rel="next"]/@href' --same-host
+    # the record the consumer would write for one item page, with an extra field
+    zkcrawl try https://shop.example.com/p/42 --field "price=//span[@class='price']/text()"
+    zkcrawl try http://127.0.0.1:8000/ --allow-private-addresses --json
+"""
 DUPLICATE = "duplicate"  # a link already kept from this page: the producer skips it too
 _CONSUMER_ID = "try"
 
