@@ -186,13 +186,16 @@ def test_print_config_of_an_invalid_value_is_exit_2(capsys):
     assert "watch = -1.0" in out and err.count("\n") == 1 and "--watch" in err
 
 
+#: What each command needs besides flags, to get as far as its settings.
+REQUIRED = {"zkcrawl-producer": ["--start", "http://x.test/"], "zkcrawl dead": ["list"],
+            "zkcrawl queue": ["list"], "zkcrawl report": ["r.jsonl"],
+            "zkcrawl local-zk": ["status"], "zkcrawl bench": ["queue"],
+            "zkcrawl try": ["http://x.test/"]}
+
+
 @pytest.mark.parametrize("prog, main, argv", ALL_HELP, ids=[p for p, _, _ in ALL_HELP])
 def test_print_config_on_every_command(prog, main, argv, capsys):
-    extra = {"zkcrawl-producer": ["--start", "http://x.test/"], "zkcrawl dead": ["list"],
-             "zkcrawl queue": ["list"], "zkcrawl report": ["r.jsonl"],
-             "zkcrawl local-zk": ["status"], "zkcrawl bench": ["queue"],
-             "zkcrawl try": ["http://x.test/"]}.get(prog, [])
-    assert main([*argv, *extra, "--print-config"], {}) == 0
+    assert main([*argv, *REQUIRED.get(prog, []), "--print-config"], {}) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"# {prog}: effective settings") and "# default" in out
 
@@ -238,3 +241,19 @@ def test_an_accepted_user_agent_is_one_header_value(text):
     if header_value_problem(text) is None:
         encoded = text.encode("ascii")
         assert b"\r" not in encoded and b"\n" not in encoded and text.strip()
+
+
+@pytest.mark.parametrize("prog, main, argv", ALL_HELP, ids=[p for p, _, _ in ALL_HELP])
+def test_no_command_takes_an_abbreviated_flag(prog, main, argv, capsys):
+    assert main([*argv, *REQUIRED.get(prog, []), "--log-lev", "debug"], {}) == 2
+    assert "unrecognized arguments: --log-lev" in capsys.readouterr().err
+
+
+def test_helper_entry_points_take_no_abbreviation_either():
+    import subprocess
+    import sys
+
+    for module in ("zkcrawl.admin.samplesite", "zkcrawl.bench.site", "zkcrawl.bench.offer"):
+        proc = subprocess.run([sys.executable, "-m", module, "--hos", "127.0.0.1"],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and "unrecognized arguments: --hos" in proc.stderr, module

@@ -310,7 +310,7 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     """``python -m zkcrawl.admin.samplesite [--host H] [--port N] [--slow-s S]``."""
     ap = argparse.ArgumentParser(prog="python -m zkcrawl.admin.samplesite",
-                                 description=__doc__.split("\n", 1)[0])
+                                 description=__doc__.split("\n", 1)[0], allow_abbrev=False)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--slow-s", type=float, default=2.0, help="delay of the slow article")

@@ -201,7 +201,7 @@ def render(out: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m zkcrawl.bench.offer [--zk HOSTS] [--items N] [--json]``."""
-    ap = argparse.ArgumentParser(prog="python -m zkcrawl.bench.offer")
+    ap = argparse.ArgumentParser(prog="python -m zkcrawl.bench.offer", allow_abbrev=False)
     ap.add_argument("--zk", default=None)
     ap.add_argument("--items", type=int, default=100_000)
     ap.add_argument("--batch", type=int, default=None)

@@ -289,7 +289,8 @@ async def _serve(host: str, port: int, latency_ms: float, articles: int,
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m zkcrawl.bench.site``."""
     ap = argparse.ArgumentParser(prog="python -m zkcrawl.bench.site",
-                                 description="Synthetic crawl target for zkcrawl bench.")
+                                 description="Synthetic crawl target for zkcrawl bench.",
+                                 allow_abbrev=False)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--latency-ms", type=float, default=50.0)
