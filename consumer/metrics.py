@@ -166,6 +166,14 @@ class Metrics:
                               "ZooKeeper connection state", ["state"], registry=r)
         self.paused = Gauge("zkcrawl_consumer_paused", "1 while the cluster is paused",
                             registry=r)
+        self.zk_transitions = Counter("zkcrawl_consumer_zookeeper_transitions", "Changes of "
+                                      "the ZooKeeper connection state, by the state entered "
+                                      "(LOST: the session expired, its leases went with it)",
+                                      ["state"], registry=r)
+        self.ready = Gauge("zkcrawl_consumer_ready", "1 while /readyz would answer 200 "
+                           "(connected to ZooKeeper and claiming, or paused)", registry=r)
+        self._ready_probe: Health = unready_starting
+        self.ready.set_function(self._is_ready)
         self._by_outcome: dict[tuple[str, str], Any] = {}
         self._reasons: set[str] = set()
         self._lock = threading.Lock()  # workers observe concurrently: one reason set
@@ -174,6 +182,18 @@ class Metrics:
     def set_zk_state(self, state: str) -> None:
         for s in ZK_STATES:
             self.zk_state.labels(state=s).set(1 if s == state else 0)
+        if state in ZK_STATES:
+            self.zk_transitions.labels(state=state).inc()
+
+    def set_ready_probe(self, probe: Health) -> None:
+        """What ``zkcrawl_consumer_ready`` asks at scrape time (the ``/readyz`` probe)."""
+        self._ready_probe = probe
+
+    def _is_ready(self) -> float:
+        try:
+            return 1.0 if self._ready_probe()[0] else 0.0
+        except Exception:  # a probe that breaks says "not ready", as /readyz does
+            return 0.0
 
     def observe(self, kind: str, error: str | None, queue_ms: float, dispatch_ms: float,
                 wait_ms: float, process_ms: float) -> None:
@@ -267,9 +287,12 @@ class MetricsServer:
         self._httpd.metrics = metrics
 
     def set_probes(self, live: Health, ready: Health) -> None:
-        """What ``/livez`` and ``/readyz`` ask from now on."""
+        """What ``/livez`` and ``/readyz`` ask from now on (and the consumer's
+        ``zkcrawl_consumer_ready`` gauge, so alerts see what the kubelet sees)."""
         self._httpd.live = live
         self._httpd.ready = ready
+        if isinstance(self._httpd.metrics, Metrics):
+            self._httpd.metrics.set_ready_probe(ready)
 
     def start(self) -> MetricsServer:
         self._thread.start()

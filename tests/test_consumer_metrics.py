@@ -62,7 +62,8 @@ def test_metrics_and_healthz_follow_zookeeper_and_the_run_state(own_zk, tmp_path
                          "zkcrawl_consumer_in_flight ", "zkcrawl_consumer_backlog ",
                          "zkcrawl_consumer_process_seconds_bucket{le=",
                          'zkcrawl_build_info{component="consumer",', "process_cpu_seconds_total",
-                         "python_gc_collections_total", "python_info{"):
+                         "python_gc_collections_total", "python_info{",
+                         "zkcrawl_consumer_ready 1.0"):
                 assert line in text, line
             assert get(port, "/")[0] == 404  # not prometheus-client's "200 everywhere"
 
@@ -73,7 +74,10 @@ def test_metrics_and_healthz_follow_zookeeper_and_the_run_state(own_zk, tmp_path
             zk_server.stop()
             wait_for(lambda: get(port, "/healthz")[0] == 503, what="503 while suspended")
             assert json.loads(get(port, "/healthz")[1])["zookeeper"] != "CONNECTED"
-            assert 'zookeeper_state{state="SUSPENDED"} 1.0' in get(port, "/metrics")[1]
+            text = get(port, "/metrics")[1]
+            assert 'zookeeper_state{state="SUSPENDED"} 1.0' in text
+            assert "zkcrawl_consumer_ready 0.0" in text  # what /readyz says, for alerts
+            assert 'zookeeper_transitions_total{state="SUSPENDED"} 1.0' in text
             wait_for(lambda: len(records(out)) == 11, what="the slow record, written anyway")
 
             # Back within the session timeout: the held completion goes through.

@@ -73,8 +73,7 @@ def figures_of_exporter(m: Samples, root: str) -> dict[str, Any]:
             "leases": {dict(labels)["consumer"]: v for (name, labels), v in m.items()
                        if name == "zkcrawl_cluster_leases"},
             "dead": one("zkcrawl_cluster_dead_letters"),
-            "consumers": sum(v for (name, _), v in m.items()
-                             if name == "zkcrawl_cluster_consumers"),
+            "consumers": one("zkcrawl_cluster_consumers"),
             "producers": one("zkcrawl_cluster_producers"),
             "paused": one("zkcrawl_cluster_paused") == 1,
             "held_back": one("zkcrawl_cluster_hosts_held_back"),

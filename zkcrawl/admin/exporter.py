@@ -39,7 +39,8 @@ The metrics (every cluster metric has a ``root`` label):
 ``zkcrawl_cluster_queue_oldest_age_seconds``   age of the head of the queue (0 when empty)
 ``zkcrawl_cluster_leases{consumer}``           leases by holder (the lease node's ``consumer``)
 ``zkcrawl_cluster_dead_letters``               items in ``<root>/dead``
-``zkcrawl_cluster_consumers{state}``           live consumers by published state
+``zkcrawl_cluster_consumers``                  live consumers (their status nodes)
+``zkcrawl_cluster_consumers_by_state{state}``  live consumers by published state
 ``zkcrawl_cluster_consumer_heartbeat_age_seconds{consumer}``  since each one's status write
 ``zkcrawl_cluster_consumer_items_per_second{consumer}``  as each one publishes it
 ``zkcrawl_cluster_producers``                  live producers
@@ -277,11 +278,14 @@ def cluster_families(doc: dict[str, Any], root: str) -> Iterator[Metric]:
                  labels=("root", "consumer"))
     yield _gauge("zkcrawl_cluster_dead_letters", "Items in the dead letters",
                  [([root], doc["dead"]["count"])])
-    states = Counter(label(c["state"]) for c in doc["consumers"])
-    states_shown = sorted(states.items())[:MAX_CONSUMER_SERIES]
-    yield _gauge("zkcrawl_cluster_consumers", "Live consumers (status nodes) by their state",
-                 [([root, s], n) for s, n in states_shown], labels=("root", "state"))
     consumers = doc["consumers"]
+    yield _gauge("zkcrawl_cluster_consumers", "Live consumers (status nodes)",
+                 [([root], len(consumers))])
+    states = Counter(label(c["state"]) for c in consumers)
+    yield _gauge("zkcrawl_cluster_consumers_by_state", "Live consumers by the state they "
+                 "publish (running, idle, paused, draining...)",
+                 [([root, s], n) for s, n in sorted(states.items())[:MAX_CONSUMER_SERIES]],
+                 labels=("root", "state"))
     yield _gauge("zkcrawl_cluster_consumer_heartbeat_age_seconds", "Seconds since each "
                  "consumer last wrote its status node",
                  [([root, c], v) for c, v in _capped(
