@@ -28,7 +28,7 @@ MONITORING = REPO / "deploy" / "monitoring"
 RULES = MONITORING / "prometheusrule.yaml"
 RULE_TESTS = MONITORING / "alerts.test.yaml"
 DASHBOARD = MONITORING / "dashboard.json"
-SCALEDOBJECT = REPO / "deploy" / "kubernetes" / "consumer-scaledobject.yaml"
+SCALEDOBJECT = REPO / "deploy" / "kubernetes" / "keda" / "scaledobject.yaml"
 # Metric names in a query: ours and the standard collectors' (what the code exports).
 OUR_METRIC = re.compile(r"\b(?:zkcrawl|process|python)_[a-z0-9_]+\b")
 ALERTS = {"ZkcrawlQueueNotDraining", "ZkcrawlNoLiveConsumers", "ZkcrawlDeadLettersGrowing",
@@ -163,7 +163,7 @@ def exported(zk_hosts, tmp_path_factory) -> set[str]:
 def test_dashboard_alerts_and_scaler_name_only_exported_metrics(yaml_mod, exported):
     for what, exprs in (("dashboard.json", _dashboard_exprs()),
                         ("prometheusrule.yaml", _rule_exprs(yaml_mod)),
-                        ("consumer-scaledobject.yaml", _scaler_exprs(yaml_mod))):
+                        ("keda/scaledobject.yaml", _scaler_exprs(yaml_mod))):
         assert names_in(exprs), what
         assert not missing(exprs, exported), f"{what} names metrics nobody exports: " \
                                              f"{sorted(missing(exprs, exported))}"
