@@ -699,7 +699,7 @@ def test_keda_scales_the_consumers_on_the_queue_not_cpu(
     root = manifests[("ConfigMap", "zkcrawl-common")]["data"]["ZKCRAWL_ROOT"]
     assert f'root="{root}"' in query
     consumer = manifests[("ConfigMap", "zkcrawl-consumer")]["data"]
-    capacity = int(consumer["ZKCRAWL_THREADS"]) + int(consumer["ZKCRAWL_BACKLOG"])
+    capacity = int(consumer["ZKCRAWL_CONSUMER_THREADS"]) + int(consumer["ZKCRAWL_CONSUMER_BACKLOG"])
     assert float(trigger["metadata"]["threshold"]) == capacity
     readme = (K8S_ROOT / "README.md").read_text(encoding="utf-8")
     assert "ScaledObject" in readme and "politeness" in readme.lower()

@@ -27,6 +27,11 @@ from zkcrawl.signals import StopSignals
 
 NAME = "exporter"
 HELP = "serve the cluster's queue, leases, consumers and dead letters as Prometheus metrics"
+EXAMPLES = """
+    zkcrawl exporter --zk zk1:2181,zk2:2181,zk3:2181   # http://127.0.0.1:9101/metrics
+    zkcrawl exporter --metrics-host 0.0.0.0            # in a container (NetworkPolicy!)
+    zkcrawl exporter --root /crawl-b --metrics-port 9102   # one exporter per root
+"""
 
 log = logs.get_logger("zkcrawl.exporter")
 
