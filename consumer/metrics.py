@@ -37,7 +37,7 @@ Reasons come from pages and servers (``http-NNN``) and could be anything a bug m
 :func:`reason_label` keeps the label set bounded (:data:`MAX_REASONS`, then ``other``).
 The four timing stages of SPEC §4 are histograms: ``queue_seconds`` (in ZooKeeper before the
 claim), ``dispatch_seconds``, ``wait_seconds`` and ``process_seconds`` (fetch + parse + write;
-named ``fetch_seconds`` before 0.2, which said less than it measured).
+named ``fetch_seconds`` up to 0.1.0, which said less than it measured).
 """
 
 from __future__ import annotations
