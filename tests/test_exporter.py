@@ -29,6 +29,7 @@ from zkcrawl.admin.localzk import free_port
 from zkcrawl.cli import main
 from zkcrawl.errors import ExitStatus
 from zkcrawl.politeness.cluster import ClusterPoliteness
+from zkcrawl.queue.registry import Registration
 
 ROOT = Path(__file__).resolve().parents[1]
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -129,6 +130,8 @@ def test_exporter_figures_match_status_json_while_a_crawl_runs(zk, zk_hosts, zk_
         offer(zk, zk_root, urls)
         # A host held back for two minutes (what a Retry-After: 120 leaves behind).
         ClusterPoliteness(zk, zk_root, 0.01).back_off("busy.example:80", 120)
+        producer = Registration(zk, f"{zk_root}/producers/p1",
+                                lambda: {"id": "p1", "state": "offering"}, interval=5).start()
         runs = [Running(settings_for(zk_hosts, zk_root, out, "--threads", "2", "--backlog",
                                      "1", "--id", f"c{i}"))
                 for i, out in enumerate(outs, 1)]
@@ -148,8 +151,10 @@ def test_exporter_figures_match_status_json_while_a_crawl_runs(zk, zk_hosts, zk_
             doc = status_json(capsys, zk_hosts, zk_root)
             m = scrape(exporter.port)
             got = figures_of_exporter(m, zk_root)
-            print("status --json:", figures_of_status(doc), "exporter:", got)
+            with capsys.disabled():  # side by side, for the record (pytest -s)
+                print("\nstatus --json:", figures_of_status(doc), "\nexporter:     ", got)
             assert got["dead"] == 1 and got["consumers"] == 2 and got["held_back"] == 1
+            assert got["producers"] == 1
             assert got["depth"] == 12 and got["leases"] == {"c1": 3, "c2": 3}
             assert got["claimable"] == 6 and not got["paused"]
             age = m[("zkcrawl_cluster_queue_oldest_age_seconds", (("root", zk_root),))]
@@ -175,6 +180,7 @@ def test_exporter_figures_match_status_json_while_a_crawl_runs(zk, zk_hosts, zk_
             gate.set()
             for run in runs:
                 run.stop()
+            producer.stop(delete=True)
             rc = exporter.stop()
         elapsed = time.monotonic() - exporter.started
         m_reads = [line for line in exporter.stderr.read_text().splitlines()
@@ -187,6 +193,48 @@ def test_exporter_figures_match_status_json_while_a_crawl_runs(zk, zk_hosts, zk_
     # Watches, not a polling storm: at most one read per --min-interval (0.2 s), however
     # often the crawl fired them; and some did fire (the pause, the completions).
     assert 2 <= reads <= elapsed / 0.2 + 2, (reads, elapsed)
+
+
+def test_exporter_rides_out_a_zookeeper_outage(tmp_path):
+    """ZooKeeper stops: the exporter keeps serving the last figures with
+    zkcrawl_cluster_up 0 and /readyz 503, stays alive (/livez 200), and reads again when
+    the server is back."""
+    from zkcrawl.admin.localzk import ZkServer
+    from zkcrawl.zk.client import ZkClient
+
+    servers = [ZkServer(tmp_path / "zk").start(wait=60)]
+    hosts, root = servers[0].hosts, "/outage"
+    exporter = Exporter(hosts, root, tmp_path, "--min-interval", "0.2", "--refresh", "1",
+                        "--zk-timeout", "5", "--session-timeout", "30")
+    up = ("zkcrawl_cluster_up", (("root", root),))
+    depth = ("zkcrawl_cluster_queue_depth", (("root", root),))
+    try:
+        wait_for(exporter.ready, timeout=30, what="the exporter ready")
+        with ZkClient(hosts).connect() as zk:
+            offer(zk, root, ["http://a.example/1", "http://a.example/2"])
+        wait_for(lambda: scrape(exporter.port).get(depth) == 2, timeout=30, what="depth 2")
+        servers[0].stop()
+        wait_for(lambda: scrape(exporter.port)[up] == 0, timeout=30, what="up 0")
+        m = scrape(exporter.port)
+        assert m[depth] == 2  # the last figures, marked stale
+        assert m[("zkcrawl_exporter_read_errors_total", (("root", root),))] >= 1
+        assert get_status(exporter.port, "/readyz") == 503
+        assert get_status(exporter.port, "/livez") == 200
+        servers.append(ZkServer(tmp_path / "zk", port=servers[0].port).start(wait=60))
+        wait_for(lambda: scrape(exporter.port)[up] == 1, timeout=60, what="up again")
+        wait_for(exporter.ready, timeout=30, what="ready again")
+    finally:
+        rc = exporter.stop()
+        servers[-1].stop()
+    assert rc == 0 and "Traceback" not in exporter.stderr.read_text()
+
+
+def get_status(port: int, path: str) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
 
 
 def build_version() -> str:

@@ -74,7 +74,7 @@ from zkcrawl import logs
 from zkcrawl.admin.cluster import cluster_status
 from zkcrawl.queue.layout import Layout
 from zkcrawl.textsafe import printable
-from zkcrawl.zk import KazooException, NoNodeError, WatchedEvent, ZkClient, gather
+from zkcrawl.zk import ConnectionLoss, KazooException, NoNodeError, WatchedEvent, ZkClient, gather
 
 __all__ = ["LABEL_LIMIT", "MAX_CONSUMER_SERIES", "ClusterCollector", "ClusterView", "label"]
 
@@ -130,23 +130,32 @@ class ClusterView:
 
     # -- the reader thread ----------------------------------------------------------------
     def start(self) -> ClusterView:
+        self.zk.add_listener(self._state)
         self._thread.start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
         self._stale.set()
+        self.zk.remove_listener(self._state)
         if self._thread.is_alive():
             self._thread.join(self.zk.zk_timeout + 5)
 
     def _wake(self, _event: WatchedEvent) -> None:
         self._stale.set()  # kazoo's thread: set a flag, never block
 
+    def _state(self, state: str) -> None:
+        """kazoo's thread: any change of the connection makes the view stale (a reconnect
+        is read at once; a disconnect shows as ``zkcrawl_cluster_up 0`` at once)."""
+        self._stale.set()
+
     def _arm(self) -> None:
         """One-shot watches on the children that change with the crawl, and on control.
         A parent that does not exist yet gets an exists-watch (its creation wakes us)."""
         paths = [getattr(self._layout, name) for name in _WATCHED]
-        results = gather([self.zk.get_children_async(p, watch=self._wake) for p in paths])
+        # Bounded: a request queued while disconnected would wait for the reconnect.
+        results = gather([self.zk.get_children_async(p, watch=self._wake) for p in paths],
+                         timeout=self.zk.zk_timeout)
         for path, res in zip(paths, results, strict=True):
             if isinstance(res, NoNodeError):
                 self.zk.exists(path, watch=self._wake)
@@ -159,16 +168,22 @@ class ClusterView:
         when ZooKeeper fails us."""
         started = time.monotonic()
         try:
+            if not self.zk.connected:  # a read now would only wait for the reconnect
+                raise ConnectionLoss("not connected")
             self._arm()
             doc = cluster_status(self.zk, self.root)
         except KazooException as exc:
             with self._lock:
                 self.errors += 1
-                self._up = False
-            log.warning("exporter.read_failed", root=self.root, error=type(exc).__name__)
+                was_up, self._up = self._up, False
+            if was_up or self.errors == 1:  # once per outage, not once per retry
+                log.warning("exporter.read_failed", root=self.root, error=type(exc).__name__,
+                            note="serving the last figures with zkcrawl_cluster_up 0")
             return False
         with self._lock:
             self._doc = doc
+            if not self._up and self.errors:
+                log.info("exporter.read_ok", root=self.root, errors=self.errors)
             self._up = True
             self.reads[trigger] += 1
             self.read_seconds = time.monotonic() - started
@@ -191,9 +206,10 @@ class ClusterView:
 
     # -- for the collector and the probes --------------------------------------------------
     def snapshot(self) -> tuple[dict[str, Any] | None, bool]:
-        """(the last good document or None, whether the last read succeeded)."""
+        """(the last good document or None, whether the last read succeeded and the
+        session is connected now)."""
         with self._lock:
-            return self._doc, self._up
+            return self._doc, self._up and self.zk.connected
 
     def alive(self) -> tuple[bool, dict[str, Any]]:
         """``/livez``: the reader thread turns (at least every refresh, or a read's time)."""
