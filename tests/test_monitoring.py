@@ -16,12 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.conftest import wait_for
 from tests.httpd import TestServer
 from tests.test_consumer_support import Running, offer, records, settings_for
 from zkcrawl.admin.exporter import ClusterView, ExporterMetrics
 from zkcrawl.admin.localzk import free_port
+from zkcrawl.logs import journald_stream
 
 REPO = Path(__file__).resolve().parents[1]
 MONITORING = REPO / "deploy" / "monitoring"
@@ -241,3 +244,21 @@ def test_no_priority_prefix_elsewhere(tmp_path, journal):
     """No JOURNAL_STREAM, or one inherited that names another file: plain JSON lines."""
     lines = _log_lines(tmp_path, "json", journal)
     assert len(lines) == 5 and all(json.loads(line) for line in lines)
+
+
+@given(st.text(max_size=60))
+def test_any_journal_stream_value_is_decoded_without_error(value):
+    """JOURNAL_STREAM comes from the environment: whatever it holds, the answer is a bool,
+    True only for the exact DEVICE:INODE of the stream."""
+    import io
+    import tempfile
+
+    with tempfile.TemporaryFile("w") as fh:
+        st_ = os.fstat(fh.fileno())
+        exact = f"{st_.st_dev}:{st_.st_ino}"
+        same = re.fullmatch(r"[0-9]+:[0-9]+", value) is not None and tuple(
+            map(int, value.split(":"))) == (st_.st_dev, st_.st_ino)
+        assert journald_stream(fh, {"JOURNAL_STREAM": value}) is same
+        assert journald_stream(fh, {"JOURNAL_STREAM": "0" + exact}) is True  # same numbers
+        assert journald_stream(fh, {"JOURNAL_STREAM": exact}) is True
+    assert journald_stream(io.StringIO(), {"JOURNAL_STREAM": value}) is False

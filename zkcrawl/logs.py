@@ -28,6 +28,7 @@ import logging
 import math
 import os
 import queue
+import re
 import sys
 import threading
 import time
@@ -46,14 +47,17 @@ PRIORITIES = {"debug": 7, "info": 6, "warning": 4, "warn": 4, "error": 3, "excep
               "critical": 2, "fatal": 2}
 
 
+_JOURNAL_STREAM = re.compile(r"[0-9]{1,20}:[0-9]{1,20}")  # DEVICE:INODE, ASCII digits
+
+
 def journald_stream(stream: IO[str], env: dict[str, str] | None = None) -> bool:
     """``stream`` is connected to journald: ``JOURNAL_STREAM`` (``DEVICE:INODE``, set by
     systemd for a unit's stdout/stderr) names the file ``stream`` writes to. A child that
     inherited the variable but writes elsewhere (a pipe, a file) gets no prefix."""
     value = (os.environ if env is None else env).get("JOURNAL_STREAM", "")
-    dev, sep, ino = value.partition(":")
-    if not sep or not dev.isdigit() or not ino.isdigit():
+    if not _JOURNAL_STREAM.fullmatch(value):
         return False
+    dev, _, ino = value.partition(":")
     try:
         st = os.fstat(stream.fileno())
     except (AttributeError, OSError, ValueError):  # no file behind it (a StringIO)
