@@ -130,6 +130,14 @@ def test_exporter_figures_match_status_json_while_a_crawl_runs(zk, zk_hosts, zk_
         offer(zk, zk_root, urls)
         # A host held back for two minutes (what a Retry-After: 120 leaves behind).
         ClusterPoliteness(zk, zk_root, 0.01).back_off("busy.example:80", 120)
+        # Status nodes anyone could write (SPEC §2): not UTF-8, and an id and state made to
+        # break an exposition (newlines, quotes, a label-sized flood, ANSI).
+        zk.ensure_path(f"{zk_root}/consumers")
+        zk.create(f"{zk_root}/consumers/garbage", b"\xff\xfe{", ephemeral=True)
+        zk.create(f"{zk_root}/consumers/evil", json.dumps(
+            {"id": 'x"}\n# TYPE x counter\nx 1\x1b[2J' + "y" * 5000,
+             "state": "run\nning", "items_per_s": 1e300, "heartbeat_at": "soon"}).encode(),
+            ephemeral=True)
         producer = Registration(zk, f"{zk_root}/producers/p1",
                                 lambda: {"id": "p1", "state": "offering"}, interval=5).start()
         runs = [Running(settings_for(zk_hosts, zk_root, out, "--threads", "2", "--backlog",
@@ -153,7 +161,11 @@ def test_exporter_figures_match_status_json_while_a_crawl_runs(zk, zk_hosts, zk_
             got = figures_of_exporter(m, zk_root)
             with capsys.disabled():  # side by side, for the record (pytest -s)
                 print("\nstatus --json:", figures_of_status(doc), "\nexporter:     ", got)
-            assert got["dead"] == 1 and got["consumers"] == 2 and got["held_back"] == 1
+            assert got["dead"] == 1 and got["consumers"] == 4 and got["held_back"] == 1
+            evil = [labels for (name, labels) in m
+                    if name == "zkcrawl_cluster_consumer_heartbeat_age_seconds"
+                    and dict(labels)["consumer"].startswith('x"}')]
+            assert len(evil) == 1 and len(dict(evil[0])["consumer"]) <= 128
             assert got["producers"] == 1
             assert got["depth"] == 12 and got["leases"] == {"c1": 3, "c2": 3}
             assert got["claimable"] == 6 and not got["paused"]
@@ -165,10 +177,12 @@ def test_exporter_figures_match_status_json_while_a_crawl_runs(zk, zk_hosts, zk_
             assert any(name == "process_cpu_seconds_total" for name, _ in m)
 
             # A pause reaches the exporter through its watch on the control node.
-            assert main(["pause", "--zk", zk_hosts, "--root", zk_root, "--wait", "10"],
-                        {}) == ExitStatus.OK
+            assert main(["pause", "--zk", zk_hosts, "--root", zk_root], {}) == ExitStatus.OK
             wait_for(lambda: figures_of_exporter(scrape(exporter.port), zk_root)["paused"],
                      what="paused in the exporter")
+            pending = ("zkcrawl_cluster_control_pending", (("root", zk_root),))
+            # The two real consumers acknowledge; the two forged status nodes never do.
+            wait_for(lambda: scrape(exporter.port)[pending] == 2, what="2 pending")
             assert main(["resume", "--zk", zk_hosts, "--root", zk_root], {}) == ExitStatus.OK
             gate.set()
             wait_for(lambda: len(records(*outs)) == 13, timeout=60,
@@ -273,7 +287,7 @@ class socket_taken:
 
 
 # ------------------------------------------------------------------ hostile input --
-_text = st.text(st.characters(codec="utf-8"), max_size=300)
+_text = st.text(st.characters(codec="utf-8"), max_size=600)
 _consumer = st.fixed_dictionaries({
     "id": _text, "state": _text,
     "heartbeat_age_s": st.one_of(st.floats(allow_nan=True), st.integers(), st.none(), _text),

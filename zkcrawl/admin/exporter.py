@@ -74,7 +74,7 @@ from zkcrawl import logs
 from zkcrawl.admin.cluster import cluster_status
 from zkcrawl.queue.layout import Layout
 from zkcrawl.textsafe import printable
-from zkcrawl.zk import ConnectionLoss, KazooException, NoNodeError, WatchedEvent, ZkClient, gather
+from zkcrawl.zk import ConnectionLoss, NoNodeError, WatchedEvent, ZkClient, gather
 
 __all__ = ["LABEL_LIMIT", "MAX_CONSUMER_SERIES", "ClusterCollector", "ClusterView", "label"]
 
@@ -91,8 +91,8 @@ _WATCHED = ("queue", "leases", "consumers", "producers", "dead")  # children wat
 def label(value: Any) -> str:
     """A label value from an untrusted string: printable (control, format and bidi
     characters escaped or replaced), at most :data:`LABEL_LIMIT` characters."""
-    text = printable(str(value), LABEL_LIMIT)
-    return "".join(ch if ch.isprintable() else "\ufffd" for ch in text)
+    text = printable(str(value)[:4 * LABEL_LIMIT])  # escapes lengthen it: cut after
+    return "".join(ch if ch.isprintable() else "\ufffd" for ch in text)[:LABEL_LIMIT]
 
 
 def _number(value: Any) -> float:
@@ -172,7 +172,9 @@ class ClusterView:
                 raise ConnectionLoss("not connected")
             self._arm()
             doc = cluster_status(self.zk, self.root)
-        except KazooException as exc:
+        except Exception as exc:  # ZooKeeper errors, a timed-out wait
+            # (not a KazooException), or a bug: the reader thread must outlive any of them,
+            # or the metrics would freeze with nothing to say so but their age.
             with self._lock:
                 self.errors += 1
                 was_up, self._up = self._up, False
