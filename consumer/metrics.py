@@ -25,30 +25,97 @@ once), and every read and write has :data:`READ_TIMEOUT`. So a hundred idle or t
 clients cost a hundred sockets and at most 16 threads, and a probe still gets its answer.
 
 The registry is per consumer instance (not the process-global default), so tests can run
-several consumers in one process.
+several consumers in one process. Besides the consumer's instruments it carries the standard
+collectors (:func:`standard_collectors`: ``process_*``, ``python_info``, ``python_gc_*``) and
+``zkcrawl_build_info``; ``zkcrawl exporter`` (zkcrawl/admin/exporter.py) serves its own registry
+through the same :class:`MetricsServer`.
+
+Items are counted by ``outcome`` -- what happened to the item: ``ok`` (a record without error),
+``failed`` (a permanent failure, recorded with its reason), ``retry`` (back to the queue),
+``dead`` (moved to the dead letters) -- and ``reason`` (the short error, ``""`` for ``ok``).
+Reasons come from pages and servers (``http-NNN``) and could be anything a bug makes them:
+:func:`reason_label` keeps the label set bounded (:data:`MAX_REASONS`, then ``other``).
+The four timing stages of SPEC §4 are histograms: ``queue_seconds`` (in ZooKeeper before the
+claim), ``dispatch_seconds``, ``wait_seconds`` and ``process_seconds`` (fetch + parse + write;
+named ``fetch_seconds`` up to 0.1.0, which said less than it measured).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import platform
+import re
 import selectors
 import socket
 import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, HTTPServer
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
 
 from zkcrawl.errors import UsageError
+from zkcrawl.settings import version
 
 # Seconds; fetches of a latency-bound site sit around 0.05-2 s, dispatch well under 10 ms.
 FETCH_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 DISPATCH_BUCKETS = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0)
+# Time in the ZooKeeper queue: seconds on a drained cluster, hours on a backed-up one.
+QUEUE_BUCKETS = (0.1, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 14400.0, 86400.0)
 ZK_STATES = ("CONNECTED", "SUSPENDED", "LOST")
+OUTCOMES = ("ok", "failed", "retry", "dead")  # the ``outcome`` label's values
+MAX_REASONS = 64  # distinct ``reason`` values per consumer; later new ones count as "other"
+OTHER = "other"
+_REASON = re.compile(r"[a-z][a-z0-9.-]{0,39}")  # http-404, timeout, too-large, blocked-address
+
+
+def reason_label(error: str | None, known: set[str]) -> str:
+    """The ``reason`` label for an item's error: ``""`` for none, the error itself when it
+    has the shape of our short reasons (lower-case words and digits joined by ``-``, at
+    most 40 characters) and fewer than :data:`MAX_REASONS` are known, else ``other``.
+    ``known`` is the caller's set of reasons seen so far (updated here)."""
+    if error is None or error == "":
+        return ""
+    if not _REASON.fullmatch(error):
+        return OTHER
+    if error not in known:
+        if len(known) >= MAX_REASONS:
+            return OTHER
+        known.add(error)
+    return error
+
+
+def outcome_label(kind: str, error: str | None) -> str:
+    """``ok``/``failed``/``retry``/``dead`` from an outcome kind (complete, retry, dead) and
+    its error: a completed item with an error is a permanent failure, recorded."""
+    if kind in ("retry", "dead"):
+        return kind
+    return "ok" if not error else "failed"
+
+
+def standard_collectors(registry: CollectorRegistry, component: str) -> None:
+    """The collectors every zkcrawl metrics endpoint serves: the process (CPU, memory, open
+    files, start time), the platform (``python_info``), the garbage collector, and
+    ``zkcrawl_build_info{version, python, component}`` (always 1)."""
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+    info = Gauge("zkcrawl_build_info", "zkcrawl version, Python version and component "
+                 "(always 1)", ["version", "python", "component"], registry=registry)
+    info.labels(version=version(), python=platform.python_version(),
+                component=component).set(1)
+
+
+class Exposition(Protocol):
+    """What :class:`MetricsServer` serves on ``/metrics``."""
+
+    def exposition(self) -> bytes: ...
 
 #: A probe: ``(ok, detail)``; ``detail`` goes into the JSON body.
 Health = Callable[[], tuple[bool, dict[str, Any]]]
@@ -75,10 +142,15 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.items = Counter("zkcrawl_consumer_items", "Items by outcome (ok, retry, dead, or "
-                             "the error of a permanent failure)", ["outcome"], registry=r)
-        self.fetch = Histogram("zkcrawl_consumer_fetch_seconds", "Fetch + parse + write time "
-                               "of one item", buckets=FETCH_BUCKETS, registry=r)
+        standard_collectors(r, "consumer")
+        self.items = Counter("zkcrawl_consumer_items", "Items by outcome (ok, failed: "
+                             "permanent and recorded, retry, dead) and reason (the error, "
+                             "empty for ok)", ["outcome", "reason"], registry=r)
+        self.queue = Histogram("zkcrawl_consumer_queue_seconds", "From the offer (the item "
+                               "znode's creation) to the claim", buckets=QUEUE_BUCKETS,
+                               registry=r)
+        self.process = Histogram("zkcrawl_consumer_process_seconds", "Fetch + parse + write "
+                                 "time of one item", buckets=FETCH_BUCKETS, registry=r)
         self.dispatch = Histogram("zkcrawl_consumer_dispatch_seconds", "From the take from "
                                   "ZooKeeper until handed to the pool",
                                   buckets=DISPATCH_BUCKETS, registry=r)
@@ -94,22 +166,52 @@ class Metrics:
                               "ZooKeeper connection state", ["state"], registry=r)
         self.paused = Gauge("zkcrawl_consumer_paused", "1 while the cluster is paused",
                             registry=r)
-        self._by_outcome: dict[str, Any] = {}
+        self.zk_transitions = Counter("zkcrawl_consumer_zookeeper_transitions", "Changes of "
+                                      "the ZooKeeper connection state, by the state entered "
+                                      "(LOST: the session expired, its leases went with it)",
+                                      ["state"], registry=r)
+        self.ready = Gauge("zkcrawl_consumer_ready", "1 while /readyz would answer 200 "
+                           "(connected to ZooKeeper and claiming, or paused)", registry=r)
+        self._ready_probe: Health = unready_starting
+        self.ready.set_function(self._is_ready)
+        self._by_outcome: dict[tuple[str, str], Any] = {}
+        self._reasons: set[str] = set()
+        self._lock = threading.Lock()  # workers observe concurrently: one reason set
         self.set_zk_state("CONNECTED")
 
     def set_zk_state(self, state: str) -> None:
         for s in ZK_STATES:
             self.zk_state.labels(state=s).set(1 if s == state else 0)
+        if state in ZK_STATES:
+            self.zk_transitions.labels(state=state).inc()
 
-    def observe(self, outcome: str, dispatch_ms: float, wait_ms: float,
-                process_ms: float) -> None:
-        child = self._by_outcome.get(outcome)
-        if child is None:  # labels() takes a lock and builds a key: once per outcome
-            child = self._by_outcome[outcome] = self.items.labels(outcome=outcome)
+    def set_ready_probe(self, probe: Health) -> None:
+        """What ``zkcrawl_consumer_ready`` asks at scrape time (the ``/readyz`` probe)."""
+        self._ready_probe = probe
+
+    def _is_ready(self) -> float:
+        try:
+            return 1.0 if self._ready_probe()[0] else 0.0
+        except Exception:  # a probe that breaks says "not ready", as /readyz does
+            return 0.0
+
+    def observe(self, kind: str, error: str | None, queue_ms: float, dispatch_ms: float,
+                wait_ms: float, process_ms: float) -> None:
+        """One item settled: ``kind`` is its OutcomeKind (complete, retry, dead), ``error``
+        its reason (None when it went well), then its four timing stages."""
+        key = (kind, error or "")
+        child = self._by_outcome.get(key)
+        if child is None:  # labels() takes a lock and builds a key: once per pair
+            with self._lock:
+                reason = reason_label(error, self._reasons)
+                child = self.items.labels(outcome=outcome_label(kind, error), reason=reason)
+                if len(self._by_outcome) < 4 * MAX_REASONS:  # the cache stays bounded too
+                    self._by_outcome[key] = child
         child.inc()
+        self.queue.observe(max(0.0, queue_ms) / 1000.0)
         self.dispatch.observe(dispatch_ms / 1000.0)
         self.wait.observe(wait_ms / 1000.0)
-        self.fetch.observe(process_ms / 1000.0)
+        self.process.observe(process_ms / 1000.0)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
@@ -155,7 +257,7 @@ class _Server(HTTPServer):
     loop, not ``serve_forever``."""
 
     allow_reuse_address = True
-    metrics: Metrics
+    metrics: Exposition
     live: Health
     ready: Health
 
@@ -165,13 +267,14 @@ class MetricsServer:
     bounded threads and timeouts (module docstring). Until :meth:`set_probes`, the probes say
     alive and not ready (:func:`alive_starting`, :func:`unready_starting`)."""
 
-    def __init__(self, metrics: Metrics, ready: Health = unready_starting, port: int = 0,
-                 host: str = "127.0.0.1", live: Health = alive_starting) -> None:
+    def __init__(self, metrics: Exposition, ready: Health = unready_starting, port: int = 0,
+                 host: str = "127.0.0.1", live: Health = alive_starting,
+                 flag: str = "--metrics-port") -> None:
         try:
             self._httpd = _Server((host, port), _Handler, bind_and_activate=True)
-        except OSError as exc:
-            raise UsageError(f"--metrics-port {port}: cannot listen on {host}: "
-                             f"{exc.strerror or exc}") from None
+        except (OSError, OverflowError) as exc:  # taken, not an address, port past 65535
+            detail = getattr(exc, "strerror", None) or exc
+            raise UsageError(f"{flag} {port}: cannot listen on {host}: {detail}") from None
         self._httpd.metrics = metrics
         self.set_probes(live, ready)
         self.port = int(self._httpd.server_address[1])
@@ -179,10 +282,17 @@ class MetricsServer:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="metrics", daemon=True)
 
+    def set_metrics(self, metrics: Exposition) -> None:
+        """What ``/metrics`` serves from now on."""
+        self._httpd.metrics = metrics
+
     def set_probes(self, live: Health, ready: Health) -> None:
-        """What ``/livez`` and ``/readyz`` ask from now on."""
+        """What ``/livez`` and ``/readyz`` ask from now on (and the consumer's
+        ``zkcrawl_consumer_ready`` gauge, so alerts see what the kubelet sees)."""
         self._httpd.live = live
         self._httpd.ready = ready
+        if isinstance(self._httpd.metrics, Metrics):
+            self._httpd.metrics.set_ready_probe(ready)
 
     def start(self) -> MetricsServer:
         self._thread.start()

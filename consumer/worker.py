@@ -336,7 +336,7 @@ class Worker:
         dispatch, wait, process = durations = t.durations()
         self.timings.record(durations, label, final=outcome.kind in (COMPLETE, DEAD),
                             failed=failed)
-        self.metrics.observe(label, dispatch, wait, process)
+        self.metrics.observe(outcome.kind, outcome.error, t.queue_ms, dispatch, wait, process)
         log.info("item.failed" if failed else "item.done", url=task.claimed.url,
                  item=task.name, status=outcome.status, attempt=task.claimed.attempt,
                  outcome=outcome.kind, error=outcome.error, polite_ms=round(t.polite_ms, 3),

@@ -42,6 +42,9 @@ need_system() {
   if [ "$what" = test ] && ! command -v chromium >/dev/null 2>&1; then
     pkgs+=(chromium)  # the HTML report is checked in a real headless browser
   fi
+  if [ "$what" = test ] && ! command -v promtool >/dev/null 2>&1; then
+    pkgs+=(prometheus)  # promtool: tests/test_monitoring.py checks and unit-tests the alerts
+  fi
   if [ "${#pkgs[@]}" -gt 0 ]; then
     apt_install "${pkgs[@]}"
   fi

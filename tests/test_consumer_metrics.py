@@ -9,7 +9,10 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from consumer.metrics import MAX_REASONS, Metrics, outcome_label, reason_label
 from tests.conftest import wait_for
 from tests.httpd import TestServer, delayed
 from tests.test_consumer_support import Running, offer, records, settings_for
@@ -51,11 +54,16 @@ def test_metrics_and_healthz_follow_zookeeper_and_the_run_state(own_zk, tmp_path
             assert status == 200 and json.loads(body)["state"] == "running"
             status, text = get(port, "/metrics")
             assert status == 200
-            for line in ('zkcrawl_consumer_items_total{outcome="ok"} 10.0',
+            for line in ('zkcrawl_consumer_items_total{outcome="ok",reason=""} 10.0',
                          "zkcrawl_consumer_dispatch_seconds_count 10.0",
+                         "zkcrawl_consumer_queue_seconds_count 10.0",
+                         "zkcrawl_consumer_process_seconds_count 10.0",
                          'zkcrawl_consumer_zookeeper_state{state="CONNECTED"} 1.0',
                          "zkcrawl_consumer_in_flight ", "zkcrawl_consumer_backlog ",
-                         "zkcrawl_consumer_fetch_seconds_bucket{le="):
+                         "zkcrawl_consumer_process_seconds_bucket{le=",
+                         'zkcrawl_build_info{component="consumer",', "process_cpu_seconds_total",
+                         "python_gc_collections_total", "python_info{",
+                         "zkcrawl_consumer_ready 1.0"):
                 assert line in text, line
             assert get(port, "/")[0] == 404  # not prometheus-client's "200 everywhere"
 
@@ -66,7 +74,10 @@ def test_metrics_and_healthz_follow_zookeeper_and_the_run_state(own_zk, tmp_path
             zk_server.stop()
             wait_for(lambda: get(port, "/healthz")[0] == 503, what="503 while suspended")
             assert json.loads(get(port, "/healthz")[1])["zookeeper"] != "CONNECTED"
-            assert 'zookeeper_state{state="SUSPENDED"} 1.0' in get(port, "/metrics")[1]
+            text = get(port, "/metrics")[1]
+            assert 'zookeeper_state{state="SUSPENDED"} 1.0' in text
+            assert "zkcrawl_consumer_ready 0.0" in text  # what /readyz says, for alerts
+            assert 'zookeeper_transitions_total{state="SUSPENDED"} 1.0' in text
             wait_for(lambda: len(records(out)) == 11, what="the slow record, written anyway")
 
             # Back within the session timeout: the held completion goes through.
@@ -81,3 +92,46 @@ def test_metrics_and_healthz_follow_zookeeper_and_the_run_state(own_zk, tmp_path
             zk.close()
     assert run.worker.health()[0] is False and run.worker.state == "stopped"
     assert sorted(r["url"] for r in records(out)).count(srv.url("/slow")) == 1
+
+
+# ------------------------------------------------------------ outcome and reason --
+def samples(m: Metrics, name: str) -> dict[tuple[str, str], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+    out = {}
+    for fam in text_string_to_metric_families(m.exposition().decode()):
+        for s in fam.samples:
+            if s.name == name:
+                out[(s.labels["outcome"], s.labels["reason"])] = s.value
+    return out
+
+
+def test_items_are_counted_by_outcome_kind_apart_from_reason():
+    m = Metrics()
+    m.observe("complete", None, 5.0, 1.0, 2.0, 30.0)
+    m.observe("complete", "http-404", 5.0, 1.0, 2.0, 30.0)
+    m.observe("complete", "http-404", 5.0, 1.0, 2.0, 30.0)
+    m.observe("retry", "timeout", 5.0, 1.0, 2.0, 30.0)
+    m.observe("dead", "abandoned", -3.0, 1.0, 2.0, 30.0)  # a clock step: queue time 0
+    m.observe("complete", "Some Exception: free text", 5.0, 1.0, 2.0, 30.0)
+    assert samples(m, "zkcrawl_consumer_items_total") == {
+        ("ok", ""): 1, ("failed", "http-404"): 2, ("retry", "timeout"): 1,
+        ("dead", "abandoned"): 1, ("failed", "other"): 1}
+    text = m.exposition().decode()
+    assert "zkcrawl_consumer_process_seconds_count 6.0" in text
+    assert "zkcrawl_consumer_queue_seconds_sum 0.025" in text  # 5 x 5 ms, the -3 as 0
+    assert "fetch_seconds" not in text
+
+
+@given(st.lists(st.one_of(st.none(), st.text(max_size=60),
+                          st.from_regex(r"[a-z][a-z0-9-]{0,20}", fullmatch=True)),
+                max_size=300))
+def test_reason_labels_stay_bounded_whatever_the_errors(errors):
+    known: set[str] = set()
+    labels = {reason_label(e, known) for e in errors}
+    assert len(labels) <= MAX_REASONS + 2  # the known ones, "" and "other"
+    for error, lab in zip(errors, [reason_label(e, set(known)) for e in errors], strict=True):
+        assert lab in ("", "other", error)
+        assert lab == "" or (len(lab) <= 40 and lab.isascii() and lab.isprintable())
+    assert outcome_label("complete", None) == "ok"
+    assert outcome_label("complete", "x") == "failed"
+    assert outcome_label("retry", "x") == "retry" and outcome_label("dead", None) == "dead"

@@ -5,7 +5,9 @@ SPEC's stable surface (commands, flags, exit codes, SIGTERM grace, /healthz) and
 network exposure (NetworkPolicy, IPAddressDeny=, the SSRF guard left on).  External
 tools are used when present and skipped otherwise: ``systemd-analyze verify`` and
 ``systemd-analyze security --offline`` for the units, ``kubectl kustomize`` to render the
-Kubernetes directory.  PyYAML is needed for the Kubernetes checks (skipped without it).
+Kubernetes base and the overlays.  PyYAML is needed for the Kubernetes checks, and
+kubernetes-validate (the test extra) for the strict schema validation of every manifest
+and of each rendered overlay (skipped without them).
 """
 
 from __future__ import annotations
@@ -28,7 +30,11 @@ from zkcrawl.settings import command_prefix
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy"
 SYSTEMD = DEPLOY / "systemd"
-K8S = DEPLOY / "kubernetes"
+K8S_ROOT = DEPLOY / "kubernetes"
+K8S = K8S_ROOT / "base"
+ZOOKEEPER = K8S_ROOT / "zookeeper"
+OVERLAYS = K8S_ROOT / "overlays"
+KUBERNETES_VERSION = "1.27"  # the oldest the README supports; also checked: the newest
 CONTAINERFILE = DEPLOY / "container" / "Containerfile"
 
 # --- the SPEC's stable surface (SPEC §4) ---------------------------------------------
@@ -587,11 +593,8 @@ def test_kustomization_lists_the_manifests(yaml_mod: Any) -> None:
     listed = set(kust["resources"])
     for name in listed:
         assert (K8S / name).is_file(), name
-    optional = {"consumer-hpa.yaml"}
-    expected = {p.name for p in K8S_FILES} - {"kustomization.yaml"} - optional
+    expected = {p.name for p in K8S_FILES} - {"kustomization.yaml"}
     assert listed >= expected, expected - listed
-    for name in optional - listed:
-        assert name in text, f"mention the optional {name} in kustomization.yaml"
     assert kust["namespace"] == "zkcrawl"
     assert any(i["name"] == "zkcrawl" for i in kust["images"])
 
@@ -671,7 +674,7 @@ def test_consumer_deployment(manifests: dict[tuple[str, str], dict[str, Any]]) -
             assert ("PersistentVolumeClaim", claim) in manifests
 
 
-def test_consumer_pdb_and_hpa(manifests: dict[tuple[str, str], dict[str, Any]]) -> None:
+def test_consumer_pdb(manifests: dict[tuple[str, str], dict[str, Any]]) -> None:
     labels = manifests[("Deployment", "zkcrawl-consumer")]["spec"]["template"]["metadata"][
         "labels"]
     pdb = manifests[("PodDisruptionBudget", "zkcrawl-consumer")]
@@ -679,12 +682,27 @@ def test_consumer_pdb_and_hpa(manifests: dict[tuple[str, str], dict[str, Any]]) 
     assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
     assert "maxUnavailable" in pdb["spec"] or "minAvailable" in pdb["spec"]
 
-    hpa = manifests[("HorizontalPodAutoscaler", "zkcrawl-consumer")]
-    assert hpa["apiVersion"] == "autoscaling/v2"
-    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
-                                             "name": "zkcrawl-consumer"}
-    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 16)
-    assert hpa["spec"]["metrics"][0]["resource"]["name"] == "cpu"
+
+def test_keda_scales_the_consumers_on_the_queue_not_cpu(
+        yaml_mod: Any, manifests: dict[tuple[str, str], dict[str, Any]]) -> None:
+    """KEDA ScaledObject in place of the CPU HPA: a Prometheus trigger on the claimable
+    items (plus those in flight), the threshold one pod's capacity (threads + backlog)."""
+    assert not list(K8S_ROOT.rglob("*hpa*.yaml")), "the CPU HPA is gone"
+    so = yaml_mod.safe_load((K8S_ROOT / "keda" / "scaledobject.yaml").read_text("utf-8"))
+    assert (so["apiVersion"], so["kind"]) == ("keda.sh/v1alpha1", "ScaledObject")
+    assert so["spec"]["scaleTargetRef"]["name"] == "zkcrawl-consumer"
+    assert 1 <= so["spec"]["minReplicaCount"] < so["spec"]["maxReplicaCount"]
+    (trigger,) = so["spec"]["triggers"]
+    assert trigger["type"] == "prometheus"
+    query = trigger["metadata"]["query"]
+    assert "zkcrawl_cluster_queue_claimable" in query and "zkcrawl_cluster_leases" in query
+    root = manifests[("ConfigMap", "zkcrawl-common")]["data"]["ZKCRAWL_ROOT"]
+    assert f'root="{root}"' in query
+    consumer = manifests[("ConfigMap", "zkcrawl-consumer")]["data"]
+    capacity = int(consumer["ZKCRAWL_CONSUMER_THREADS"]) + int(consumer["ZKCRAWL_CONSUMER_BACKLOG"])
+    assert float(trigger["metadata"]["threshold"]) == capacity
+    readme = (K8S_ROOT / "README.md").read_text(encoding="utf-8")
+    assert "ScaledObject" in readme and "politeness" in readme.lower()
 
 
 def test_producer_cronjob(manifests: dict[tuple[str, str], dict[str, Any]]) -> None:
@@ -831,7 +849,7 @@ def test_networkpolicy_ingress(manifests: dict[tuple[str, str], dict[str, Any]])
 
 
 def test_kubernetes_readme_covers_operations() -> None:
-    text = (K8S / "README.md").read_text(encoding="utf-8")
+    text = (K8S_ROOT / "README.md").read_text(encoding="utf-8")
     for needle in ("zkcrawl pause", "kubectl apply -k", "ZooKeeper", "/healthz",
                    "## Network exposure", "169.254.169.254", "monitoring"):
         assert needle in text, needle
@@ -841,7 +859,7 @@ def test_kustomize_renders() -> None:
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         pytest.skip("kubectl not installed")
-    proc = subprocess.run([kubectl, "kustomize", str(K8S)], capture_output=True,
+    proc = subprocess.run([kubectl, "kustomize", str(K8S_ROOT)], capture_output=True,
                           text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "image: registry.example.com/zkcrawl:" in proc.stdout
@@ -944,3 +962,235 @@ def test_containerfile_runs_non_root_and_stops_with_sigterm() -> None:
     assert entrypoint == ["zkcrawl-consumer"]
     assert entrypoint[0] in _console_scripts()
     assert str(METRICS_PORT) in last["EXPOSE"].split()
+
+
+# =====================================================================================
+# ZooKeeper in the manifests, the overlays, strict schema validation, container args
+# =====================================================================================
+
+# Kinds each overlay must render (kind -> names); a CRD kind is checked by structure only
+# (kubernetes-validate has no schema for it).
+CRD_GROUPS = ("keda.sh/", "monitoring.coreos.com/")
+BASE_KINDS = {"Namespace": {"zkcrawl"}, "Deployment": {"zkcrawl-consumer"},
+              "CronJob": {"zkcrawl-producer"}, "StatefulSet": {"zk"},
+              "Service": {"zk-hs", "zk-cs"}, "PodDisruptionBudget": {"zkcrawl-consumer", "zk"},
+              "NetworkPolicy": {"zkcrawl-consumer", "zkcrawl-producer", "zk"}}
+OVERLAY_KINDS = {
+    "dev": BASE_KINDS,
+    "prod": {**BASE_KINDS, "Deployment": {"zkcrawl-consumer", "zkcrawl-exporter"},
+             "NetworkPolicy": {*BASE_KINDS["NetworkPolicy"], "zkcrawl-exporter"},
+             "ScaledObject": {"zkcrawl-consumer"}, "PodMonitor": {"zkcrawl"},
+             "PrometheusRule": {"zkcrawl"}, "ConfigMap": {"zkcrawl-dashboard"}},
+}
+ABSENT_IN = {"dev": {"ScaledObject", "PodMonitor", "PrometheusRule"}, "prod": set()}
+
+
+def _validate_strict(objects: list[dict[str, Any]], what: str) -> list[str]:
+    """kubernetes-validate --strict (unknown fields are errors) on every object whose kind
+    Kubernetes defines, against the oldest supported version and the newest; returns the
+    CRD kinds it left to the structural checks."""
+    kv = pytest.importorskip("kubernetes_validate")
+    left = []
+    for obj in objects:
+        if obj["apiVersion"].startswith(CRD_GROUPS):
+            left.append(obj["kind"])
+            continue
+        for version in (KUBERNETES_VERSION, kv.latest_version()):
+            try:
+                kv.validate(obj, version, strict=True)
+            except kv.ValidationError as exc:
+                pytest.fail(f"{what}: {obj['kind']}/{obj['metadata']['name']} "
+                            f"(Kubernetes {version}): {exc.message} at "
+                            f"{'/'.join(map(str, exc.path))}")
+    return left
+
+
+def _yaml_docs(yaml_mod: Any, text: str) -> list[dict[str, Any]]:
+    return [d for d in yaml_mod.safe_load_all(text) if d]
+
+
+def test_every_manifest_file_validates_strictly(yaml_mod: Any) -> None:
+    """Each file on its own (no kubectl needed): the base, ZooKeeper, exporter, KEDA and
+    monitoring objects."""
+    files = [p for p in sorted(K8S_ROOT.rglob("*.yaml")) + sorted(
+        (DEPLOY / "monitoring").glob("*.yaml"))
+        if p.name != "kustomization.yaml" and p.name != "alerts.test.yaml"]
+    crds = []
+    for path in files:
+        crds += _validate_strict(_yaml_docs(yaml_mod, path.read_text("utf-8")), path.name)
+    assert sorted(crds) == ["PodMonitor", "PrometheusRule", "ScaledObject"]
+
+
+@pytest.fixture(scope="module")
+def overlays(yaml_mod: Any) -> dict[str, list[dict[str, Any]]]:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl not installed: overlays not rendered")
+    out = {}
+    for name in OVERLAY_KINDS:
+        proc = subprocess.run([kubectl, "kustomize", str(OVERLAYS / name)],
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert proc.returncode == 0, proc.stderr
+        out[name] = _yaml_docs(yaml_mod, proc.stdout)
+    return out
+
+
+def _by_kind(objects: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    kinds: dict[str, dict[str, dict[str, Any]]] = {}
+    for obj in objects:
+        kinds.setdefault(obj["kind"], {})[obj["metadata"]["name"]] = obj
+    return kinds
+
+
+@pytest.mark.parametrize("name", sorted(OVERLAY_KINDS))
+def test_overlay_renders_validates_and_has_its_kinds(overlays: dict[str, Any],
+                                                     name: str) -> None:
+    objects = overlays[name]
+    _validate_strict(objects, f"overlays/{name}")
+    kinds = _by_kind(objects)
+    for kind, names in OVERLAY_KINDS[name].items():
+        assert names <= set(kinds.get(kind, {})), (kind, names - set(kinds.get(kind, {})))
+    assert not ABSENT_IN[name] & set(kinds)
+    for obj in objects:
+        assert obj["metadata"].get("namespace", "zkcrawl") == "zkcrawl"
+    zk = kinds["StatefulSet"]["zk"]
+    consumer = kinds["Deployment"]["zkcrawl-consumer"]
+    servers = kinds["ConfigMap"]["zkcrawl-common"]["data"]["ZKCRAWL_ZK"].split(",")
+    replicas = zk["spec"]["replicas"]
+    assert servers == [f"zk-{i}.zk-hs:2181" for i in range(replicas)], \
+        "ZKCRAWL_ZK lists exactly the StatefulSet's servers"
+    zoo_servers = {e["name"]: e.get("value") for e in
+                   _container(zk["spec"]["template"]["spec"], "zookeeper")["env"]}["ZOO_SERVERS"]
+    assert zoo_servers.split() == [f"server.{i + 1}=zk-{i}.zk-hs:2888:3888;2181"
+                                   for i in range(replicas)]
+    if name == "dev":
+        assert replicas == 1 and consumer["spec"]["replicas"] == 1
+    else:
+        assert replicas == 3 and "replicas" not in consumer["spec"], "KEDA owns it"
+        for obj in objects:
+            for c in _pod_containers(obj):
+                if c["image"].split(":")[0].endswith("/zkcrawl"):
+                    assert c["image"] == "registry.example.com/zkcrawl:0.1.0"
+
+
+def _pod_containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = obj.get("spec", {})
+    if obj["kind"] == "CronJob":
+        spec = spec["jobTemplate"]["spec"]
+    return list(spec.get("template", {}).get("spec", {}).get("containers", []))
+
+
+def _program_settings(program: str, args: list[str], env: dict[str, str]) -> Any:
+    """Parse a container's command line with the real CLI (argparse and the settings'
+    validation): a flag that does not exist or a bad value fails here."""
+    from zkcrawl.settings import parse, resolve
+
+    if program == "zkcrawl-consumer":
+        from consumer.main import build_parser as consumer_parser
+        from consumer.settings import ConsumerSettings
+        return parse(ConsumerSettings, consumer_parser(), args, env)[0]
+    if program == "zkcrawl-producer":
+        from producer.main import build_parser as producer_parser
+        from producer.settings import ProducerSettings
+        return parse(ProducerSettings, producer_parser(), args, env)[0]
+    assert program == "zkcrawl", program
+    from zkcrawl.cli import build_parser as admin_parser
+    parser, modules = admin_parser()
+    ns = parser.parse_args(args)
+    return resolve(modules[ns.command].Settings, ns, env)
+
+
+@pytest.mark.parametrize("name", sorted(OVERLAY_KINDS))
+def test_overlay_container_args_parse_with_the_real_cli(overlays: dict[str, Any],
+                                                        name: str) -> None:
+    objects = overlays[name]
+    configmaps = {o["metadata"]["name"]: o.get("data", {}) for o in objects
+                  if o["kind"] == "ConfigMap"}
+    parsed = {}
+    for obj in objects:
+        for c in _pod_containers(obj):
+            if not c["image"].split(":")[0].endswith("/zkcrawl"):
+                continue
+            env = {k: v for ref in c.get("envFrom", [])
+                   for k, v in configmaps[ref["configMapRef"]["name"]].items()}
+            env.update({e["name"]: e.get("value", "pod-0") for e in c.get("env", [])})
+            args = [re.sub(r"\$\((\w+)\)", lambda m, env=env: env[m.group(1)], str(a))
+                    for a in c.get("args", [])]
+            program = (c.get("command") or ["zkcrawl-consumer"])[0]  # the image's ENTRYPOINT
+            assert program in _console_scripts()
+            parsed[obj["metadata"]["name"]] = _program_settings(program, args, env)
+    assert {"zkcrawl-consumer", "zkcrawl-producer"} <= set(parsed)
+    consumer = parsed["zkcrawl-consumer"]
+    assert consumer.zk.startswith("zk-0.zk-hs:2181") and consumer.metrics_port == METRICS_PORT
+    if name == "prod":
+        exporter = parsed["zkcrawl-exporter"]
+        assert exporter.metrics_host == "0.0.0.0" and exporter.root == consumer.root
+        ports = {p["name"]: p["containerPort"] for p in _container(
+            _by_kind(objects)["Deployment"]["zkcrawl-exporter"]["spec"]["template"]["spec"],
+            "exporter")["ports"]}
+        assert ports["metrics"] == exporter.metrics_port
+
+
+def test_zookeeper_statefulset(yaml_mod: Any) -> None:
+    """The official image, 3 servers one per node, restricted security context, readiness
+    through a real four-letter-word check that the whitelist allows."""
+    (sts,) = _yaml_docs(yaml_mod, (ZOOKEEPER / "statefulset.yaml").read_text("utf-8"))
+    spec = sts["spec"]
+    assert spec["replicas"] == 3 and spec["serviceName"] == "zk-hs"
+    pod = spec["template"]["spec"]
+    c = _container(pod, "zookeeper")
+    assert re.fullmatch(r"zookeeper:3\.\d+\.\d+", c["image"]), "official image, pinned"
+    anti = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert anti[0]["topologyKey"] == "kubernetes.io/hostname"
+    assert anti[0]["labelSelector"]["matchLabels"].items() <= spec["selector"][
+        "matchLabels"].items()
+    # Pod Security "restricted" (the namespace enforces it).
+    psc, sc = pod["securityContext"], c["securityContext"]
+    assert psc["runAsNonRoot"] is True and psc["runAsUser"] != 0
+    assert psc["seccompProfile"]["type"] == "RuntimeDefault"
+    assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"]["drop"] == ["ALL"]
+    assert sc["readOnlyRootFilesystem"] is True
+    mounts = {m["mountPath"] for m in c["volumeMounts"]}
+    assert {"/data", "/conf", "/tmp"} <= mounts
+    env = {e["name"]: e["value"] for e in c["env"]}
+    allowed = {w.strip() for w in env["ZOO_4LW_COMMANDS_WHITELIST"].split(",")}
+    ready = " ".join(c["readinessProbe"]["exec"]["command"])
+    live = " ".join(c["livenessProbe"]["exec"]["command"])
+    assert "srvr" in ready and "Mode: " in ready and "srvr" in allowed
+    assert "ruok" in live and "imok" in live and "ruok" in allowed
+    assert env["ZOO_ADMINSERVER_ENABLED"] == "false"
+    services = {s["metadata"]["name"]: s for s in
+                _yaml_docs(yaml_mod, (ZOOKEEPER / "services.yaml").read_text("utf-8"))}
+    assert services["zk-hs"]["spec"]["clusterIP"] == "None"
+    assert services["zk-hs"]["spec"]["publishNotReadyAddresses"] is True
+    assert {p["port"] for p in services["zk-hs"]["spec"]["ports"]} == {2181, 2888, 3888}
+    assert [p["port"] for p in services["zk-cs"]["spec"]["ports"]] == [2181]
+    (pdb,) = _yaml_docs(yaml_mod, (ZOOKEEPER / "pdb.yaml").read_text("utf-8"))
+    assert pdb["spec"]["maxUnavailable"] == 1  # two of three keep the quorum
+    assert pdb["spec"]["selector"]["matchLabels"] == spec["selector"]["matchLabels"]
+
+
+def test_zookeeper_readiness_check_is_real(tmp_path: Path, yaml_mod: Any) -> None:
+    """The probe's own command, run by bash against a real ZooKeeper: ready while it
+    serves, not ready on a port where nothing answers ``srvr`` with a Mode."""
+    import socket
+
+    from zkcrawl.admin.localzk import ZkServer
+
+    (sts,) = _yaml_docs(yaml_mod, (ZOOKEEPER / "statefulset.yaml").read_text("utf-8"))
+    command = _container(sts["spec"]["template"]["spec"], "zookeeper")["readinessProbe"][
+        "exec"]["command"]
+    if shutil.which(command[0]) is None:
+        pytest.skip(f"{command[0]} not installed")
+    server = ZkServer(tmp_path / "zk").start(wait=60)
+    try:
+        probe = [*command[:-1], command[-1].replace("2181", str(server.port))]
+        assert subprocess.run(probe, timeout=30, check=False).returncode == 0
+    finally:
+        server.stop()
+    with socket.socket() as quiet:  # listens, answers nothing: the probe must say no
+        quiet.bind(("127.0.0.1", 0))
+        quiet.listen()
+        probe = [*command[:-1], command[-1].replace("2181", str(quiet.getsockname()[1]))]
+        probe[-1] = f"timeout 3 bash -c {shlex.quote(probe[-1])}"
+        assert subprocess.run(probe, timeout=30, check=False).returncode != 0

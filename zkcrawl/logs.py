@@ -11,6 +11,13 @@ format escapes control, ANSI and bidi characters and lone surrogates in every va
 ASCII (``ensure_ascii``), so a surrogate is a ``\\ud800`` escape there. Either way the
 writer only ever writes text that encodes as UTF-8: a line that would not is scrubbed, so
 one bad value never loses a batch of lines.
+
+Under systemd (``JOURNAL_STREAM`` names the device and inode of our stderr) every line starts
+with its syslog priority, ``<7>`` debug, ``<6>`` info, ``<4>`` warning, ``<3>`` error,
+``<2>`` critical: journald's stream reader takes that prefix off and files the line at that
+priority (``SyslogLevelPrefix=yes``, systemd's default), so ``journalctl -p warning`` finds the
+warnings and errors, and the journal keeps the JSON line without the prefix. Anywhere else
+(a terminal, a pipe, Kubernetes) lines carry no prefix.
 """
 
 from __future__ import annotations
@@ -19,7 +26,9 @@ import atexit
 import json
 import logging
 import math
+import os
 import queue
+import re
 import sys
 import threading
 import time
@@ -31,6 +40,40 @@ from zkcrawl.textsafe import printable, redact_userinfo, scrub
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
            "error": logging.ERROR}
+
+
+# syslog priorities (RFC 5424) of our level names and of the log methods' names.
+PRIORITIES = {"debug": 7, "info": 6, "warning": 4, "warn": 4, "error": 3, "exception": 3,
+              "critical": 2, "fatal": 2}
+
+
+_JOURNAL_STREAM = re.compile(r"[0-9]{1,20}:[0-9]{1,20}")  # DEVICE:INODE, ASCII digits
+
+
+def journald_stream(stream: IO[str], env: dict[str, str] | None = None) -> bool:
+    """``stream`` is connected to journald: ``JOURNAL_STREAM`` (``DEVICE:INODE``, set by
+    systemd for a unit's stdout/stderr) names the file ``stream`` writes to. A child that
+    inherited the variable but writes elsewhere (a pipe, a file) gets no prefix."""
+    value = (os.environ if env is None else env).get("JOURNAL_STREAM", "")
+    if not _JOURNAL_STREAM.fullmatch(value):
+        return False
+    dev, _, ino = value.partition(":")
+    try:
+        st = os.fstat(stream.fileno())
+    except (AttributeError, OSError, ValueError):  # no file behind it (a StringIO)
+        return False
+    return (st.st_dev, st.st_ino) == (int(dev), int(ino))
+
+
+def _with_priority(renderer: Any) -> Any:
+    """The renderer, its line prefixed with ``<N>``, the syslog priority of its level."""
+
+    def render(logger: Any, name: str, event_dict: dict[str, Any]) -> str:
+        level = str(event_dict.get("level") or name).lower()
+        line = renderer(logger, name, event_dict)
+        return f"<{PRIORITIES.get(level, 6)}>{line}"
+
+    return render
 
 
 _MULTILINE = ("exception", "stack")  # keep their line breaks: escape each line
@@ -55,15 +98,18 @@ def _redact_urls(_logger: Any, _name: str, event_dict: dict[str, Any]) -> dict[s
     return event_dict
 
 
-def _renderer(fmt: str, stream: IO[str]) -> list[Any]:
-    """The last processors: value escaping (console only) and the renderer."""
+def _renderer(fmt: str, stream: IO[str], journald: bool) -> list[Any]:
+    """The last processors: value escaping (console only) and the renderer (with the
+    journald priority prefix when ``journald``)."""
     if fmt == "auto":
         fmt = "console" if stream.isatty() else "json"
     if fmt == "console":
-        return [_escape_values, structlog.dev.ConsoleRenderer(colors=stream.isatty())]
+        console = structlog.dev.ConsoleRenderer(colors=stream.isatty() and not journald)
+        return [_escape_values, _with_priority(console) if journald else console]
     # allow_nan=False with a fallback: a NaN from hostile input must not make a line that
     # is not JSON.
-    return [structlog.processors.JSONRenderer(serializer=_json_line)]
+    json_renderer = structlog.processors.JSONRenderer(serializer=_json_line)
+    return [_with_priority(json_renderer) if journald else json_renderer]
 
 
 class _CurrentStderr:
@@ -77,6 +123,9 @@ class _CurrentStderr:
 
     def isatty(self) -> bool:
         return sys.stderr.isatty()
+
+    def fileno(self) -> int:
+        return sys.stderr.fileno()
 
 
 BATCH_WINDOW = 0.02  # seconds a line may wait for others to be written with it
@@ -176,8 +225,12 @@ class _QueueHandler(logging.Handler):
             self.handleError(record)
 
 
-def configure(fmt: str = "auto", level: str = "info", stream: IO[str] | None = None) -> None:
+def configure(fmt: str = "auto", level: str = "info", stream: IO[str] | None = None,
+              journald: bool | None = None) -> None:
     """Configure structlog and stdlib logging to write to ``stream`` (stderr).
+
+    ``journald``: prefix lines with their syslog priority; default: when ``JOURNAL_STREAM``
+    says ``stream`` is journald's (:func:`journald_stream`).
 
     Our events take structlog's own path (a filtering bound logger writing lines:
     ~4x cheaper per event than routing through stdlib logging, which matters on a
@@ -195,7 +248,9 @@ def configure(fmt: str = "auto", level: str = "info", stream: IO[str] | None = N
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
-    renderer = _renderer(fmt, stream)
+    if journald is None:
+        journald = journald_stream(stream)
+    renderer = _renderer(fmt, stream, journald)
     structlog.configure(
         processors=[*shared, structlog.processors.format_exc_info, *renderer],
         logger_factory=lambda *args: _NamedLogger(args[0] if args else None),

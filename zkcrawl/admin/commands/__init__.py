@@ -5,4 +5,4 @@
 """
 
 COMMANDS = ("status", "pause", "resume", "dead", "queue", "report", "local_zk", "demo", "bench",
-            "try_")
+            "try_", "exporter")
