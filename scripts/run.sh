@@ -40,7 +40,7 @@ need_system() {
     pkgs+=(python3-venv python3-pip)
   fi
   if [ "$what" = test ] && ! compgen -G '/usr/lib/postgresql/*/bin/pg_ctl' >/dev/null; then
-    pkgs+=(postgresql)  # the PostgreSQL sink is tested against a real server (tests/pgserver.py)
+    pkgs+=(postgresql)  # the PostgreSQL sink is tested against a real server (zkcrawl/admin/localpg.py)
   fi
   if [ "$what" = test ] && ! command -v chromium >/dev/null 2>&1; then
     pkgs+=(chromium)  # the HTML report is checked in a real headless browser

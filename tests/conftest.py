@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from tests.pgserver import PgServer
+from zkcrawl.admin.localpg import PgServer
 from zkcrawl.admin.localzk import Ensemble, ZkServer
 from zkcrawl.zk.client import ZkClient
 
@@ -70,7 +70,7 @@ def ensemble(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ensemble]:
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PgServer]:
-    """A real PostgreSQL server for the session (tests/pgserver.py); each test gets its
+    """A real PostgreSQL server for the session (zkcrawl/admin/localpg.py); each test gets its
     own table through ``pg_server.url()``."""
     server = PgServer().start()
     yield server

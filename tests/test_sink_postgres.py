@@ -1,5 +1,5 @@
 """The PostgreSQL sink (consumer/sink_postgres.py) against a real PostgreSQL server that the
-tests start themselves (tests/pgserver.py), real ZooKeeper, real HTTP servers and real
+tests start themselves (zkcrawl/admin/localpg.py), real ZooKeeper, real HTTP servers and real
 consumer processes:
 
 * the URL is decoded as hostile input (hypothesis): only UsageError, never a password;
@@ -19,6 +19,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import signal
 import string
 import subprocess
@@ -27,6 +28,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 from hypothesis import given, settings
@@ -37,9 +39,10 @@ from consumer.sink import Entry, SinkUnavailable, open_sink
 from consumer.sink_postgres import PostgresSink
 from tests.conftest import wait_for
 from tests.httpd import TestServer, delayed
-from tests.pgserver import PgServer
 from tests.test_consumer_support import ROOT, Running, offer, settings_for, spawn
 from zkcrawl.admin import report
+from zkcrawl.admin.localpg import PgServer
+from zkcrawl.admin.localzk import free_port
 from zkcrawl.cli import main as admin_main
 from zkcrawl.errors import ExitStatus, UsageError
 from zkcrawl.postgres import COLUMNS, parse_url, row_record
@@ -144,10 +147,10 @@ def test_url_decoder_never_fails_otherwise_and_never_keeps_a_password(url):
     except UsageError as exc:
         assert "\n" not in str(exc)
         return
-    userinfo = t.conninfo.split("://", 1)[1].split("/", 1)[0].rpartition("@")[0]
-    assert ":" not in userinfo
-    assert "password=" not in t.conninfo.split("?", 1)[-1] or "?" not in t.conninfo
-    assert all(p.isidentifier() or p.replace("_", "a").isalnum() for p in t.table)
+    parts = urlsplit(t.conninfo)
+    assert parts.password is None and t.conninfo.startswith(("postgresql://", "postgres://"))
+    assert not {"password", "sslpassword", "table"} & {k for k, _ in parse_qsl(parts.query)}
+    assert all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", p) for p in t.table)
 
 
 @settings(max_examples=200, deadline=None)
@@ -319,10 +322,8 @@ def test_a_password_in_the_url_is_refused_and_never_shown(zk_hosts, zk_root):
 
 
 def test_no_server_is_exit_75_and_a_misfit_table_is_exit_2(pg_server, zk_hosts, zk_root):
-    closed = PgServer.__new__(PgServer)
-    from zkcrawl.admin.localzk import free_port
-    closed.port = free_port()
-    status, err = run_consumer(consumer_args(zk_hosts, zk_root, closed.url()))
+    nobody_listens = f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"
+    status, err = run_consumer(consumer_args(zk_hosts, zk_root, nobody_listens))
     assert status == ExitStatus.TEMPFAIL and len(err.strip().splitlines()) == 1, err
     url = pg_server.url()
     pg_server.query(f"CREATE TABLE {table_of(url)} (url text)")
@@ -355,3 +356,31 @@ def test_report_reads_the_table(pg_server, capsys):
     assert summary["records"] == 9 and summary["outcomes"] == {"ok": 6, "http-404": 3}
     assert admin_main(["report", pg_server.url(), "--json"]) == 2  # no such table: one line
     assert "does not exist" in capsys.readouterr().err
+
+
+# -- demo ----------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_demo_writes_to_a_table(pg_server, tmp_path):
+    from tests.test_demo import finish, start_demo
+    from zkcrawl.admin.demo import ROOT as DEMO_ROOT
+    from zkcrawl.admin.samplesite import expected_articles
+
+    url = pg_server.url()
+    sink = PostgresSink(url, DEMO_ROOT)  # an earlier demo's row: deleted before the crawl
+    try:
+        sink.write_batch([Entry("qn-0000000000", 1, record("http://old.test/"))])
+    finally:
+        sink.close()
+    out_dir = tmp_path / "demo"
+    proc = start_demo(out_dir, "--out", url)
+    out, err = finish(proc, 120)
+    assert proc.returncode == 0, f"{out}\n{err}"
+    rows = pg_server.query(f"SELECT url, error, consumer FROM {table_of(url)} WHERE root = %s",
+                           DEMO_ROOT)
+    base = rows[0][0].split("/blog/")[0]
+    assert {u: e or "ok" for u, e, _ in rows} == expected_articles(base)  # each once
+    assert len(rows) == len(expected_articles(base))
+    assert {c for _, _, c in rows} == {"consumer-1", "consumer-2"}
+    assert f"Table      {url}" in out and "Traceback" not in err
+    assert len((out_dir / "results.jsonl").read_text().splitlines()) == len(rows)

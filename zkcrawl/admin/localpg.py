@@ -1,7 +1,8 @@
-"""A real PostgreSQL server for the tests: Debian's ``initdb`` + ``pg_ctl`` on a temporary
+"""A throwaway local PostgreSQL server, for the tests (the ``pg_server`` fixture) and
+``zkcrawl bench crawl``'s PostgreSQL cases: Debian's ``initdb`` + ``pg_ctl`` on a temporary
 directory and a free port on 127.0.0.1 (``trust`` authentication, loopback only, no Unix
 socket). PostgreSQL refuses to run as root: as root the cluster is made and run as
-``nobody``. scripts/run.sh installs the ``postgresql`` package."""
+``nobody``. scripts/run.sh installs the ``postgresql`` package for the tests."""
 
 from __future__ import annotations
 
@@ -16,6 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from zkcrawl.admin.localzk import free_port
+from zkcrawl.errors import ZkCrawlError
+
+
+class LocalPgError(ZkCrawlError):
+    """A local PostgreSQL could not be found or started."""
+
 
 USER = "postgres"  # the database superuser initdb creates
 RUN_AS = "nobody"  # the system user the server runs as when the tests run as root
@@ -38,7 +45,8 @@ class PgServer:
     """One throwaway cluster: :meth:`start`, :meth:`stop` (also to simulate an outage:
     :meth:`start` again brings it back on the same port), :meth:`destroy`."""
 
-    def __init__(self) -> None:
+    def __init__(self, durable: bool = False) -> None:
+        self.durable = durable
         self.bin = pg_bin()
         self.root = Path(tempfile.mkdtemp(prefix="zkcrawl-pg-"))
         os.chmod(self.root, 0o755)  # nobody must reach the data directory inside
@@ -61,14 +69,16 @@ class PgServer:
         proc = subprocess.run([str(self.bin / tool), *args], capture_output=True, text=True,
                               timeout=timeout, cwd=self.root, check=False, **self._user)
         if proc.returncode != 0:
-            raise RuntimeError(f"{tool} failed ({proc.returncode}): {proc.stderr.strip()}\n"
+            raise LocalPgError(f"{tool} failed ({proc.returncode}): {proc.stderr.strip()}\n"
                                f"{self.log_tail()}")
 
     def start(self) -> PgServer:
-        # fsync off: a test cluster on a shared CI disk; the sink's own durability rule is
-        # the commit, which the tests observe through the server, not the disk.
-        opts = (f"-p {self.port} -h 127.0.0.1 -k '' -c fsync=off -c full_page_writes=off "
-                f"-c max_connections=60")
+        # Not durable (the tests): fsync off on a shared CI disk; the sink's rule is the
+        # commit, which the tests observe through the server, not the disk. Durable (the
+        # bench): the defaults, a commit waits for its WAL fsync like the JSONL sink's.
+        opts = f"-p {self.port} -h 127.0.0.1 -k '' -c max_connections=60"
+        if not self.durable:
+            opts += " -c fsync=off -c full_page_writes=off"
         self._run("pg_ctl", "start", "-w", "-t", "60", "-D", str(self.data), "-l",
                   str(self.log), "-o", opts)
         return self
@@ -79,7 +89,7 @@ class PgServer:
     def destroy(self) -> None:
         try:
             self.stop("immediate")
-        except (RuntimeError, subprocess.TimeoutExpired):
+        except (LocalPgError, subprocess.TimeoutExpired):
             pass  # not running
         shutil.rmtree(self.root, ignore_errors=True)
 
