@@ -64,6 +64,7 @@ class Entry:
     item: str
     created_ms: int
     record: Record
+    outcome: str = "complete"  # what the committer does next: complete, or dead (a letter)
 
 
 class SinkUnavailable(SinkError):

@@ -3,8 +3,9 @@
 ``--out postgresql://user@host/db?table=pages`` (:mod:`zkcrawl.postgres`: the URL, the
 schema). The table is created if missing; every record field is a typed column
 (``fields`` is ``jsonb``), plus ``root`` (the crawl's ``--root``), ``item_created`` (the
-item znode's creation time), ``host``, ``extra`` (``jsonb``: record keys that are not
-columns) and ``stored_at``.
+item znode's creation time), ``host``, ``outcome`` (``complete`` or ``dead``: the item went
+to the dead letters), ``extra`` (``jsonb``: record keys that are not columns) and
+``stored_at``.
 
 Guarantees:
 
@@ -79,7 +80,8 @@ REASON_LIMIT = 200  # characters of the database's reason kept for a dead letter
 _NAMES = tuple(name for name, _ in COLUMNS)
 _KNOWN = frozenset(_NAMES)
 _UNSAFE = re.compile("[\x00\ud800-\udfff]")  # what PostgreSQL text cannot hold
-_ITEM = 4 + _NAMES.index("item")  # the item's place in a row (after root, item_created, ...)
+_FIRST = ("root", "item_created", "host", "outcome", "extra")  # then the record's columns
+_ITEM = len(_FIRST) + _NAMES.index("item")  # the item's place in a row
 
 
 class PostgresSink:
@@ -117,7 +119,8 @@ class PostgresSink:
         first group."""
         assert self._conn is not None
         try:
-            self._conn.execute(sql.SQL("EXPLAIN ") + self._insert, [None] * (len(_NAMES) + 4))
+            self._conn.execute(sql.SQL("EXPLAIN ") + self._insert,
+                               [None] * (len(_FIRST) + len(_NAMES)))
         except psycopg.Error as exc:
             self._conn.close()
             raise UsageError(f"--out {self.target.shown}: table {self.target.table_name} "
@@ -177,7 +180,7 @@ class PostgresSink:
         url = rec.get("url")
         extra = {k: v for k, v in rec.items() if k not in _KNOWN}
         values: list[Any] = [self.root, datetime.fromtimestamp(e.created_ms / 1000, UTC),
-                             host_of(url) if isinstance(url, str) else None,
+                             host_of(url) if isinstance(url, str) else None, str(e.outcome),
                              Jsonb(_clean(extra)) if extra else None]
         for name in _NAMES:
             value = e.item if name == "item" else rec.get(name)
@@ -282,7 +285,7 @@ def _delay(attempts: int) -> float:
 
 
 def _insert_sql(target: PgTarget, rows: int = 1) -> sql.Composed:
-    names = ("root", "item_created", "host", "extra", *_NAMES)
+    names = (*_FIRST, *_NAMES)
     one = sql.SQL("({})").format(sql.SQL(", ").join(sql.Placeholder() * len(names)))
     return sql.SQL("INSERT INTO {} ({}) VALUES {} ON CONFLICT ({}) DO NOTHING "
                    "RETURNING item").format(

@@ -175,7 +175,8 @@ def test_one_row_per_item_however_often_delivered(pg_server):
         # Redelivered (a consumer killed after the commit: attempt + 1), plus a new item.
         again = [Entry(e.item, e.created_ms, record(e.record["url"], attempt=1))
                  for e in first[:2]] + [Entry("qn-0000000009", 2_000,
-                                              record("http://b.test/9", pipeline="x"))]
+                                              record("http://b.test/9", pipeline="x",
+                                                     error="timeout"), "dead")]
         assert sink.write_batch(again) == [None] * 3
         # The same name in a queue recreated from scratch (a new creation time): a new row.
         assert sink.write_batch([Entry(first[0].item, 99_000, record("http://c.test/0"))]) \
@@ -183,11 +184,12 @@ def test_one_row_per_item_however_often_delivered(pg_server):
         assert (sink.records, sink.duplicates) == (7, 2)
     finally:
         sink.close()
-    rows = pg_server.query(f"SELECT item, attempt, host, extra, root FROM {table_of(url)} "
-                           "ORDER BY item, item_created")
+    rows = pg_server.query(f"SELECT item, attempt, host, extra, root, outcome "
+                           f"FROM {table_of(url)} ORDER BY item, item_created")
     assert len(rows) == 7
     assert [r[1] for r in rows if r[0] == "qn-0000000001"] == [0]  # the first write stays
-    assert ("qn-0000000009", 0, "b.test", {"pipeline": "x"}, "/crawl") in rows
+    assert ("qn-0000000009", 0, "b.test", {"pipeline": "x"}, "/crawl", "dead") in rows
+    assert {r[5] for r in rows if r[0] != "qn-0000000009"} == {"complete"}
 
 
 def test_text_postgresql_cannot_hold_is_made_valid(pg_server):
@@ -325,6 +327,8 @@ def test_no_server_is_exit_75_and_a_misfit_table_is_exit_2(pg_server, zk_hosts, 
     nobody_listens = f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"
     status, err = run_consumer(consumer_args(zk_hosts, zk_root, nobody_listens))
     assert status == ExitStatus.TEMPFAIL and len(err.strip().splitlines()) == 1, err
+    status, err = run_consumer(consumer_args(zk_hosts, zk_root, pg_server.url(db="nosuchdb")))
+    assert status == ExitStatus.USAGE and "nosuchdb" in err, err  # a restart will not help
     url = pg_server.url()
     pg_server.query(f"CREATE TABLE {table_of(url)} (url text)")
     status, err = run_consumer(consumer_args(zk_hosts, zk_root, url))

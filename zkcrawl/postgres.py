@@ -153,7 +153,7 @@ def create_table(conn: psycopg.Connection[Any], target: PgTarget) -> None:
     table = qualified(target)
     columns = sql.SQL(", ").join(sql.SQL(f"{name} {kind}") for name, kind in COLUMNS)
     ddl = sql.SQL("CREATE TABLE IF NOT EXISTS {} (root text NOT NULL, "
-                  "item_created timestamptz NOT NULL, {}, host text, extra jsonb, "
+                  "item_created timestamptz NOT NULL, {}, host text, outcome text, extra jsonb, "
                   "stored_at timestamptz NOT NULL DEFAULT now(), "
                   "PRIMARY KEY (root, item, item_created))").format(table, columns)
     with conn.transaction(), conn.cursor() as cur:
