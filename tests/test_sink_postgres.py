@@ -328,7 +328,7 @@ def test_no_server_is_exit_75_and_a_misfit_table_is_exit_2(pg_server, zk_hosts, 
     status, err = run_consumer(consumer_args(zk_hosts, zk_root, nobody_listens))
     assert status == ExitStatus.TEMPFAIL and len(err.strip().splitlines()) == 1, err
     status, err = run_consumer(consumer_args(zk_hosts, zk_root, pg_server.url(db="nosuchdb")))
-    assert status == ExitStatus.USAGE and "nosuchdb" in err, err  # a restart will not help
+    assert status == ExitStatus.TEMPFAIL and 'database "nosuchdb" does not exist' in err, err
     url = pg_server.url()
     pg_server.query(f"CREATE TABLE {table_of(url)} (url text)")
     status, err = run_consumer(consumer_args(zk_hosts, zk_root, url))

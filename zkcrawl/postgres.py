@@ -125,9 +125,11 @@ def first_line(exc: BaseException, limit: int = 300) -> str:
 
 
 def connect(target: PgTarget, application_name: str) -> psycopg.Connection[Any]:
-    """An autocommit connection (transactions are explicit). A refused login or a missing
-    database is a :class:`UsageError` (exit 2: a restart will not help); anything else
-    that keeps us from the server is :class:`DatabaseUnavailable` (exit 75)."""
+    """An autocommit connection (transactions are explicit). Any failure is
+    :class:`DatabaseUnavailable` (exit 75), with the server's reason: libpq gives no
+    SQLSTATE for a failed connection, and its FATAL lines mix what a restart cures (the
+    server starting up, too many connections) with what it does not (a missing database,
+    a refused login), so no guess is made from the text."""
     import psycopg
 
     given = {k for k, _ in parse_qsl(urlsplit(target.conninfo).query)}
@@ -139,10 +141,7 @@ def connect(target: PgTarget, application_name: str) -> psycopg.Connection[Any]:
     try:
         return psycopg.connect(target.conninfo, autocommit=True, **extra)
     except psycopg.Error as exc:
-        why = f"{target.shown}: {first_line(exc)}"
-        if exc.sqlstate is not None and exc.sqlstate.startswith(("28", "3D")):
-            raise UsageError(why) from None  # authentication, or no such database
-        raise DatabaseUnavailable(why) from None
+        raise DatabaseUnavailable(f"{target.shown}: {first_line(exc)}") from None
 
 
 def create_table(conn: psycopg.Connection[Any], target: PgTarget) -> None:
