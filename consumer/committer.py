@@ -175,8 +175,8 @@ class GroupCommit(Generic[T]):
         batch = [(s, s.record) for s in group if s.record is not None]
         if not batch:
             return
-        refused = self.sink.write_batch([Entry(s.claimed.name, _created_ms(s.claimed), record)
-                                         for s, record in batch])
+        refused = self.sink.write_batch([Entry(s.claimed.name, _created_ms(s.claimed), record,
+                                               s.kind) for s, record in batch])
         for (s, _), reason in zip(batch, refused, strict=True):
             if reason is not None:
                 log.warning("item.refused_by_sink", item=s.claimed.name, url=s.claimed.url,

@@ -14,6 +14,7 @@ from typing import ClassVar
 
 from zkcrawl.errors import UsageError
 from zkcrawl.politeness.local import MAX_CRAWL_DELAY
+from zkcrawl.postgres import is_database_url, parse_url
 from zkcrawl.queue.leases import AT_LEAST_ONCE, AT_MOST_ONCE
 from zkcrawl.settings import (
     DELIVERY,
@@ -57,7 +58,10 @@ class ConsumerSettings(CommonSettings, WebOptions):
     threads: int = opt(16, "worker threads fetching in parallel", metavar="N", group=WORKERS)
     backlog: int = opt(32, "capacity of the capped queue in front of the pool; a consumer "
                        "never holds more than threads + backlog leases", metavar="N", group=WORKERS)
-    out: str = opt("-", "JSON Lines sink ('-' = stdout)", metavar="PATH|-", group=OUTPUT)
+    out: str = opt("-", "where records go: a JSON Lines file, '-' (stdout), or a PostgreSQL "
+                   "table, postgresql://USER@HOST[:PORT]/DB?table=NAME (password from "
+                   "PGPASSWORD/PGPASSFILE, never in the URL; needs zkcrawl[postgres])",
+                   metavar="PATH|-|URL", group=OUTPUT)
     field: tuple[str, ...] = opt((), "extra record field NAME=XPATH (repeatable; title is "
                                  "always recorded)", repeat=True, metavar="NAME=XPATH",
                                  group=OUTPUT)
@@ -110,6 +114,8 @@ class ConsumerSettings(CommonSettings, WebOptions):
             if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
                 raise UsageError(f"{flag} must be a {'non-negative' if zero_ok else 'positive'}"
                                  f" number of seconds, got {value:g}")
+        if is_database_url(self.out):
+            parse_url(self.out)  # a password or a bad table name: exit 2 before connecting
         if not 0 <= self.metrics_port <= 65535:
             raise UsageError(f"--metrics-port must be 0..65535, got {self.metrics_port}")
         if problem := header_value_problem(self.user_agent):

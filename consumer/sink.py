@@ -1,5 +1,6 @@
 """Result sinks: the interface (:class:`ResultSink`) and the default, JSON Lines appended to
-a file or stdout (:class:`Sink`), opened by :func:`open_sink`.
+a file or stdout (:class:`Sink`); ``--out postgresql://...`` selects
+:class:`consumer.sink_postgres.PostgresSink` (:func:`open_sink`).
 
 The interface is small on purpose: the committer thread
 (:class:`consumer.committer.GroupCommit`) is its only writer, and calls
@@ -43,6 +44,7 @@ from typing import IO, Any, Protocol
 import structlog
 
 from zkcrawl.errors import SinkError, UsageError
+from zkcrawl.postgres import is_database_url
 from zkcrawl.textsafe import scrub
 
 __all__ = ["Entry", "Record", "ResultSink", "Sink", "SinkUnavailable", "open_sink"]
@@ -62,6 +64,7 @@ class Entry:
     item: str
     created_ms: int
     record: Record
+    outcome: str = "complete"  # what the committer does next: complete, or dead (a letter)
 
 
 class SinkUnavailable(SinkError):
@@ -108,9 +111,15 @@ class ResultSink(Protocol):
 
 
 def open_sink(out: str, root: str) -> ResultSink:
-    """The sink ``--out`` names: a JSON Lines path or ``-``. A bad value is a
-    :class:`UsageError` (exit 2)."""
-    del root  # a database sink keys its rows by it
+    """The sink ``--out`` names: a PostgreSQL URL (rows keyed by ``root`` and item), else a
+    JSON Lines path or ``-``. A bad value is a :class:`UsageError` (exit 2)."""
+    if is_database_url(out):
+        try:
+            from consumer.sink_postgres import PostgresSink
+        except ImportError:  # psycopg missing: the optional extra
+            raise UsageError("--out postgresql://...: the PostgreSQL driver is not installed:"
+                             " pip install 'zkcrawl[postgres]'") from None
+        return PostgresSink(out, root)
     return Sink(out)
 
 # Built once: json.dumps with any non-default option builds a new encoder on every call.

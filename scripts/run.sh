@@ -3,7 +3,7 @@
 #   bash scripts/run.sh demo [zkcrawl demo flags...]
 #   bash scripts/run.sh test [pytest args...]
 # Works on a fresh Debian/Ubuntu machine as root (apt-get), or as a user who
-# already has ZooKeeper, Java and python3-venv installed.
+# already has ZooKeeper, Java and python3-venv installed (and PostgreSQL for the tests).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -38,6 +38,9 @@ need_system() {
   command -v python3 >/dev/null 2>&1 || pkgs+=(python3)
   if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
     pkgs+=(python3-venv python3-pip)
+  fi
+  if [ "$what" = test ] && ! compgen -G '/usr/lib/postgresql/*/bin/pg_ctl' >/dev/null; then
+    pkgs+=(postgresql)  # the PostgreSQL sink is tested against a real server (zkcrawl/admin/localpg.py)
   fi
   if [ "$what" = test ] && ! command -v chromium >/dev/null 2>&1; then
     pkgs+=(chromium)  # the HTML report is checked in a real headless browser

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
+from zkcrawl.admin.localpg import PgServer
 from zkcrawl.admin.localzk import Ensemble, ZkServer
 from zkcrawl.zk.client import ZkClient
 
@@ -65,6 +66,15 @@ def ensemble(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ensemble]:
     ens.stop()
     for s in ens.servers:
         _SERVERS.remove(s)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    """A real PostgreSQL server for the session (zkcrawl/admin/localpg.py); each test gets its
+    own table through ``pg_server.url()``."""
+    server = PgServer().start()
+    yield server
+    server.destroy()
 
 
 def expire_session(client: ZkClient, timeout: float = 20.0) -> None:

@@ -9,7 +9,12 @@ drained.
 No process outlives it: every child runs in its own process group (a terminal's Ctrl-C
 reaches the demo only, and the shutdown goes in order: producer and consumers get SIGTERM
 and drain, stragglers get SIGKILL, then the site and ZooKeeper stop); the clean-up runs in
-``finally`` with further signals held. Only SIGKILL of the demo itself can orphan children."""
+``finally`` with further signals held. Only SIGKILL of the demo itself can orphan children.
+
+With ``out`` (``--out postgresql://USER@HOST/DB?table=NAME``) the consumers write to that
+table instead of part files: the demo first deletes the table's rows of the demo's root
+(``/zkcrawl-demo``; an earlier demo's rows would be counted again), counts progress there,
+and exports the demo's rows to ``results.jsonl`` for the report."""
 
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 import zkcrawl
+from zkcrawl import postgres
 from zkcrawl.admin import report, samplesite
 from zkcrawl.admin.localzk import ZkServer
 from zkcrawl.errors import UsageError, ZkCrawlError
@@ -55,6 +61,7 @@ class DemoConfig:
     idle: float = 5.0  # consumers' --exit-when-idle: a safety net, the demo stops them first
     timeout: float = 90.0  # the whole crawl, after ZooKeeper is up
     slow_s: float = 2.0  # the sample site's slow article
+    out: str | None = None  # a postgresql:// table for the consumers, instead of part files
 
 
 @dataclass
@@ -215,7 +222,8 @@ def producer_argv(zk: str, base_url: str) -> list[str]:
 
 def consumer_argv(zk: str, cfg: DemoConfig, name: str, out: Path) -> list[str]:
     argv = ["-m", "consumer.main", "--zk", zk, "--root", ROOT, "--id", name,
-            "--out", str(out), "--threads", str(cfg.threads), "--backlog", str(cfg.backlog),
+            "--out", cfg.out or str(out), "--threads", str(cfg.threads),
+            "--backlog", str(cfg.backlog),
             "--domain-delay", str(cfg.domain_delay), "--exit-when-idle", str(cfg.idle),
             "--grace", "5", "--timeout", "10", "--session-timeout", "5",
             "--allow-private-addresses", "--log-format", "json"]
@@ -244,6 +252,49 @@ class Tally:
             self._offsets[name] += len(complete)
             self.counts[name] += complete.count(b"\n")
         return sum(self.counts.values())
+
+
+class TableTally(Tally):
+    """Records written so far per consumer, counted in the results table (the demo's root)."""
+
+    def __init__(self, parts: dict[str, Path], url: str) -> None:
+        super().__init__(parts)
+        self.target = postgres.parse_url(url)
+
+    def update(self) -> int:
+        from psycopg import sql
+
+        query = sql.SQL("SELECT consumer, count(*) FROM {} WHERE root = %s GROUP BY consumer"
+                        ).format(postgres.qualified(self.target))
+        try:
+            with postgres.connect(self.target, "zkcrawl-demo") as conn:
+                rows = conn.execute(query, (ROOT,)).fetchall()
+        except Exception:  # a progress count only: the next refresh tries again
+            return sum(self.counts.values())
+        for consumer, count in rows:
+            if consumer in self.counts:
+                self.counts[consumer] = int(count)
+        return sum(self.counts.values())
+
+
+def prepare_table(url: str) -> None:
+    """Create the table if missing and delete the rows of a previous demo (its root only)."""
+    from psycopg import Error, sql
+
+    target = postgres.parse_url(url)
+    with postgres.connect(target, "zkcrawl-demo") as conn:
+        try:
+            postgres.create_table(conn, target)
+            conn.execute(sql.SQL("DELETE FROM {} WHERE root = %s").format(
+                postgres.qualified(target)), (ROOT,))
+        except Error as exc:
+            raise UsageError(f"--out {target.shown}: {postgres.first_line(exc)}") from None
+
+
+def export_table(url: str, results: Path) -> None:
+    """The demo's rows, as one results file in fetch order."""
+    records = postgres.load_rows(postgres.parse_url(url), root=ROOT)
+    _write_results(records, results)
 
 
 class Display(Protocol):
@@ -357,6 +408,10 @@ def _crawl(zk: ZkClient, children: Children, cfg: DemoConfig, tally: Tally,
 def _merge(parts: dict[str, Path], results: Path) -> None:
     """One results file, in fetch order, from the consumers' part files."""
     records, _bad = report.load_records([str(p) for p in parts.values() if p.exists()])
+    _write_results(records, results)
+
+
+def _write_results(records: list[dict[str, Any]], results: Path) -> None:
     records.sort(key=lambda r: str(r.get("fetched_at") or ""))
     tmp = results.with_suffix(".tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
@@ -383,6 +438,8 @@ def run_demo(cfg: DemoConfig, display: Display) -> DemoResult:
     """Run the whole demo; raises :class:`ZkCrawlError` (one line) if a part fails."""
     out_dir = cfg.out_dir.resolve()
     logs, parts = _prepare(out_dir, cfg.consumers)
+    if cfg.out:
+        prepare_table(cfg.out)
     t0 = time.monotonic()
     with interruptible(), tempfile.TemporaryDirectory(prefix="zkcrawl-demo-") as tmp:
         server = ZkServer(Path(tmp) / "zk")
@@ -403,7 +460,8 @@ def run_demo(cfg: DemoConfig, display: Display) -> DemoResult:
                                logs / f"{name}.log")
             display.say(f"crawling {base_url} with {len(parts)} consumers")
             try:
-                ended = _crawl(zk, children, cfg, Tally(parts), display)
+                tally = TableTally(parts, cfg.out) if cfg.out else Tally(parts)
+                ended = _crawl(zk, children, cfg, tally, display)
                 producer_exit = children.procs["producer"].returncode
             finally:
                 display.close()
@@ -418,7 +476,7 @@ def run_demo(cfg: DemoConfig, display: Display) -> DemoResult:
                     server.log_path.read_bytes() if server.log_path.exists() else b"")
     exits = {n: p.returncode for n, p in children.procs.items() if n.startswith("consumer")}
     _check(ended, producer_exit, exits, logs)
-    return _finish(out_dir, logs, parts, producer_exit, exits, base_url, left, t0)
+    return _finish(out_dir, logs, parts, producer_exit, exits, base_url, left, t0, cfg.out)
 
 
 def _check(ended: str, producer_exit: int | None, exits: dict[str, int | None],
@@ -435,9 +493,13 @@ def _check(ended: str, producer_exit: int | None, exits: dict[str, int | None],
 
 
 def _finish(out_dir: Path, logs: Path, parts: dict[str, Path], producer: int | None,
-            exits: dict[str, int | None], base_url: str, left: int, t0: float) -> DemoResult:
+            exits: dict[str, int | None], base_url: str, left: int, t0: float,
+            table: str | None = None) -> DemoResult:
     results, html = out_dir / "results.jsonl", out_dir / "report.html"
-    _merge(parts, results)
+    if table:
+        export_table(table, results)
+    else:
+        _merge(parts, results)
     records, bad = report.load_records([str(results)])
     summary = report.summarize(records, bad)
     html.write_text(report.render_html(summary), encoding="utf-8")

@@ -52,6 +52,7 @@ _NICE_BUCKETS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 
 _MAX_BUCKETS = 60
 _HIST_BINS = 24
 LABEL_LIMIT = 200  # characters kept of an outcome, consumer, status or host label
+_TINY_MS = 1e-6  # durations below this are no basis for a ratio or a bin width
 _MAX_NUMBER = 1e15  # larger magnitudes are junk (31,000 years in ms), and sums stay finite
 _EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 _LATEST = datetime(9000, 1, 1, tzinfo=UTC)
@@ -214,7 +215,7 @@ def _histogram(values: list[float], st: dict[str, Any]) -> dict[str, Any]:
         return {"edges": [], "counts": [], "overflow": 0}
     lo = min(0.0, min(values))
     hi = st["p99"] if st["max"] > 2 * st["p99"] > 0 else st["max"]
-    if hi <= lo:
+    if hi - lo < _TINY_MS:  # a span of 1e-320 ms would make bins of width 0
         hi = lo + 1.0
     width = (hi - lo) / _HIST_BINS
     counts = [0] * _HIST_BINS
@@ -251,7 +252,7 @@ def _ratio(timing: dict[str, dict[str, Any]]) -> dict[str, Any]:
     d = timing["dispatch_ms"]["p95"]
     p = timing["process_ms"]["p50"]
     w = timing["wait_ms"]["p50"]
-    if d is None or p is None or p <= 0:
+    if d is None or p is None or p < _TINY_MS:  # d / 1e-313 is infinite: no verdict
         return {"value": None, "verdict": "unknown",
                 "interpretation": "not enough timing data to compare dispatch with processing"}
     ratio = d / p

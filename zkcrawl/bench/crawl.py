@@ -12,7 +12,13 @@ is started unless ``hosts`` is given. N article URLs are crawled four times:
 * ``zkcrawl_2``  -- two consumer processes on one queue;
 * ``zkcrawl_requests`` -- ``zkcrawl_1`` again with ``--http requests`` (a requests.Session
   per thread instead of a libcurl handle), run right after it: the CPU per page of each
-  transport, from one run.
+  transport, from one run;
+* ``zkcrawl_pg`` -- ``zkcrawl_1`` writing to a PostgreSQL table (``--out postgresql://``)
+  instead of a JSON Lines file: the server given (``pg``) or a throwaway local one with
+  its durable defaults (fsync on, synchronous commit: like the fsynced file). JSON Lines
+  and PostgreSQL alternate, ``rounds`` times each (``zkcrawl_1`` and ``zkcrawl_pg`` keep
+  the better round of each; every round is in ``rounds_*``); skipped, with the reason,
+  when neither a server nor the driver is there.
 
 Every case runs in child processes; the parent samples them with psutil (CPU, RSS) and
 counts their output lines, so CPU per page is measured between the first and the last page
@@ -38,6 +44,7 @@ from typing import Any
 
 import psutil
 
+from zkcrawl import postgres
 from zkcrawl.admin.localzk import ZkServer
 from zkcrawl.bench.site import start_benchsite, stop_benchsite
 from zkcrawl.queue import control
@@ -92,9 +99,11 @@ def naive_crawl(urls: list[str], max_threads: int, out: str) -> None:
 class Probe:
     """Samples child processes: CPU seconds, RSS, and pages done (lines in their outputs)."""
 
-    def __init__(self, procs: list[subprocess.Popen[bytes]], outputs: list[Path]) -> None:
+    def __init__(self, procs: list[subprocess.Popen[bytes]], outputs: list[Path],
+                 marker: bytes = b"\n") -> None:
         self.procs = procs
         self.outputs = outputs
+        self.marker = marker  # one per page in an output: a line, or an item.done event
         self.ps = [psutil.Process(p.pid) for p in procs]
         self.cpu_first: float | None = None
         self.pages_first = 0
@@ -112,8 +121,9 @@ class Probe:
             with contextlib.suppress(OSError), open(path, "rb") as fh:
                 fh.seek(self._read[i])
                 new = fh.read()
+                new = new[:new.rfind(b"\n") + 1]  # whole lines only: a marker is never cut
                 self._read[i] += len(new)
-                self._lines[i] += new.count(b"\n")
+                self._lines[i] += new.count(self.marker)
         return sum(self._lines)
 
     def sample(self) -> int:
@@ -209,8 +219,12 @@ def case_naive(urls: list[str], threads: int, latency_ms: float, tmp: Path) -> d
     return _summary(probe, spans, len(urls), threads / (latency_ms / 1000))
 
 
+#: One per page in a consumer's JSON log: what the PostgreSQL case counts (no file to count).
+DONE_EVENT = b'"event": "item.'
+
+
 def case_zkcrawl(hosts: str, urls: list[str], threads: int, latency_ms: float, procs: int,
-                 tmp: Path, http: str = "curl") -> dict[str, Any]:
+                 tmp: Path, http: str = "curl", pg: str | None = None) -> dict[str, Any]:
     root = f"/bench-crawl-{uuid.uuid4().hex[:8]}"
     zk = ZkClient(hosts, session_timeout=30).connect()
     LeaseQueue(zk, root, "bench").offer_many(Item(url=u, producer="bench") for u in urls)
@@ -218,15 +232,18 @@ def case_zkcrawl(hosts: str, urls: list[str], threads: int, latency_ms: float, p
     # start one after the other, and the first must not run alone while the others
     # import -- the measured span would then hold a one-process stretch.
     control.set_state(zk, root, control.PAUSED, by="bench")
-    outs = [tmp / f"zk{procs}-{http}-{i}.jsonl" for i in range(procs)]
-    logs = [tmp / f"zk{procs}-{http}-{i}.log" for i in range(procs)]
+    tag = f"zk{procs}-{http}-{'pg' if pg else 'jsonl'}-{root[-8:]}"
+    outs = [tmp / f"{tag}-{i}.jsonl" for i in range(procs)]
+    logs = [tmp / f"{tag}-{i}.log" for i in range(procs)]
+    table = f"bench_{root[-8:]}"  # a fresh table per case
     children = []
     for i in range(procs):
         with open(logs[i], "wb") as err:
             children.append(subprocess.Popen(
                 [sys.executable, "-m", "consumer.main", "--zk", hosts, "--root", root,
                  "--id", f"bench-{i}", "--threads", str(threads), "--backlog", str(threads * 2),
-                 "--out", str(outs[i]), "--exit-when-idle", "2", "--domain-delay", "0",
+                 "--out", f"{pg}?table={table}" if pg else str(outs[i]),
+                 "--exit-when-idle", "2", "--domain-delay", "0",
                  "--no-robots", "--log-format", "json", "--stats-interval", "5",
                  "--http", http, "--allow-private-addresses"],
                 env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err))
@@ -235,9 +252,10 @@ def case_zkcrawl(hosts: str, urls: list[str], threads: int, latency_ms: float, p
         control.set_state(zk, root, control.RUNNING, by="bench")
     finally:
         zk.close()
-    probe = Probe(children, outs)
+    probe = Probe(children, logs, DONE_EVENT) if pg else Probe(children, outs)
     probe.run(timeout=60 + len(urls) * latency_ms / 1000)
-    recs = _read_lines(outs)
+    recs = (postgres.load_rows(postgres.parse_url(f"{pg}?table={table}", "bench"))
+            if pg else _read_lines(outs))
     spans = []
     for r in recs:
         end = datetime.fromisoformat(r["fetched_at"].replace("Z", "+00:00")).timestamp()
@@ -275,28 +293,72 @@ def _zookeeper(hosts: str | None, tmp: Path) -> Iterator[str]:
         server.stop()
 
 
+@contextlib.contextmanager
+def _postgres(pg: str | None) -> Iterator[tuple[str | None, str]]:
+    """(URL without a table, or None; why not). The given server, else a throwaway local
+    one with the durable defaults; None when neither the driver nor a server is there."""
+    try:
+        import psycopg  # noqa: F401 - the optional extra
+    except ImportError:
+        yield None, "the PostgreSQL driver is not installed: pip install 'zkcrawl[postgres]'"
+        return
+    if pg:
+        postgres.parse_url(pg, "--pg")
+        yield pg.split("?", 1)[0], ""
+        return
+    from zkcrawl.admin.localpg import LocalPgError, PgServer
+
+    try:
+        server = PgServer(durable=True).start()
+    except LocalPgError as exc:
+        yield None, str(exc).splitlines()[0]
+        return
+    try:
+        yield server.conninfo(), ""
+    finally:
+        server.destroy()
+
+
 def run_bench(hosts: str | None, n: int = 2000, threads: int = 32, latency_ms: int = 50,
-              json_out: bool = False) -> dict[str, Any]:
-    """Run the four cases in one run; returns the figures (``json_out`` only changes what
-    the caller prints)."""
+              json_out: bool = False, pg: str | None = None, rounds: int = 2
+              ) -> dict[str, Any]:
+    """Run the cases in one run; returns the figures (``json_out`` only changes what the
+    caller prints). JSON Lines and PostgreSQL alternate ``rounds`` times."""
     del json_out
     with tempfile.TemporaryDirectory(prefix="zkcrawl-bench-crawl-") as name:
         tmp = Path(name)
         site, base = start_benchsite(latency_ms, n)
         try:
-            with _zookeeper(hosts, tmp) as zk_hosts:
+            with _zookeeper(hosts, tmp) as zk_hosts, _postgres(pg) as (pg_url, why_not):
                 urls = [f"{base}/a/{i}.html" for i in range(1, n + 1)]
                 out: dict[str, Any] = {"n": n, "threads": threads, "latency_ms": latency_ms,
                                        "cpus": os.cpu_count()}
                 out["seed_naive"] = case_naive(urls, threads, latency_ms, tmp)
-                out["zkcrawl_1"] = case_zkcrawl(zk_hosts, urls, threads, latency_ms, 1, tmp)
+                jsonl, pgs = [], []
+                for _ in range(rounds if pg_url else 1):
+                    jsonl.append(case_zkcrawl(zk_hosts, urls, threads, latency_ms, 1, tmp))
+                    if pg_url:
+                        pgs.append(case_zkcrawl(zk_hosts, urls, threads, latency_ms, 1, tmp,
+                                                pg=pg_url))
+                out["zkcrawl_1"] = _best(jsonl)
                 out["zkcrawl_requests"] = case_zkcrawl(zk_hosts, urls, threads, latency_ms, 1,
                                                        tmp, http="requests")
                 out["zkcrawl_2"] = case_zkcrawl(zk_hosts, urls, threads, latency_ms, 2, tmp)
+                if pgs:
+                    out["zkcrawl_pg"] = _best(pgs)
+                    out["rounds_jsonl_pages_per_s"] = [c["pages_per_s"] for c in jsonl]
+                    out["rounds_pg_pages_per_s"] = [c["pages_per_s"] for c in pgs]
+                else:
+                    out["zkcrawl_pg"] = {"skipped": why_not}
         finally:
             stop_benchsite(site)
     out["ratios"] = _ratios(out)
     return out
+
+
+def _best(cases: list[dict[str, Any]]) -> dict[str, Any]:
+    """The round with the most pages/s (the least disturbed by the machine's other load)."""
+    return max(cases, key=lambda c: c["pages_per_s"])
 
 
 def _ratios(out: dict[str, Any]) -> dict[str, float]:
@@ -304,8 +366,12 @@ def _ratios(out: dict[str, Any]) -> dict[str, float]:
         return round(a / b, 2) if b else 0.0
 
     one, two, seed = out["zkcrawl_1"], out["zkcrawl_2"], out["seed_naive"]
-    req = out["zkcrawl_requests"]
-    return {"zkcrawl_1_vs_seed": r(one["pages_per_s"], seed["pages_per_s"]),
+    req, pg = out["zkcrawl_requests"], out["zkcrawl_pg"]
+    pg_ratios = {} if "skipped" in pg else {
+        # the sinks, same run, alternated: < 1 means PostgreSQL is slower than the file
+        "pg_vs_jsonl_pages_per_s": r(pg["pages_per_s"], one["pages_per_s"]),
+        "pg_vs_jsonl_cpu_per_page": r(pg["cpu_ms_per_page"], one["cpu_ms_per_page"])}
+    return {**pg_ratios, "zkcrawl_1_vs_seed": r(one["pages_per_s"], seed["pages_per_s"]),
             "zkcrawl_2_vs_1": r(two["pages_per_s"], one["pages_per_s"]),
             "dispatch_p95_over_process_p50": r(one["dispatch_p95_ms"], one["process_p50_ms"]),
             # the transports, same run: > 1 means requests costs more CPU per page than libcurl
@@ -319,8 +385,11 @@ def render(out: dict[str, Any]) -> str:
              f"{out['latency_ms']} ms per response, {out['cpus']} CPUs",
              f"{'case':<17}{'pages/s':>9}{'% ideal':>9}{'CPU ms/pg':>11}{'RSS MB':>8}"
              f"{'disp p95':>10}{'proc p50':>10}"]
-    for key in ("seed_naive", "zkcrawl_1", "zkcrawl_2", "zkcrawl_requests"):
+    for key in ("seed_naive", "zkcrawl_1", "zkcrawl_2", "zkcrawl_requests", "zkcrawl_pg"):
         c = out[key]
+        if "skipped" in c:
+            lines.append(f"{key:<17}skipped: {c['skipped']}")
+            continue
         lines.append(f"{key:<17}{c['pages_per_s']:>9}{c['pct_ideal']:>9}"
                      f"{c['cpu_ms_per_page']:>11}{c['rss_mb']:>8}"
                      f"{c.get('dispatch_p95_ms', '-'):>10}{c.get('process_p50_ms', '-'):>10}")
@@ -330,6 +399,11 @@ def render(out: dict[str, Any]) -> str:
                  f"{rt['dispatch_p95_over_process_p50']}")
     lines.append(f"CPU per page, --http requests / curl = {rt['requests_vs_curl_cpu_per_page']}x, "
                  f"pages/s = {rt['requests_vs_curl_pages_per_s']}x")
+    if "pg_vs_jsonl_pages_per_s" in rt:
+        lines.append(f"--out postgresql:// / JSON Lines: pages/s = {rt['pg_vs_jsonl_pages_per_s']}x"
+                     f" (rounds, alternated: JSONL {out['rounds_jsonl_pages_per_s']}, "
+                     f"PostgreSQL {out['rounds_pg_pages_per_s']}), CPU per page = "
+                     f"{rt['pg_vs_jsonl_cpu_per_page']}x")
     return "\n".join(lines)
 
 

@@ -17,6 +17,7 @@ EXAMPLES = """
     zkcrawl bench queue                    # a throwaway local ZooKeeper
     zkcrawl bench queue --zk 127.0.0.1:2181 --root /bench --items 5000
     zkcrawl bench crawl --json > crawl.json
+    zkcrawl bench crawl --pg postgresql://crawl@db/bench   # the PostgreSQL cases there
 """
 
 
@@ -31,6 +32,10 @@ class Settings(CommonSettings):
     threads: int = opt(32, "crawl: worker threads per consumer", metavar="N")
     latency_ms: int = opt(50, "crawl: delay of every response of the synthetic site",
                           metavar="MS")
+    pg: str = opt("", "crawl: PostgreSQL for the --out postgresql:// cases, "
+                  "postgresql://USER@HOST/DB (default: a throwaway local server when "
+                  "PostgreSQL is installed; password from PGPASSWORD/PGPASSFILE)",
+                  metavar="URL")
     json: bool = opt(False, "print one JSON object instead of a table")
 
     zk_optional = True  # no --zk: each bench starts a throwaway local ZooKeeper
@@ -70,7 +75,8 @@ def execute(settings: Settings, ns: argparse.Namespace, env: Mapping[str, str]) 
                              "pip install 'zkcrawl[bench]'") from None
 
         out = bc.run_bench(hosts, settings.items or 2000, threads=settings.threads,
-                           latency_ms=settings.latency_ms, json_out=settings.json)
+                           latency_ms=settings.latency_ms, json_out=settings.json,
+                           pg=settings.pg or None)
         text = bc.render(out) if hasattr(bc, "render") else json.dumps(out, indent=2)
     print(json.dumps(out) if settings.json else text)
     return ExitStatus.OK

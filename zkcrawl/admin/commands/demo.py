@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from zkcrawl.admin.demo import LINKS_CSS, START_PATH, DemoConfig, DemoResult, run_demo
+from zkcrawl import postgres
+from zkcrawl.admin.demo import LINKS_CSS, ROOT, START_PATH, DemoConfig, DemoResult, run_demo
 from zkcrawl.admin.samplesite import NEXT_XPATH
 from zkcrawl.errors import ExitStatus, UsageError
 from zkcrawl.runner import setup_logging
@@ -47,6 +48,10 @@ class Settings(CommonSettings):
     domain_delay: float = opt(0.05, "gap between requests to the sample site's one host "
                               "(the consumer's default of 1.0 s is for real sites)", metavar="S")
     timeout: float = opt(90.0, "give up if the crawl is not done after S seconds", metavar="S")
+    out: str = opt("", "consumers write to this PostgreSQL table instead of part files: "
+                   "postgresql://USER@HOST/DB?table=NAME (needs zkcrawl[postgres]; rows of "
+                   "an earlier demo, root /zkcrawl-demo, are deleted first; password from "
+                   "PGPASSWORD/PGPASSFILE)", metavar="URL")
     progress: str = opt("auto", "live progress bar (auto: on a TTY), else plain lines",
                         choices=("auto", "bar", "lines"))
 
@@ -59,6 +64,8 @@ class Settings(CommonSettings):
         if not self.out_dir.strip():
             raise UsageError("--out-dir must not be empty (the demo writes results.jsonl, "
                              "report.html, logs/ and parts/ there)")
+        if self.out:
+            postgres.parse_url(self.out)  # a password, a bad table, not postgresql://: exit 2
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -131,6 +138,9 @@ def render_summary(res: DemoResult, cfg: DemoConfig) -> str:
     if res.producer_summary:
         lines += [f"Producer   {res.producer_summary[:300]}", ""]
     lines += res.notes
+    if cfg.out:
+        lines += [f"Table      {postgres.parse_url(cfg.out).shown}  ({n} rows of root "
+                  f"{ROOT}; zkcrawl report {postgres.parse_url(cfg.out).shown})"]
     lines += [f"Results    {_rel(res.results)}  ({n} records, one JSON object per line)",
               f"Report     {_rel(res.html)}  (open in a browser; text: zkcrawl report "
               f"{_rel(res.results)})",
@@ -165,7 +175,7 @@ def execute(settings: Settings, ns: argparse.Namespace, env: Mapping[str, str]) 
     live = settings.progress == "bar" or (settings.progress == "auto" and sys.stderr.isatty())
     cfg = DemoConfig(out_dir=Path(settings.out_dir), consumers=settings.consumers,
                      threads=settings.threads, domain_delay=settings.domain_delay,
-                     timeout=settings.timeout)
+                     timeout=settings.timeout, out=settings.out or None)
     try:
         res = run_demo(cfg, Progress(sys.stderr, live))
     except KeyboardInterrupt:

@@ -1,6 +1,9 @@
-"""``zkcrawl report RESULTS.jsonl... [--html PATH] [--json]``: what happened in a crawl.
+"""``zkcrawl report RESULTS.jsonl|postgresql://...  [--html PATH] [--json]``: what happened
+in a crawl.
 
-Reads consumer result files (``-`` = stdin, ``.gz`` accepted), prints outcomes by reason,
+Reads consumer result files (``-`` = stdin, ``.gz`` accepted) and PostgreSQL results
+tables (``postgresql://USER@HOST/DB?table=NAME``, every row of the table: the consumer's
+``--out``; needs ``zkcrawl[postgres]``), prints outcomes by reason,
 each consumer's share, hosts and where the time went (queue, dispatch, wait, process:
 p50/p95/max) with the dispatch/process verdict. ``--html PATH`` also writes one
 self-contained page (inline SVG histograms and per-consumer throughput; nothing fetched
@@ -22,6 +25,7 @@ import sys
 import tempfile
 from collections.abc import Mapping
 
+from zkcrawl import postgres
 from zkcrawl.admin import report
 from zkcrawl.errors import ExitStatus, UsageError
 from zkcrawl.runner import setup_logging
@@ -45,8 +49,9 @@ class Settings(CommonSettings):
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("files", nargs="+", metavar="RESULTS.jsonl",
-                        help="consumer result files (JSON Lines; - = stdin)")
+    parser.add_argument("files", nargs="+", metavar="RESULTS.jsonl|URL",
+                        help="consumer result files (JSON Lines; - = stdin) or PostgreSQL "
+                        "results tables (postgresql://USER@HOST/DB?table=NAME)")
 
 
 def write_html(path: str, summary: dict[str, object]) -> None:
@@ -76,9 +81,24 @@ def _umask() -> int:
     return mask
 
 
+def load_table(url: str) -> list[dict[str, object]]:
+    """Every row of a results table, as records (exit 2 for a bad URL or table, 75 when
+    the server cannot be reached)."""
+    target = postgres.parse_url(url, flag="report")
+    try:
+        import psycopg  # noqa: F401 - the optional extra: say so in one line
+    except ImportError:
+        raise UsageError("report postgresql://...: the PostgreSQL driver is not installed: "
+                         "pip install 'zkcrawl[postgres]'") from None
+    return postgres.load_rows(target)
+
+
 def execute(settings: Settings, ns: argparse.Namespace, env: Mapping[str, str]) -> ExitStatus:
     setup_logging(settings)
-    records, bad = report.load_records(ns.files)
+    tables = [f for f in ns.files if postgres.is_database_url(f)]
+    records, bad = report.load_records([f for f in ns.files if f not in tables])
+    for url in tables:
+        records += load_table(url)
     summary = report.summarize(records, bad)
     if settings.html:
         write_html(settings.html, summary)

@@ -1,0 +1,205 @@
+"""The PostgreSQL results table: its URL, its schema, connecting, reading it back.
+
+Used by the consumer's sink (:mod:`consumer.sink_postgres`), ``zkcrawl report`` and
+``zkcrawl demo``. The driver, psycopg 3, is the optional extra ``postgres``: it is imported
+only when a ``postgresql://`` URL is used.
+
+URL: ``postgresql://[user@]host[:port]/dbname[?table=NAME&PARAM=VALUE...]`` (``postgres://``
+too). ``table`` (default ``pages``, ``schema.name`` allowed) is ours; every other parameter
+is libpq's (``sslmode``, ``connect_timeout``, ``application_name``, ``passfile``...).
+**No password in it**: a command line shows in ``ps`` and in unit files, so a URL with a
+password (``user:secret@``, ``password=``, ``sslpassword=``) is refused with one line (exit 2);
+libpq reads it from ``PGPASSWORD``, ``PGPASSFILE``/``~/.pgpass`` or a service file. So no
+message ever needs to redact one; :attr:`PgTarget.shown` is still what messages print.
+
+:func:`parse_url` decodes the URL as untrusted input: it raises :class:`UsageError` and
+nothing else, whatever the string.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
+
+from zkcrawl.errors import ExitStatus, UsageError, ZkCrawlError
+from zkcrawl.textsafe import printable
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["COLUMNS", "DEFAULT_TABLE", "KEY", "SCHEMES", "DatabaseUnavailable", "PgTarget",
+           "connect", "create_table", "first_line", "is_database_url", "load_rows",
+           "parse_url", "qualified"]
+
+SCHEMES = ("postgresql", "postgres")
+DEFAULT_TABLE = "pages"
+#: libpq parameters that carry a secret: never on a command line.
+_SECRET_PARAMS = frozenset({"password", "sslpassword"})
+#: A table or schema name we quote ourselves: plain identifiers only.
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]{0,62}"
+_TABLE = re.compile(rf"{_IDENT}(?:\.{_IDENT})?")
+CONNECT_TIMEOUT_S = 5  # libpq connect_timeout unless the URL sets one
+
+#: The columns of a record, in SPEC §4 order, with their SQL types.
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("url", "text"), ("final_url", "text"), ("status", "integer"), ("title", "text"),
+    ("fields", "jsonb"), ("bytes", "bigint"), ("item", "text NOT NULL"),
+    ("attempt", "integer"), ("consumer", "text"), ("fetched_at", "timestamptz"),
+    ("queue_ms", "double precision"), ("dispatch_ms", "double precision"),
+    ("wait_ms", "double precision"), ("process_ms", "double precision"), ("error", "text"))
+#: The unique key: one row per item, however often it is delivered (README, PostgreSQL sink).
+KEY = ("root", "item", "item_created")
+
+
+class DatabaseUnavailable(ZkCrawlError):
+    """The database could not be reached: exit 75 (EX_TEMPFAIL), worth a restart."""
+
+    exit_status = ExitStatus.TEMPFAIL
+
+
+@dataclass(frozen=True)
+class PgTarget:
+    """A decoded ``postgresql://`` URL."""
+
+    conninfo: str  # for libpq: the URL without ``table``
+    table: tuple[str, ...]  # (name,) or (schema, name)
+    shown: str  # for messages: printable, no credentials
+
+    @property
+    def table_name(self) -> str:
+        return ".".join(self.table)
+
+
+def is_database_url(text: str) -> bool:
+    return text.startswith(tuple(f"{s}://" for s in SCHEMES))
+
+
+def parse_url(url: str, flag: str = "--out") -> PgTarget:
+    """Decode a results-database URL; :class:`UsageError` (one line) for anything wrong."""
+    shown = printable(url, 300)
+    try:
+        url.encode("utf-8")
+        if "\x00" in url:
+            raise ValueError("NUL")
+        parts = urlsplit(url)
+        params = parse_qsl(parts.query, keep_blank_values=True, errors="strict")
+    except (ValueError, UnicodeError):
+        raise UsageError(f"{flag}: not a valid PostgreSQL URL: {shown}") from None
+    if not is_database_url(url):  # urlsplit lower-cases the scheme: compare the text
+        raise UsageError(f"{flag}: not a postgresql:// URL: {shown}")
+    userinfo, at, _ = parts.netloc.rpartition("@")
+    if (at and ":" in userinfo) or _SECRET_PARAMS & {k for k, _ in params}:
+        raise UsageError(f"{flag}: no password in the URL (it would show in ps, logs and "
+                         "unit files): use PGPASSWORD, PGPASSFILE or ~/.pgpass")
+    if parts.fragment:
+        raise UsageError(f"{flag}: a PostgreSQL URL has no #fragment: {shown}")
+    tables = [v for k, v in params if k == "table"]
+    if len(tables) > 1:
+        raise UsageError(f"{flag}: table= given twice: {shown}")
+    table = tables[0] if tables else DEFAULT_TABLE
+    if not _TABLE.fullmatch(table):
+        raise UsageError(f"{flag}: table must be NAME or SCHEMA.NAME (letters, digits, _; "
+                         f"at most 63 each), got {printable(table, 80)!r}")
+    rest = urlencode([(k, v) for k, v in params if k != "table"], quote_via=quote)
+    # Built by hand: urlunsplit drops an empty "//" (postgresql:// = libpq's defaults).
+    conninfo = f"{parts.scheme}://{parts.netloc}{parts.path}" + (f"?{rest}" if rest else "")
+    return PgTarget(conninfo, tuple(table.split(".")), shown)
+
+
+def qualified(target: PgTarget) -> Any:
+    """The table as a quoted SQL identifier (psycopg.sql.Identifier)."""
+    from psycopg import sql
+
+    return sql.Identifier(*target.table)
+
+
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """An error's first line, printable and bounded (libpq's messages span lines)."""
+    text = str(exc).strip().splitlines()
+    return printable(text[0] if text else type(exc).__name__, limit)
+
+
+def connect(target: PgTarget, application_name: str) -> psycopg.Connection[Any]:
+    """An autocommit connection (transactions are explicit). Any failure is
+    :class:`DatabaseUnavailable` (exit 75), with the server's reason: libpq gives no
+    SQLSTATE for a failed connection, and its FATAL lines mix what a restart cures (the
+    server starting up, too many connections) with what it does not (a missing database,
+    a refused login), so no guess is made from the text."""
+    import psycopg
+
+    given = {k for k, _ in parse_qsl(urlsplit(target.conninfo).query)}
+    extra: dict[str, Any] = {}
+    if "connect_timeout" not in given:
+        extra["connect_timeout"] = CONNECT_TIMEOUT_S
+    if "application_name" not in given:
+        extra["application_name"] = application_name
+    try:
+        return psycopg.connect(target.conninfo, autocommit=True, **extra)
+    except psycopg.Error as exc:
+        raise DatabaseUnavailable(f"{target.shown}: {first_line(exc)}") from None
+
+
+def create_table(conn: psycopg.Connection[Any], target: PgTarget) -> None:
+    """Create the table if missing (an advisory lock keeps consumers starting together
+    from racing on the catalog), then check it has our columns and key."""
+    from psycopg import sql
+
+    table = qualified(target)
+    columns = sql.SQL(", ").join(sql.SQL(f"{name} {kind}") for name, kind in COLUMNS)
+    ddl = sql.SQL("CREATE TABLE IF NOT EXISTS {} (root text NOT NULL, "
+                  "item_created timestamptz NOT NULL, {}, host text, outcome text, extra jsonb, "
+                  "stored_at timestamptz NOT NULL DEFAULT now(), "
+                  "PRIMARY KEY (root, item, item_created))").format(table, columns)
+    with conn.transaction(), conn.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))",
+                    (f"zkcrawl:{target.table_name}",))
+        cur.execute(ddl)
+
+
+def load_rows(target: PgTarget, root: str | None = None) -> list[dict[str, Any]]:
+    """Every record of the table (of one crawl ``root`` if given), as the dicts a JSON
+    Lines file holds (times as ISO 8601 UTC strings), for ``zkcrawl report``."""
+    import psycopg
+    from psycopg import sql
+
+    names = [name for name, _ in COLUMNS]
+    query = sql.SQL("SELECT {} FROM {}").format(
+        sql.SQL(", ").join(sql.Identifier(n) for n in names), qualified(target))
+    args: tuple[Any, ...] = ()
+    if root is not None:
+        query = query + sql.SQL(" WHERE root = %s")
+        args = (root,)
+    with connect(target, "zkcrawl-report") as conn, conn.cursor() as cur:
+        try:
+            cur.execute(query, args)
+            rows = cur.fetchall()
+        except psycopg.OperationalError as exc:
+            raise DatabaseUnavailable(f"{target.shown}: {first_line(exc)}") from None
+        except psycopg.Error as exc:
+            raise UsageError(f"{target.shown}: {first_line(exc)}") from None
+    return [row_record(names, row) for row in rows]
+
+
+def row_record(names: Sequence[str], row: Sequence[Any]) -> dict[str, Any]:
+    """One row as a record: times as ISO strings, decimals as floats; anything else as the
+    driver gave it (the report counts what it cannot use). Never raises."""
+    return {name: _plain(value) for name, value in zip(names, row, strict=False)}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        try:
+            value = value.astimezone(UTC)
+        except OverflowError:  # year 1 at +14:00: no such UTC time
+            return None
+        return value.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    if isinstance(value, Decimal):
+        return float(value) if value.is_finite() else None
+    return value
