@@ -423,8 +423,8 @@ class Worker:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.state = ConsumerState.STOPPED
         self.zk.remove_listener(self._on_zk_state)  # closing the session is no news
-        if self.registration is not None:
-            self.registration.stop()
+        if self.registration is not None:  # forced: not after a publish stuck in ZooKeeper
+            self.registration.stop(wait=0.1 if self._force else 5.0)
         log.info("consumer.stopped", consumer=self.id, processed=self.timings.processed,
                  failed=self.timings.failed, forced=self._force)
 
