@@ -39,6 +39,9 @@ need_system() {
   if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
     pkgs+=(python3-venv python3-pip)
   fi
+  if [ "$what" = test ] && ! command -v ip >/dev/null 2>&1; then
+    pkgs+=(iproute2)  # tests/faults: a consumer partitioned in a network namespace
+  fi
   if [ "$what" = test ] && ! command -v chromium >/dev/null 2>&1; then
     pkgs+=(chromium)  # the HTML report is checked in a real headless browser
   fi
