@@ -24,7 +24,9 @@ the states and the guarantees)::
   committer reconnects with backoff and claiming resumes by itself.
 * **Connection trouble**: SUSPENDED holds claims and completions; after LOST, items not yet
   started are never started (a pool thread checks the claim's session before it starts an
-  item, the claim loop drops them from the backlog), the ones running finish and come back
+  item, the claim loop drops them from the backlog; and none starts while the server has
+  been silent for longer than kazoo's read timeout -- a frozen or cut-off process is told of
+  its expiry only when it reconnects), the ones running finish and come back
   as "lost" -- the documented at-least-once duplicates. ``zk.suspended``, ``zk.lost`` and
   ``zk.reconnected`` (with ``away_s``) are logged as the connection goes and comes back.
 * **Pause**: no request starts more than a moment after the pause is seen -- the pool
@@ -112,6 +114,8 @@ class Worker:
         self._next_stats = time.monotonic() + settings.stats_interval
         self._last_tick = time.monotonic()  # the claim loop's heartbeat, for /livez
         self._stall = max(MIN_STALL, 3 * settings.zk_timeout + settings.session_timeout)
+        # kazoo's read timeout: a connection this long without a reply is given up on.
+        self._silence_limit = settings.session_timeout * 2 / 3
         # Connection bookkeeping, written on kazoo's thread (_on_zk_state), read anywhere.
         self._session: int | None = zk.session_id  # the session claims are made in
         self._expired: frozenset[int] = frozenset()  # sessions lost: their claims are stale
@@ -302,6 +306,11 @@ class Worker:
                 log.info("item.dropped", item=task.name, url=task.claimed.url,
                          reason="session lost before it started")
             return False
+        if session is not None and self.zk.silent_for() > self._silence_limit:
+            # Unheard from the server that long, the session may be gone already (SIGSTOP,
+            # a partition): wait for word -- LOST drops the item above, a reply starts it.
+            self.backlog.cool(task, time.monotonic() + TICK / 5)
+            return False
         if self.control.paused:
             self.backlog.cool(task, time.monotonic())  # the scheduler holds it until resumed
             return False
@@ -414,8 +423,8 @@ class Worker:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.state = ConsumerState.STOPPED
         self.zk.remove_listener(self._on_zk_state)  # closing the session is no news
-        if self.registration is not None:
-            self.registration.stop()
+        if self.registration is not None:  # forced: not after a publish stuck in ZooKeeper
+            self.registration.stop(wait=0.1 if self._force else 5.0)
         log.info("consumer.stopped", consumer=self.id, processed=self.timings.processed,
                  failed=self.timings.failed, forced=self._force)
 

@@ -42,6 +42,9 @@ need_system() {
   if [ "$what" = test ] && ! compgen -G '/usr/lib/postgresql/*/bin/pg_ctl' >/dev/null; then
     pkgs+=(postgresql)  # the PostgreSQL sink is tested against a real server (zkcrawl/admin/localpg.py)
   fi
+  if [ "$what" = test ] && ! command -v ip >/dev/null 2>&1; then
+    pkgs+=(iproute2)  # tests/faults: a consumer partitioned in a network namespace
+  fi
   if [ "$what" = test ] && ! command -v chromium >/dev/null 2>&1; then
     pkgs+=(chromium)  # the HTML report is checked in a real headless browser
   fi

@@ -133,7 +133,25 @@ class ClaimLog:
         ``claims/`` made after the leases'); returns the items counted."""
         live = {c[:-len(LIVE)] for c in children if c.endswith(LIVE)}
         dead = [c for c in children if not c.endswith(LIVE) and c not in live]
+        self._drop_strays(live)
         return sum(self._reap_one(record) for record in dead[:_REAP_MAX])
+
+    def _drop_strays(self, live: set[str]) -> None:
+        """Delete our own session's records that we no longer track: a :meth:`settled`
+        whose pipelined delete failed (ConnectionLoss under a leader fail-over). Its twin is
+        ours, so no reaper touches it while we live, and once we are gone nobody may list
+        again: found left over after the last consumer of a crawl exited (tests/faults)."""
+        session = self.zk.session_id
+        if not session:
+            return
+        own = f"{session:016x}."
+        with self._lock:  # a record leaves _names only once settled (or never committed)
+            strays = sorted(r for r in live if r.startswith(own) and r not in self._names)
+        for record in strays[:_REAP_MAX]:
+            tx = self.zk.transaction()
+            tx.delete(f"{self.path}/{record}{LIVE}")
+            tx.delete(f"{self.path}/{record}")
+            tx.commit_async()  # a failure: the next listing tries again
 
     def _reap_one(self, record: str) -> int:
         path = f"{self.path}/{record}"

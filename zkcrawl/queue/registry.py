@@ -90,11 +90,13 @@ class Registration:
         except KazooException as exc:
             log.debug("registry.skipped", path=self.path, error=repr(exc))
 
-    def stop(self, delete: bool = True) -> None:
+    def stop(self, delete: bool = True, wait: float = 5.0) -> None:
+        """Stop publishing; ``wait``: how long to let a publish under way finish (it may sit
+        in a ZooKeeper call for --zk-timeout; a forced stop does not wait for it)."""
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
-            self._thread.join(5)
+            self._thread.join(wait)
         # The node is ephemeral: unreachable now, it goes with the session. Reachable, the
         # delete waits at most --zk-timeout (ZkClient's synchronous calls are bounded).
         if delete and self.zk.connected:

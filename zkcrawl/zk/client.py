@@ -155,6 +155,8 @@ class ZkClient:
                                   read_only=read_only, logger=logger, **security)
         if auth is not None and auth.scheme == "sasl":
             self._sasl_failure_is_auth_failure()
+        self._heard = time.monotonic()  # the last word from the server (silent_for)
+        self._note_replies()
         self._wire = Wire(self._kazoo, timeout=max(zk_timeout, 1.0))
 
     def _security_options(self, auth: ZkAuth | None, acl: str, tls: ZkTls | None
@@ -195,6 +197,36 @@ class ZkClient:
                 raise AuthFailedError("SASL authentication refused") from exc
 
         conn._authenticate_with_sasl = authenticate  # type: ignore[union-attr]
+
+    def _note_replies(self) -> None:
+        """Keep the time of the server's last word for :meth:`silent_for`: each packet read
+        (answers, pings, watch events) and each handshake that kept or made a session.
+        kazoo keeps no such time. Private API: ``KazooClient._connection._read_socket`` and
+        ``_connect`` (kazoo 2.10, 2.11); without them ``silent_for`` stays near 0."""
+        conn = getattr(self._kazoo, "_connection", None)
+        read, handshake = (getattr(conn, "_read_socket", None),
+                           getattr(conn, "_connect", None))
+        if read is None or handshake is None:  # pragma: no cover -- another kazoo
+            return
+
+        def read_socket(*args: Any) -> Any:
+            result = read(*args)
+            self._heard = time.monotonic()
+            return result
+
+        def connect(*args: Any) -> Any:
+            result = handshake(*args)  # raises SessionExpiredError for a lost session
+            self._heard = time.monotonic()
+            return result
+
+        conn._read_socket = read_socket  # type: ignore[union-attr]
+        conn._connect = connect  # type: ignore[union-attr]
+
+    def silent_for(self) -> float:
+        """Seconds since the server last answered this client. Past the session timeout the
+        session may be expired on the server before kazoo can tell (a process frozen or
+        cut off): a holder must not start work on its leases until it hears again."""
+        return time.monotonic() - self._heard
 
     # -- lifecycle -------------------------------------------------------
     def connect(self) -> ZkClient:

@@ -1,0 +1,96 @@
+"""The books of a crawl after a fault: what every fault test checks at its end.
+
+* every offered URL has a record (in any consumer's ``--out``) or a dead letter -- none lost;
+* no record for a URL nobody offered;
+* duplicates (a URL recorded more than once) are counted, and each one is *explained*: its
+  item was leased by a victim of the fault when the fault struck (``explained``); the at-least-
+  once contract allows exactly those (SPEC §3);
+* nothing left behind: no item in the queue, no lease, no claim record (``<root>/claims``,
+  record or ephemeral twin).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.test_consumer_support import records
+from zkcrawl.queue.layout import Layout
+from zkcrawl.zk import NoNodeError
+from zkcrawl.zk.client import ZkClient
+
+__all__ = ["Books", "check_books", "held_leases"]
+
+
+@dataclass
+class Books:
+    """What the books say; :func:`check_books` has already asserted they balance."""
+
+    offered: int
+    recorded: int  # records written, duplicates included
+    dead: int  # dead letters
+    duplicates: Counter[str] = field(default_factory=Counter)  # url -> extra records
+
+    @property
+    def extra(self) -> int:
+        return sum(self.duplicates.values())
+
+    def line(self) -> str:
+        return (f"offered {self.offered}, records {self.recorded}, dead letters {self.dead}, "
+                f"lost 0, duplicates {self.extra}")
+
+
+def held_leases(zk: ZkClient, root: str, consumer: str | None = None) -> dict[str, str]:
+    """Items leased right now (by ``consumer``, or by anyone): item name -> URL. Items
+    that vanish between the two listings are left out (they were completed)."""
+    layout = Layout.of(root)
+    held: dict[str, str] = {}
+    for name in zk.get_children(layout.leases):
+        try:
+            lease = json.loads(zk.get(layout.lease(name))[0])
+            if consumer is not None and lease.get("consumer") != consumer:
+                continue
+            held[name] = json.loads(zk.get(layout.item(name))[0])["url"]
+        except (NoNodeError, ValueError, KeyError, TypeError):
+            continue  # gone between listing and reading (or not ours to judge here)
+    return held
+
+
+def _dead_urls(zk: ZkClient, layout: Layout) -> list[str]:
+    out = []
+    if zk.exists(layout.dead):
+        for name in zk.get_children(layout.dead):
+            out.append(json.loads(zk.get(layout.dead_letter(name))[0])["url"])
+    return out
+
+
+def check_books(zk: ZkClient, root: str, offered: Iterable[str], outs: Sequence[Path], *,
+                explained: Collection[str] = ()) -> Books:
+    """Assert the books balance (module docstring) and return them.
+
+    ``explained``: the URLs a victim of the fault held when it struck -- the only ones that
+    may be recorded twice."""
+    layout = Layout.of(root)
+    want = list(offered)
+    assert len(set(want)) == len(want), "the test offered a URL twice"
+    recorded = Counter(r["url"] for r in records(*outs))
+    dead = _dead_urls(zk, layout)
+    got = set(recorded) | set(dead)
+    lost = set(want) - got
+    assert not lost, f"{len(lost)} offered URLs have neither record nor dead letter: " \
+                     f"{sorted(lost)[:5]}"
+    stray = got - set(want)
+    assert not stray, f"records of URLs nobody offered: {sorted(stray)[:5]}"
+    duplicates = Counter({u: n - 1 for u, n in recorded.items() if n > 1})
+    duplicates.update(Counter(u for u in dead if u in recorded))
+    unexplained = set(duplicates) - set(explained)
+    assert not unexplained, (f"{len(unexplained)} duplicates no victim held at the fault: "
+                             f"{sorted(unexplained)[:5]}")
+    assert zk.get_children(layout.queue) == [], "items left in the queue"
+    assert zk.get_children(layout.leases) == [], "leases left"
+    claims = zk.get_children(layout.claims) if zk.exists(layout.claims) else []
+    assert claims == [], f"claim records left: {claims[:5]}"
+    return Books(len(want), sum(recorded.values()), len(dead), duplicates)
