@@ -21,8 +21,11 @@ import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 
+import lxml.etree
+
 from consumer.metrics import Metrics, MetricsServer
 from consumer.pipeline import Pipeline
+from consumer.processors import FieldsProcessor, Processors, parse_routes
 from consumer.settings import CRAWL_DELAY_CAP, ConsumerSettings
 from consumer.sink import ResultSink, open_sink
 from consumer.worker import Worker
@@ -55,6 +58,7 @@ def open_consumer(settings: ConsumerSettings, sink: ResultSink) -> Iterator[Work
     """Connect and assemble a consumer; closing ends the ZooKeeper session (any lease still
     held vanishes with it). Tests drive the yielded Worker directly."""
     fields = parse_field_specs(settings.field)
+    processors = build_processors(settings, fields)
     metrics = Metrics()
     server: MetricsServer | None = None
     if settings.metrics_port:  # before connecting: alive (/livez) while waiting for ZooKeeper
@@ -75,7 +79,7 @@ def open_consumer(settings: ConsumerSettings, sink: ResultSink) -> Iterator[Work
         inner = politeness = _politeness(settings, zk)
         gate = HostGate(inner, settings.domain_delay, CRAWL_DELAY_CAP)
         pipeline = Pipeline(Fetcher(fetch_settings, gate, http=settings.http), gate, fields,
-                            consumer_id, settings.max_attempts)
+                            consumer_id, settings.max_attempts, processors)
         worker = Worker(settings, zk, queue, pipeline, sink, metrics, consumer_id)
         if server is not None:
             server.set_probes(worker.liveness, worker.readiness)
@@ -88,6 +92,12 @@ def open_consumer(settings: ConsumerSettings, sink: ResultSink) -> Iterator[Work
         if queue is not None:
             queue.close()
         zk.close()
+
+
+def build_processors(settings: ConsumerSettings, fields: dict[str, lxml.etree.XPath]) -> Processors:
+    """The page processors (--processor, [processors]); a bad one is a UsageError."""
+    return Processors(parse_routes(settings.processor, settings.processors),
+                      FieldsProcessor(fields))
 
 
 def _politeness(settings: ConsumerSettings, zk: ZkClient) -> Politeness:
@@ -105,7 +115,8 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ExitStatu
 
     def work() -> ExitStatus:
         settings, _ = parse(ConsumerSettings, build_parser(), argv, env)
-        parse_field_specs(settings.field)  # bad XPath: exit 2 before anything starts
+        # A bad XPath or processor: exit 2 before anything starts.
+        build_processors(settings, parse_field_specs(settings.field))
         setup_logging(settings)
         sink = open_sink(settings.out, settings.root)
         try:

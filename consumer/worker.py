@@ -331,17 +331,19 @@ class Worker:
 
     def _account(self, task: Task, outcome: Outcome) -> None:
         failed = outcome.error is not None
-        label = outcome.kind if outcome.kind in (RETRY, DEAD) else outcome.error or "ok"
+        label = outcome.kind if outcome.kind in (RETRY, DEAD) else outcome.error or (
+            "skipped" if outcome.skipped else "ok")
         t = task.timing
         dispatch, wait, process = durations = t.durations()
         self.timings.record(durations, label, final=outcome.kind in (COMPLETE, DEAD),
-                            failed=failed)
+                            failed=failed, extract=t.extract_ms)
         self.metrics.observe(label, dispatch, wait, process)
         log.info("item.failed" if failed else "item.done", url=task.claimed.url,
                  item=task.name, status=outcome.status, attempt=task.claimed.attempt,
                  outcome=outcome.kind, error=outcome.error, polite_ms=round(t.polite_ms, 3),
                  queue_ms=round(t.queue_ms, 3), dispatch_ms=dispatch, wait_ms=wait,
-                 process_ms=process)
+                 process_ms=process, extract_ms=round(t.extract_ms, 3),
+                 links=len(outcome.links), skipped=outcome.skipped)
 
     # -- scheduler thread: cooled items back to the pool when their turn comes -----------
     def _schedule_loop(self) -> None:
