@@ -12,6 +12,9 @@ round, waits :data:`COMMIT_WINDOW` for a group to gather, then
    item into a dead letter with the reason; the rest of the group is unaffected;
 2. tells the caller the group is durable (``durable(settles)``, once per item: the consumer
    logs ``item.done``/``item.failed`` there, so a done line always has its record stored);
+   then hands it to ``before_settle(tokens)``, once per item (the consumer writes the links
+   its page processors found to ``<root>/discovered/`` there: in ZooKeeper before the items
+   that found them are completed);
 3. only then settles the group in ZooKeeper: completions in batched transactions
    (:meth:`~zkcrawl.queue.leases.LeaseQueue.complete`), then each retry, dead letter or
    release.
@@ -66,6 +69,7 @@ class Settle(Generic[T]):
     record: Record | None
     token: T
     written: bool = False  # stored and announced (a group retried after SUSPENDED)
+    prepared: bool = False  # before_settle() succeeded for it already
 
 
 class GroupCommit(Generic[T]):
@@ -84,10 +88,12 @@ class GroupCommit(Generic[T]):
     def __init__(self, sink: ResultSink, queue: LeaseQueue, *, live: Callable[[T], bool],
                  settled: Callable[[list[T]], None],
                  failed: Callable[[SinkError | None, list[T]], None],
-                 durable: Callable[[list[Settle[T]]], None] | None = None) -> None:
+                 durable: Callable[[list[Settle[T]]], None] | None = None,
+                 before_settle: Callable[[list[T]], None] | None = None) -> None:
         self.sink, self.queue = sink, queue
         self._live, self._settled, self._failed = live, settled, failed
         self._durable = durable
+        self._before_settle = before_settle
         self._cond = threading.Condition()
         self._pending: list[Settle[T]] = []
         self._closed = False
@@ -154,6 +160,7 @@ class GroupCommit(Generic[T]):
             except Exception:  # a logging problem must not stop completions
                 log.exception("consumer.durable_callback_failed", items=len(fresh))
         try:
+            self._prepare(group)
             self._apply(group)
         except QueueSuspended:
             if self._closed:
@@ -182,6 +189,15 @@ class GroupCommit(Generic[T]):
                 log.warning("item.refused_by_sink", item=s.claimed.name, url=s.claimed.url,
                             reason=reason)
                 s.kind, s.error, s.record = DEAD, f"sink: {reason}", None
+
+    def _prepare(self, group: list[Settle[T]]) -> None:
+        """``before_settle`` for the items not prepared yet (QueueSuspended: kept, asked
+        again with the group once reconnected)."""
+        todo = [s for s in group if not s.prepared]
+        if todo and self._before_settle is not None:
+            self._before_settle([s.token for s in todo])
+        for s in todo:
+            s.prepared = True
 
     def _apply(self, group: list[Settle[T]]) -> None:
         done = [s for s in group if s.kind == COMPLETE and self._live(s.token)]

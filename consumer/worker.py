@@ -57,6 +57,7 @@ from consumer.timing import ItemTiming, Timings
 from zkcrawl.errors import ExitStatus, SinkError
 from zkcrawl.politeness.gate import EARLY
 from zkcrawl.queue import control
+from zkcrawl.queue.discovered import DiscoveredWriter, Link, link_depth
 from zkcrawl.queue.layout import Layout
 from zkcrawl.queue.leases import Claimed, LeaseQueue
 from zkcrawl.queue.registry import Registration
@@ -119,7 +120,8 @@ class Worker:
         self._pool = ThreadPoolExecutor(settings.threads, thread_name_prefix="fetch")
         self._committer: GroupCommit[Task] = GroupCommit(
             sink, queue, live=lambda t: t.state is SETTLING, settled=self._finish,
-            failed=self._commit_failed, durable=self._durable)
+            failed=self._commit_failed, durable=self._durable, before_settle=self._links)
+        self._discovered: DiscoveredWriter | None = None  # made on the first links
         self._scheduler = threading.Thread(target=self._schedule_loop, name="scheduler",
                                            daemon=True)
         self.control: control.ControlWatch | None = None
@@ -328,6 +330,18 @@ class Worker:
             if s.kind != outcome.kind:  # refused by the sink
                 outcome = task.outcome = Outcome(s.kind, None, s.error, outcome.status)
             self._account(task, outcome)
+
+    def _links(self, tasks: Sequence[Task]) -> None:
+        """Committer thread, before completing ``tasks``: the links their page processors
+        found go to ``<root>/discovered/`` (at-least-once: never completed without them)."""
+        links = [Link(url, task.claimed.url or "", link_depth(task.claimed))
+                 for task in tasks if task.outcome is not None
+                 for url in task.outcome.links]
+        if not links:
+            return
+        if self._discovered is None:
+            self._discovered = DiscoveredWriter(self.zk, self.s.root, self.id)
+        self._discovered.write(links)
 
     def _account(self, task: Task, outcome: Outcome) -> None:
         failed = outcome.error is not None
