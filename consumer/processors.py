@@ -188,12 +188,12 @@ class ProcessorError(Exception):
 
 
 def _checked(result: object, *, trusted: bool) -> PageResult:
-    if isinstance(result, Mapping) and not isinstance(result, PageResult):
+    if trusted and type(result) is PageResult:
+        return result  # the default processor's: the common case, kept cheap
+    if isinstance(result, Mapping):
         result = PageResult(fields=dict(result))  # a plain dict: the fields
     if not isinstance(result, PageResult):
         raise ProcessorError(f"returned {type(result).__name__}, not a PageResult")
-    if trusted:
-        return result
     if result.title is not None and not isinstance(result.title, str):
         raise ProcessorError(f"title is {type(result.title).__name__}, not str")
     if isinstance(result.links, str | bytes):
