@@ -51,6 +51,7 @@ from consumer.backlog import COOLING, GONE, READY, RUNNING, SETTLING, Backlog, T
 from consumer.committer import GroupCommit, Settle
 from consumer.metrics import Metrics
 from consumer.pipeline import COMPLETE, DEAD, RETRY, Outcome, Pipeline
+from consumer.results import ResultChain
 from consumer.settings import ConsumerSettings
 from consumer.sink import ResultSink, SinkUnavailable
 from consumer.timing import ItemTiming, Timings
@@ -97,7 +98,8 @@ class Worker:
     """One consumer daemon's machinery around a :class:`LeaseQueue`."""
 
     def __init__(self, settings: ConsumerSettings, zk: ZkClient, queue: LeaseQueue,
-                 pipeline: Pipeline, sink: ResultSink, metrics: Metrics, consumer_id: str) -> None:
+                 pipeline: Pipeline, sink: ResultSink, metrics: Metrics, consumer_id: str,
+                 results: ResultChain | None = None) -> None:
         self.s = settings
         self.zk, self.queue, self.pipeline, self.sink = zk, queue, pipeline, sink
         self.metrics = metrics
@@ -120,7 +122,8 @@ class Worker:
         self._pool = ThreadPoolExecutor(settings.threads, thread_name_prefix="fetch")
         self._committer: GroupCommit[Task] = GroupCommit(
             sink, queue, live=lambda t: t.state is SETTLING, settled=self._finish,
-            failed=self._commit_failed, durable=self._durable, before_settle=self._links)
+            failed=self._commit_failed, durable=self._durable, before_settle=self._links,
+            results=results, max_attempts=settings.max_attempts)
         self._discovered: DiscoveredWriter | None = None  # made on the first links
         self._scheduler = threading.Thread(target=self._schedule_loop, name="scheduler",
                                            daemon=True)

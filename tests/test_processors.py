@@ -196,3 +196,15 @@ def test_the_default_processor_reads_only_the_title_unless_fields_are_asked(site
     fields = parse_field_specs(["h1=//h1"])
     assert FieldsProcessor(fields)(page()) == PageResult(fields={"h1": "Big news"},
                                                           title="An article")
+
+
+def test_print_config_shows_the_processors_table_as_toml_config_accepts(tmp_path, capsys):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[processors]\n"^https://x/blog/" = "{P}:boom"\n')
+    assert main(["--config", str(cfg), "--print-config"], {}) == 0
+    (line,) = [ln for ln in capsys.readouterr().out.splitlines()
+               if ln.startswith("processors")]
+    again = tmp_path / "again.toml"
+    again.write_text(line.split("  #")[0] + "\n")
+    s, _ = parse(ConsumerSettings, _parser(), ["--config", str(again)], {})
+    assert s.processors == {"^https://x/blog/": f"{P}:boom"}
