@@ -215,7 +215,7 @@ def _links(raw: Sequence[Any], page: Page) -> tuple[str, ...]:
             continue
         kept.append(url)
     if dropped:
-        log.warning("processor.links_dropped", url=page.url, dropped=dropped, kept=len(kept),
+        log.info("processor.links_dropped", url=page.url, dropped=dropped, kept=len(kept),
                     reason=f"not an http(s) URL of at most {URL_LIMIT} bytes, or past "
                     f"{MAX_LINKS} links per page")
     return tuple(kept)
