@@ -388,9 +388,10 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ExitStatu
         settings, _ns = parse(ProducerSettings, build_parser(), argv, env)
         plan = make_plan(settings)
         runner.setup_logging(settings)
-        if settings.same_host and settings.from_file is not None:
+        if settings.same_host and settings.from_file is not None and not settings.follow:
             log.warning("producer.same_host_ignored", hint="--same-host compares with the "
-                        "listing page's host; --from-file has none")
+                        "listing page's host; --from-file has none (with --follow it "
+                        "applies to the links followed)")
         if settings.dry_run:
             return execute_dry_run(plan, sys.stdout)
         return execute(plan, progress_to=sys.stderr if sys.stderr.isatty() else None,
