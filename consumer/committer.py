@@ -45,7 +45,7 @@ import structlog
 from consumer.pipeline import COMPLETE, DEAD, RETRY, OutcomeKind
 from consumer.results import ResultChain
 from consumer.sink import Entry, Record, ResultSink
-from zkcrawl.errors import SinkError
+from zkcrawl.errors import SinkError, ZkCrawlError
 from zkcrawl.queue.leases import Claimed, LeaseQueue, QueueSuspended
 
 __all__ = ["COMMIT_WINDOW", "GroupCommit", "Settle"]
@@ -173,6 +173,10 @@ class GroupCommit(Generic[T]):
             with self._cond:
                 self._pending[:0] = group  # retried once reconnected, order kept
             self.queue.wait_connected(0.5)
+        except ZkCrawlError as exc:  # refused (discovered links not writable): release
+            log.warning("consumer.commit_refused", items=len(group), error=str(exc)[:300],
+                        note="released: crawled again, never completed without their links")
+            self._failed(None, [s.token for s in group])
         except Exception:  # never let the committer die: completions would stop for good
             log.exception("consumer.commit_failed", items=len(group))
             self._failed(None, [s.token for s in group])

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import wait_for
-from tests.test_consumer_support import ROOT, records, spawn
+from tests.httpd import TestServer, html
+from tests.test_consumer_support import ROOT, Running, offer, records, settings_for, spawn
 from zkcrawl.admin.samplesite import PAGES, SampleSite, expected_articles
-from zkcrawl.queue.discovered import DiscoveredWriter, Link
+from zkcrawl.queue.discovered import DiscoveredReader, DiscoveredWriter, Link
 from zkcrawl.zk.client import ZkClient
 
 
@@ -105,3 +106,31 @@ def test_max_link_depth_drops_deeper_links_and_drained_nodes_go(
     assert done["dropped"] == {"depth": 1} and done["duplicates"] == 1
     assert zk.get_children(f"{zk_root}/discovered") == []  # the malformed one too
     assert "discovered.malformed" in err
+
+
+def test_an_item_is_never_completed_before_its_links_are_in_zookeeper(
+        zk: ZkClient, zk_hosts: str, zk_root: str, tmp_path: Path):
+    # <root>/discovered made unwritable: an ephemeral node cannot have children.
+    zk.ensure_path(zk_root)
+    zk.create(f"{zk_root}/discovered", b"", ephemeral=True)
+    page = ('<title>L</title><a href="/a">a</a><a href="https://other.example/b">b</a>')
+    with TestServer({"/list": html(page)}) as srv:
+        offer(zk, zk_root, [srv.url("/list")])
+        out = tmp_path / "o.jsonl"
+        run = Running(settings_for(zk_hosts, zk_root, out, "--threads", "2",
+                                   "--processor", "tests.plugins.procs:links"))
+        try:
+            # Recorded (durable first), refused links: released, crawled again, not completed.
+            wait_for(lambda: len(records(out)) >= 2, 30, "the page crawled twice")
+            assert len(zk.get_children(f"{zk_root}/queue")) == 1
+            zk.delete(f"{zk_root}/discovered")  # writable again: the next try completes it
+            wait_for(lambda: not zk.get_children(f"{zk_root}/queue"), 30, "completed")
+        finally:
+            run.stop()
+    nodes = DiscoveredReader(zk, zk_root)
+    links = [link for n in nodes.read(nodes.names()) for link in n.decoded.links]
+    assert {(link.url, link.source, link.depth) for link in links} == {
+        (srv.url("/a"), srv.url("/list"), 1), ("https://other.example/b", srv.url("/list"), 1)}
+    # The books: one item, recorded once per crawl (the repeats are the releases), no lease.
+    assert {r["url"] for r in records(out)} == {srv.url("/list")}
+    assert zk.get_children(f"{zk_root}/leases") == []

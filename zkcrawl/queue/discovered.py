@@ -36,6 +36,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from zkcrawl.errors import ZkCrawlError
 from zkcrawl.logs import get_logger
 from zkcrawl.queue import untrusted
 from zkcrawl.queue.claims import Claimed
@@ -166,7 +167,9 @@ class DiscoveredWriter:
 
     def write(self, links: Sequence[Link]) -> int:
         """Commit ``links``; returns the nodes created. Raises :class:`QueueSuspended` when
-        ZooKeeper stays away for ``--zk-timeout`` (the caller keeps the group and asks again)."""
+        ZooKeeper stays away for ``--zk-timeout`` (the caller keeps the group and asks
+        again), :class:`ZkCrawlError` when ZooKeeper refuses the write (the caller releases
+        the items: they are crawled again, never completed without their links)."""
         if not links:
             return 0
         created = 0
@@ -199,9 +202,11 @@ class DiscoveredWriter:
                 self.zk.ensure_path(self.layout.discovered)  # removed by an admin meanwhile
                 self.zk.ensure_path(self.layout.offers)
                 continue
+            # Not a connection problem (NoAuth, a node in the way...): the caller must not
+            # wait for a reconnection that changes nothing -- it releases the items instead.
             first = next(r for r in results if isinstance(r, Exception))
-            raise QueueSuspended(f"writing discovered links failed: {first!r}")
-        raise QueueSuspended("writing discovered links failed after 5 attempts")
+            raise ZkCrawlError(f"writing discovered links failed: {first!r}")
+        raise ZkCrawlError("writing discovered links failed after 5 attempts")
 
     def _wait_connected(self, started: float) -> bool:
         # Bounded: --zk-timeout from the first try, as offers.
