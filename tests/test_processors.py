@@ -8,6 +8,8 @@ import time
 from types import MappingProxyType
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from consumer.main import main
 from consumer.pipeline import COMPLETE, Pipeline
@@ -22,6 +24,7 @@ from zkcrawl.politeness.gate import HostGate
 from zkcrawl.politeness.local import LocalPoliteness
 from zkcrawl.queue import items as wire
 from zkcrawl.queue.leases import Claimed
+from zkcrawl.queue.untrusted import URL_LIMIT
 from zkcrawl.settings import parse
 from zkcrawl.web.extract import parse_field_specs
 from zkcrawl.web.fetch import Fetcher
@@ -208,3 +211,15 @@ def test_print_config_shows_the_processors_table_as_toml_config_accepts(tmp_path
     again.write_text(line.split("  #")[0] + "\n")
     s, _ = parse(ConsumerSettings, _parser(), ["--config", str(again)], {})
     assert s.processors == {"^https://x/blog/": f"{P}:boom"}
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.text(max_size=60) | st.none() | st.integers() | st.binary(max_size=20),
+                max_size=30),
+       st.sampled_from(["http://h/a/b", "https://h:8443/x?y=1", "http://[::1]/p"]))
+def test_any_links_a_processor_returns_are_bounded_absolute_http_urls(raw, base):
+    done = Processors((), lambda _page: PageResult(links=raw)).run(page(base))
+    assert done.error is None and len(done.links) <= len(raw)
+    for link in done.links:
+        assert link.split(":", 1)[0] in ("http", "https")
+        assert len(link.encode("utf-8", "surrogatepass")) <= URL_LIMIT
