@@ -40,13 +40,14 @@ from zkcrawl.page import Page, PageResult, Processor
 from zkcrawl.queue.untrusted import URL_LIMIT
 from zkcrawl.web.extract import record_from_doc
 
-__all__ = ["MAX_LINKS", "FieldsProcessor", "Processed", "Processors", "load_object",
-           "parse_routes"]
+__all__ = ["MAX_LINKS", "PROCESSOR_ERROR", "FieldsProcessor", "Processed", "Processors",
+           "load_object", "parse_routes"]
 
 log = structlog.get_logger(__name__)
 
 MAX_LINKS = 1000  # links kept from one page (a hostile page must not flood the frontier)
 ERROR_LIMIT = 200  # the record's error, as a dead letter's
+PROCESSOR_ERROR = "processor:"  # how a processor's failure starts (record error, log)
 _SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 
@@ -171,7 +172,7 @@ class Processors:
             result = _checked(processor(page), trusted=processor is self.default)
         except Exception as exc:
             ms = _ms(started)
-            error = f"processor: {type(exc).__name__}: {exc}"[:ERROR_LIMIT]
+            error = f"{PROCESSOR_ERROR} {type(exc).__name__}: {exc}"[:ERROR_LIMIT]
             log.warning("processor.failed", url=page.url, error=error)
             return Processed(None, error, ms)
         ms = _ms(started)

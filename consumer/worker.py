@@ -51,6 +51,7 @@ from consumer.backlog import COOLING, GONE, READY, RUNNING, SETTLING, Backlog, T
 from consumer.committer import GroupCommit, Settle
 from consumer.metrics import Metrics
 from consumer.pipeline import COMPLETE, DEAD, RETRY, Outcome, Pipeline
+from consumer.processors import PROCESSOR_ERROR
 from consumer.results import ResultChain
 from consumer.settings import ConsumerSettings
 from consumer.sink import ResultSink, SinkUnavailable
@@ -350,6 +351,8 @@ class Worker:
         failed = outcome.error is not None
         label = outcome.kind if outcome.kind in (RETRY, DEAD) else outcome.error or (
             "skipped" if outcome.skipped else "ok")
+        if label.startswith(PROCESSOR_ERROR):  # one metrics label, not one per message
+            label = PROCESSOR_ERROR.rstrip(":")
         t = task.timing
         dispatch, wait, process = durations = t.durations()
         self.timings.record(durations, label, final=outcome.kind in (COMPLETE, DEAD),

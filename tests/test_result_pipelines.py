@@ -64,6 +64,9 @@ def test_pipelines_drop_change_and_fail_items_and_processors_fail_alone(
     boom = by_url[urls["boom1"]]
     assert boom["error"] == f"processor: ValueError: no date on {urls['boom1']}"
     assert boom["attempt"] == 0 and boom["status"] == 200
+    # One metrics/stats label for processor failures, whatever their messages.
+    assert run.worker.timings.outcomes["processor"] == 1
+    assert not [k for k in run.worker.timings.outcomes if k.startswith("processor:")]
     # The slow processor's time is in the stats apart.
     assert snapshot["extract_p95_ms"] >= procs.SLOW_S * 1000
     # The books: every item accounted for, nothing held.
