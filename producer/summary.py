@@ -89,6 +89,8 @@ def render_table(c: Counts, from_file: bool) -> str:
                  ("pages skipped", str(sum(c.pages_skipped.values())),
                   _breakdown(c.pages_skipped)),
                  ("links found", str(c.links_found), "")]
+    if c.discovered:
+        rows.append(("discovered nodes drained", str(c.discovered), "--follow"))
     rows += [("dropped", str(sum(c.dropped.values())), _breakdown(c.dropped)),
              ("duplicates skipped", str(c.duplicates), ""),
              ("items offered", str(c.offered), ""),
