@@ -5,13 +5,17 @@ Worker threads hand each finished item, with its record if it has one, to
 round, waits :data:`COMMIT_WINDOW` for a group to gather, then
 
 1. **writes** the group (:meth:`GroupCommit.write`, the one step between "records of this
-   group" and "per-item results"): every record in one
+   group" and "per-item results"): the records through the ``--pipeline`` chain
+   (:mod:`consumer.results`: dropped, changed, or a retryable failure), then every record in one
    :meth:`~consumer.sink.ResultSink.write_batch` -- one write and one fsync for JSON Lines,
    one transaction for PostgreSQL. The sink answers per record: stored (durable), or
    refused with a reason (a constraint or type error in the database), which turns that
    item into a dead letter with the reason; the rest of the group is unaffected;
 2. tells the caller the group is durable (``durable(settles)``, once per item: the consumer
    logs ``item.done``/``item.failed`` there, so a done line always has its record stored);
+   then hands it to ``before_settle(tokens)``, once per item (the consumer writes the links
+   its page processors found to ``<root>/discovered/`` there: in ZooKeeper before the items
+   that found them are completed);
 3. only then settles the group in ZooKeeper: completions in batched transactions
    (:meth:`~zkcrawl.queue.leases.LeaseQueue.complete`), then each retry, dead letter or
    release.
@@ -39,8 +43,9 @@ from typing import Generic, TypeVar
 import structlog
 
 from consumer.pipeline import COMPLETE, DEAD, RETRY, OutcomeKind
+from consumer.results import ResultChain
 from consumer.sink import Entry, Record, ResultSink
-from zkcrawl.errors import SinkError
+from zkcrawl.errors import SinkError, ZkCrawlError
 from zkcrawl.queue.leases import Claimed, LeaseQueue, QueueSuspended
 
 __all__ = ["COMMIT_WINDOW", "GroupCommit", "Settle"]
@@ -66,6 +71,7 @@ class Settle(Generic[T]):
     record: Record | None
     token: T
     written: bool = False  # stored and announced (a group retried after SUSPENDED)
+    prepared: bool = False  # before_settle() succeeded for it already
 
 
 class GroupCommit(Generic[T]):
@@ -84,10 +90,15 @@ class GroupCommit(Generic[T]):
     def __init__(self, sink: ResultSink, queue: LeaseQueue, *, live: Callable[[T], bool],
                  settled: Callable[[list[T]], None],
                  failed: Callable[[SinkError | None, list[T]], None],
-                 durable: Callable[[list[Settle[T]]], None] | None = None) -> None:
+                 durable: Callable[[list[Settle[T]]], None] | None = None,
+                 before_settle: Callable[[list[T]], None] | None = None,
+                 results: ResultChain | None = None, max_attempts: int = 3) -> None:
         self.sink, self.queue = sink, queue
         self._live, self._settled, self._failed = live, settled, failed
         self._durable = durable
+        self._before_settle = before_settle
+        self.results = results  # --pipeline: the chain each record goes through first
+        self.max_attempts = max_attempts
         self._cond = threading.Condition()
         self._pending: list[Settle[T]] = []
         self._closed = False
@@ -154,6 +165,7 @@ class GroupCommit(Generic[T]):
             except Exception:  # a logging problem must not stop completions
                 log.exception("consumer.durable_callback_failed", items=len(fresh))
         try:
+            self._prepare(group)
             self._apply(group)
         except QueueSuspended:
             if self._closed:
@@ -161,6 +173,10 @@ class GroupCommit(Generic[T]):
             with self._cond:
                 self._pending[:0] = group  # retried once reconnected, order kept
             self.queue.wait_connected(0.5)
+        except ZkCrawlError as exc:  # refused (discovered links not writable): release
+            log.warning("consumer.commit_refused", items=len(group), error=str(exc)[:300],
+                        note="released: crawled again, never completed without their links")
+            self._failed(None, [s.token for s in group])
         except Exception:  # never let the committer die: completions would stop for good
             log.exception("consumer.commit_failed", items=len(group))
             self._failed(None, [s.token for s in group])
@@ -173,6 +189,8 @@ class GroupCommit(Generic[T]):
         stored. Raises :class:`SinkError` when nothing was stored (the sink broke, or is
         unavailable for now): then no item of the group may be completed."""
         batch = [(s, s.record) for s in group if s.record is not None]
+        if self.results:
+            batch = self._chain(batch)
         if not batch:
             return
         refused = self.sink.write_batch([Entry(s.claimed.name, _created_ms(s.claimed), record,
@@ -182,6 +200,41 @@ class GroupCommit(Generic[T]):
                 log.warning("item.refused_by_sink", item=s.claimed.name, url=s.claimed.url,
                             reason=reason)
                 s.kind, s.error, s.record = DEAD, f"sink: {reason}", None
+
+    def _chain(self, batch: list[tuple[Settle[T], Record]]) -> list[tuple[Settle[T], Record]]:
+        """The group's records through the ``--pipeline`` chain (consumer/results.py): the
+        records to store. Dropped: completed without a record; a failure: that item retried
+        (a dead letter with its record after ``--max-attempts``), the others go on."""
+        assert self.results is not None
+        kept: list[tuple[Settle[T], Record]] = []
+        for s, record in batch:
+            out = self.results.process(record)
+            if out.record is not None:
+                s.record = out.record
+                kept.append((s, out.record))
+            elif out.error is None:
+                log.info("pipeline.dropped", item=s.claimed.name, url=s.claimed.url,
+                         pipeline=out.dropped_by)
+                s.record = None
+            else:
+                log.warning("pipeline.failed", item=s.claimed.name, url=s.claimed.url,
+                            error=out.error, attempt=s.claimed.attempt)
+                if s.claimed.attempt + 1 < self.max_attempts:
+                    s.kind, s.error, s.record = RETRY, out.error, None
+                else:
+                    s.kind, s.error = DEAD, out.error
+                    record = s.record = {**record, "error": out.error}
+                    kept.append((s, record))
+        return kept
+
+    def _prepare(self, group: list[Settle[T]]) -> None:
+        """``before_settle`` for the items not prepared yet (QueueSuspended: kept, asked
+        again with the group once reconnected)."""
+        todo = [s for s in group if not s.prepared]
+        if todo and self._before_settle is not None:
+            self._before_settle([s.token for s in todo])
+        for s in todo:
+            s.prepared = True
 
     def _apply(self, group: list[Settle[T]]) -> None:
         done = [s for s in group if s.kind == COMPLETE and self._live(s.token)]

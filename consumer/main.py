@@ -23,6 +23,8 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from consumer.metrics import Metrics, MetricsServer
 from consumer.pipeline import Pipeline
+from consumer.processors import FieldsProcessor, Processors, parse_routes
+from consumer.results import ResultChain
 from consumer.settings import CRAWL_DELAY_CAP, ConsumerSettings
 from consumer.sink import ResultSink, open_sink
 from consumer.worker import Worker
@@ -51,10 +53,14 @@ def build_parser() -> ArgumentParser:
 
 
 @contextlib.contextmanager
-def open_consumer(settings: ConsumerSettings, sink: ResultSink) -> Iterator[Worker]:
+def open_consumer(settings: ConsumerSettings, sink: ResultSink,
+                  extensions: Extensions | None = None) -> Iterator[Worker]:
     """Connect and assemble a consumer; closing ends the ZooKeeper session (any lease still
-    held vanishes with it). Tests drive the yielded Worker directly."""
+    held vanishes with it) and closes the ``--pipeline`` chain. Tests drive the yielded
+    Worker directly. ``extensions``: the processors and pipelines already loaded."""
     fields = parse_field_specs(settings.field)
+    processors, results = extensions or load_extensions(settings)
+    results.open()  # before ZooKeeper is asked anything; a failure is one line (exit 2)
     metrics = Metrics()
     server: MetricsServer | None = None
     if settings.metrics_port:  # before connecting: alive (/livez) while waiting for ZooKeeper
@@ -63,6 +69,7 @@ def open_consumer(settings: ConsumerSettings, sink: ResultSink) -> Iterator[Work
     try:
         zk = connect(settings)  # kazoo's per-attempt warnings are held back by ZkClient
     except BaseException:
+        results.close()
         if server is not None:
             server.stop()
         raise
@@ -75,12 +82,13 @@ def open_consumer(settings: ConsumerSettings, sink: ResultSink) -> Iterator[Work
         inner = politeness = _politeness(settings, zk)
         gate = HostGate(inner, settings.domain_delay, CRAWL_DELAY_CAP)
         pipeline = Pipeline(Fetcher(fetch_settings, gate, http=settings.http), gate, fields,
-                            consumer_id, settings.max_attempts)
-        worker = Worker(settings, zk, queue, pipeline, sink, metrics, consumer_id)
+                            consumer_id, settings.max_attempts, processors)
+        worker = Worker(settings, zk, queue, pipeline, sink, metrics, consumer_id, results)
         if server is not None:
             server.set_probes(worker.liveness, worker.readiness)
         yield worker
     finally:
+        results.close()  # the committer has stopped: no process() call is running
         if isinstance(politeness, ClusterPoliteness):
             politeness.stop()
         if server is not None:
@@ -88,6 +96,17 @@ def open_consumer(settings: ConsumerSettings, sink: ResultSink) -> Iterator[Work
         if queue is not None:
             queue.close()
         zk.close()
+
+
+Extensions = tuple[Processors, ResultChain]
+
+
+def load_extensions(settings: ConsumerSettings) -> Extensions:
+    """The page processors (--processor, [processors]) and the --pipeline chain, loaded
+    (classes instantiated) once; a bad one is a UsageError."""
+    processors = Processors(parse_routes(settings.processor, settings.processors),
+                            FieldsProcessor(parse_field_specs(settings.field)))
+    return processors, ResultChain.load(settings.pipeline)
 
 
 def _politeness(settings: ConsumerSettings, zk: ZkClient) -> Politeness:
@@ -105,11 +124,12 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ExitStatu
 
     def work() -> ExitStatus:
         settings, _ = parse(ConsumerSettings, build_parser(), argv, env)
-        parse_field_specs(settings.field)  # bad XPath: exit 2 before anything starts
+        # A bad XPath, processor or pipeline: exit 2 before anything starts.
+        extensions = load_extensions(settings)
         setup_logging(settings)
         sink = open_sink(settings.out, settings.root)
         try:
-            with reopen_on_sighup(sink), open_consumer(settings, sink) as worker, \
+            with reopen_on_sighup(sink), open_consumer(settings, sink, extensions) as worker, \
                     StopSignals(worker.request_stop):
                 return worker.run()
         finally:

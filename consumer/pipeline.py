@@ -20,21 +20,20 @@ The outcome rules are SPEC §3's:
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any
 
+from consumer.processors import Processors
 from consumer.timing import ItemTiming
+from zkcrawl.page import Page
 from zkcrawl.politeness.gate import HostGate
 from zkcrawl.queue.leases import Claimed
 from zkcrawl.textsafe import redact_userinfo
-from zkcrawl.web.decode import html_encoding
-from zkcrawl.web.extract import parse_html as _parse_html
-from zkcrawl.web.extract import record_from_doc
 from zkcrawl.web.fetch import Fetcher, FetchResult
 from zkcrawl.web.urls import host_of
 
@@ -57,18 +56,19 @@ RELEASE = OutcomeKind.RELEASE
 BACKOFF_BASE = 1.0  # seconds; doubled per failed attempt
 BACKOFF_CAP = 60.0
 ABANDONED = "abandoned"  # SPEC §3: --max-attempts holders died with it
-_TITLE_END = re.compile(rb"</title\s*>", re.IGNORECASE)
-_TITLE_SCAN = 64 * 1024
 
 
 @dataclass
 class Outcome:
-    """What to do with an item after processing; ``record`` is None only for retry/release."""
+    """What to do with an item after processing; ``record`` is None only for retry/release
+    and for a page its processor skipped."""
 
     kind: OutcomeKind
     record: dict[str, Any] | None
     error: str | None
     status: int | None = None
+    links: tuple[str, ...] = ()  # found by a page processor: to <root>/discovered/
+    skipped: bool = False  # the processor asked for no record (completed all the same)
 
 
 def iso_now() -> str:
@@ -84,45 +84,56 @@ def backoff(attempt: int, retry_after: float | None) -> float:
     return min(BACKOFF_CAP, BACKOFF_BASE * 2.0 ** min(max(0, attempt), 32))
 
 
-def page_values(res: FetchResult, fields: Mapping[str, Any]) -> tuple[str | None,
-                                                                       dict[str, Any]]:
-    """The title and ``--field`` values the consumer records for a fetched page (``res``
-    with no error, or ``too-large``: its first ``--max-bytes``). The one place a page turns
-    into values: the consumer's pool threads and ``zkcrawl try`` both come here."""
-    body = res.body
-    if not body:
-        return None, dict.fromkeys(fields)
-    if not fields:
-        # Only the title is wanted: parse up to the first </title> (a few hundred bytes
-        # instead of the whole page). If that prefix yields no title -- the tag was in a
-        # comment or a script, say -- the whole page is parsed as usual.
-        end = _TITLE_END.search(body, 0, _TITLE_SCAN)
-        if end is not None:
-            # The encoding is decided on the whole body (detection needs it), the parse
-            # is done on the prefix only.
-            encoding, _ = html_encoding(body, res.content_type)
-            doc = _parse_html(body[:end.end()], res.final_url,
-                              f"text/html; charset={encoding}")
-            title = record_from_doc(doc).title
-            if title is not None:
-                return title, {}
-    doc = _parse_html(body, res.final_url, res.content_type)
-    rec = record_from_doc(doc, fields)
-    return rec.title, rec.fields
+@dataclass(frozen=True)
+class Extracted:
+    """What a fetched page gives: the record's title and fields, the error (the fetch's, or
+    the page processor's ``processor: Type: message``), the links found, skip, and the
+    processor's time."""
+
+    title: str | None
+    fields: dict[str, Any]
+    error: str | None
+    links: tuple[str, ...] = ()
+    skipped: bool = False
+    extract_ms: float = 0.0
+
+
+def extract_page(url: str, res: FetchResult, fields: Mapping[str, Any],
+                 processors: Processors | None = None,
+                 meta: Mapping[str, Any] | None = None) -> Extracted:
+    """Run the page's processor (default: title + ``--field``) on ``res`` -- a page with no
+    error, or ``too-large``: its first ``--max-bytes``; any other is not processed. The one
+    place a page turns into values: the consumer's pool threads and ``zkcrawl try`` both
+    come here. Never raises."""
+    if res.error not in (None, "too-large"):
+        return Extracted(None, dict.fromkeys(fields), res.error)
+    processors = processors or Processors.default_only(fields)
+    page = Page(url=url, final_url=res.final_url, status=res.status,
+                headers=MappingProxyType(res.headers), body=res.body,
+                meta=MappingProxyType(dict(meta or {})))
+    done = processors.run(page)
+    if done.result is None:  # the processor failed: a permanent error, recorded
+        return Extracted(None, dict.fromkeys(fields), done.error, extract_ms=done.extract_ms)
+    result = done.result
+    # SPEC §4: title is always recorded; a processor may set it, else the page's (cached:
+    # no second parse when the processor read it).
+    title = result.title if result.title is not None else page.title
+    return Extracted(title, dict(result.fields), res.error, done.links, result.skip,
+                     done.extract_ms)
 
 
 def page_record(url: str, res: FetchResult, fields: Mapping[str, Any], *, item: str | None,
-                attempt: int, consumer: str, timing: Mapping[str, float]) -> dict[str, Any]:
+                attempt: int, consumer: str, timing: Mapping[str, float],
+                extracted: Extracted | None = None) -> dict[str, Any]:
     """The output record (SPEC §4) of ``url`` fetched as ``res``: what the consumer writes
-    for it, and what ``zkcrawl try`` shows. ``timing``: the record's ``*_ms`` fields."""
-    # A too-large page still has its first --max-bytes: its title is usually there.
-    title, values = page_values(res, fields) if res.error in (None, "too-large") else (
-        None, dict.fromkeys(fields))
+    for it, and what ``zkcrawl try`` shows. ``timing``: the record's ``*_ms`` fields;
+    ``extracted``: :func:`extract_page`'s result (default: the default processor's)."""
+    ex = extracted if extracted is not None else extract_page(url, res, fields)
     # Credentials inside URLs are never recorded (https://***@host/...).
     return {"url": redact_userinfo(url), "final_url": redact_userinfo(res.final_url),
-            "status": res.status, "title": title, "fields": values, "bytes": len(res.body),
+            "status": res.status, "title": ex.title, "fields": ex.fields, "bytes": len(res.body),
             "item": item, "attempt": attempt, "consumer": consumer, "fetched_at": iso_now(),
-            **timing, "error": res.error}
+            **timing, "error": ex.error}
 
 
 class Pipeline:
@@ -130,10 +141,13 @@ class Pipeline:
     a libcurl handle or a requests Session -- per thread, extraction is pure)."""
 
     def __init__(self, fetcher: Fetcher, gate: HostGate, fields: dict[str, Any],
-                 consumer_id: str, max_attempts: int) -> None:
+                 consumer_id: str, max_attempts: int,
+                 processors: Processors | None = None) -> None:
         self.fetcher = fetcher
         self.gate = gate
         self.fields = fields
+        # The page's code (consumer/processors.py); the default is title + --field.
+        self.processors = processors or Processors.default_only(fields)
         self.consumer_id = consumer_id
         self.max_attempts = max_attempts
 
@@ -165,7 +179,7 @@ class Pipeline:
             return Outcome(RELEASE, None, res.error, res.status)
         if res.retryable:
             return self._retryable(c, res, timing)
-        return Outcome(COMPLETE, self._record(c, res, timing), res.error, res.status)
+        return self._processed(c, res, timing)
 
     def _retryable(self, c: Claimed, res: FetchResult, timing: ItemTiming) -> Outcome:
         host = host_of(res.final_url) or host_of(c.item.url if c.item else "")
@@ -175,10 +189,23 @@ class Pipeline:
             return Outcome(DEAD, self._record(c, res, timing), res.error, res.status)
         return Outcome(RETRY, None, res.error, res.status)
 
-    def _record(self, c: Claimed, res: FetchResult, timing: ItemTiming) -> dict[str, Any]:
+    def _processed(self, c: Claimed, res: FetchResult, timing: ItemTiming) -> Outcome:
+        """A page that will not be fetched again: its processor's record, or the error's."""
+        ex = extract_page(c.url or "", res, self.fields, self.processors,
+                          c.item.meta if c.item is not None else None)
+        timing.extract_ms = ex.extract_ms
+        if ex.skipped:
+            timing.finished = time.monotonic()
+            return Outcome(COMPLETE, None, ex.error, res.status, ex.links, skipped=True)
+        return Outcome(COMPLETE, self._record(c, res, timing, ex), ex.error, res.status,
+                       ex.links)
+
+    def _record(self, c: Claimed, res: FetchResult, timing: ItemTiming,
+                extracted: Extracted | None = None) -> dict[str, Any]:
         timing.finished = time.monotonic()
         return page_record(c.url or "", res, self.fields, item=c.name, attempt=c.attempt,
-                           consumer=self.consumer_id, timing=timing.fields())
+                           consumer=self.consumer_id, timing=timing.fields(),
+                           extracted=extracted)
 
     def _abandoned(self, c: Claimed, timing: ItemTiming) -> Outcome:
         """SPEC §3: its holders died ``c.deaths`` times; no fetch (it may be what kills

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from typing import ClassVar
 
 from zkcrawl.errors import UsageError
@@ -35,6 +36,7 @@ DEFAULT_USER_AGENT = "zkcrawl/0.1 (+https://github.com/zkcrawl/zkcrawl)"
 # robots.txt Crawl-delay above --domain-delay wins, up to this (a typo of "3600" must not
 # stall a host for an hour): the one cap of politeness, zkcrawl.politeness.MAX_CRAWL_DELAY.
 CRAWL_DELAY_CAP = MAX_CRAWL_DELAY
+EXTENSIONS = "page processors and result pipelines"
 #: Worker threads start up front: far more than this fails with "can't start new thread".
 MAX_THREADS = 1024
 
@@ -94,6 +96,18 @@ class ConsumerSettings(CommonSettings, WebOptions):
                        metavar="S", group=OPERATIONS)
     stats_interval: float = opt(10.0, "seconds between consumer.stats events", metavar="S",
                                 group=OPERATIONS)
+    processor: tuple[str, ...] = opt((), "page code for URLs matching PATTERN (a regex searched "
+                                     "in the item URL; without re: every URL), first match "
+                                     "wins; default: title + --field", repeat=True,
+                                     metavar="[re:PATTERN ]module:callable", group=EXTENSIONS)
+    processors: Mapping[str, str] | None = opt(None, "TOML table [processors] of PATTERN = "
+                                            "'module:callable', tried after --processor in "
+                                            "file order (a table: only in --config)",
+                                            metavar="TABLE", group=EXTENSIONS)
+    pipeline: tuple[str, ...] = opt((), "result pipeline class, instantiated once: open(), "
+                                    "process(record) -> record | None, close(); repeatable, "
+                                    "a chain in order before the sink", repeat=True,
+                                    metavar="module:Class", group=EXTENSIONS)
 
     def validate(self) -> None:
         super().validate()
@@ -120,6 +134,12 @@ class ConsumerSettings(CommonSettings, WebOptions):
             raise UsageError(f"--metrics-port must be 0..65535, got {self.metrics_port}")
         if problem := header_value_problem(self.user_agent):
             raise UsageError(f"--user-agent: {problem}")
+        if self.processors is not None and (
+                not isinstance(self.processors, dict)
+                or not all(isinstance(v, str) for v in self.processors.values())):
+            raise UsageError("--processors is a TOML table in --config ([processors] with "
+                             "PATTERN = \"module:callable\"); on the command line use "
+                             "--processor 're:PATTERN module:callable'")
         if self.id is not None and (not self.id or "/" in self.id
                                     or znode_path_problem("/" + self.id)):
             raise UsageError(f"--id must be a non-empty znode name without '/', got {self.id!r}")

@@ -7,6 +7,7 @@ Every item carries four durations (SPEC §4), all from ``time.monotonic()`` exce
 * ``wait_ms``     -- handed to the pool until a worker starts it (the capped queue, plus a
   host's politeness cool-down when the item had to wait for its turn);
 * ``process_ms``  -- fetch + parse + write of the record;
+  ``extract_ms`` is the part of it spent in the page processor (shown apart in the stats);
 * ``queue_ms``    -- how long the item sat in the queue before we took it.
 
 The seed measured dispatch against crawl time and found the queue was the bottleneck. The
@@ -38,6 +39,7 @@ class ItemTiming:
     started: float | None = None
     finished: float | None = None
     polite_ms: float = 0.0  # part of wait_ms spent waiting for the host's next slot
+    extract_ms: float = 0.0  # part of process_ms spent in the page processor
 
     @staticmethod
     def _ms(a: float | None, b: float | None) -> float:
@@ -104,6 +106,7 @@ class Timings:
         self._dispatch: deque[float] = deque(maxlen=window)
         self._wait: deque[float] = deque(maxlen=window)
         self._process: deque[float] = deque(maxlen=window)
+        self._extract: deque[float] = deque(maxlen=window)
         self.outcomes: Counter[str] = Counter()
         self.processed = 0  # items with a final outcome (done, failed record, dead letter)
         self.failed = 0  # of which had an error
@@ -111,14 +114,15 @@ class Timings:
         self._rate = 0.0
 
     def record(self, durations: tuple[float, float, float], outcome: str, final: bool,
-               failed: bool) -> None:
-        """Account one processed item: its ``(dispatch_ms, wait_ms, process_ms)``;
-        ``outcome`` is ok / retry / dead / an error reason."""
+               failed: bool, extract: float = 0.0) -> None:
+        """Account one processed item: its ``(dispatch_ms, wait_ms, process_ms)`` and the
+        processor's part ``extract``; ``outcome`` is ok / retry / dead / an error reason."""
         dispatch, wait, process = durations
         with self._lock:
             self._dispatch.append(dispatch)
             self._wait.append(wait)
             self._process.append(process)
+            self._extract.append(extract)
             self.outcomes[outcome] += 1
             if final:
                 self.processed += 1
@@ -140,6 +144,7 @@ class Timings:
             elapsed = max(1e-9, now - self._interval.started)
             rate = self._interval.items / elapsed
             dispatch, wait, process = list(self._dispatch), list(self._wait), list(self._process)
+            extract = list(self._extract)
             self._interval = _Interval(started=now)
             self._rate = round(rate, 3)
             totals = {"processed": self.processed, "failed": self.failed}
@@ -153,6 +158,8 @@ class Timings:
             "wait_p50_ms": round(w50, 3), "wait_p95_ms": round(percentile(wait, 95), 3),
             "process_p50_ms": round(p50, 3),
             "process_p95_ms": round(percentile(process, 95), 3),
+            "extract_p50_ms": round(percentile(extract, 50), 3),
+            "extract_p95_ms": round(percentile(extract, 95), 3),
             "dispatch_process_ratio": round(d95 / p50, 4) if p50 > 0 else None,
             "verdict": verdict(d95, p50, w50),
         }

@@ -53,12 +53,15 @@ from consumer.backlog import COOLING, GONE, READY, RUNNING, SETTLING, Backlog, T
 from consumer.committer import GroupCommit, Settle
 from consumer.metrics import Metrics
 from consumer.pipeline import COMPLETE, DEAD, RETRY, Outcome, Pipeline
+from consumer.processors import PROCESSOR_ERROR
+from consumer.results import ResultChain
 from consumer.settings import ConsumerSettings
 from consumer.sink import ResultSink, SinkUnavailable
 from consumer.timing import ItemTiming, Timings
 from zkcrawl.errors import ExitStatus, SinkError
 from zkcrawl.politeness.gate import EARLY
 from zkcrawl.queue import control
+from zkcrawl.queue.discovered import DiscoveredWriter, Link, link_depth
 from zkcrawl.queue.layout import Layout
 from zkcrawl.queue.leases import Claimed, LeaseQueue
 from zkcrawl.queue.registry import Registration
@@ -98,7 +101,8 @@ class Worker:
     """One consumer daemon's machinery around a :class:`LeaseQueue`."""
 
     def __init__(self, settings: ConsumerSettings, zk: ZkClient, queue: LeaseQueue,
-                 pipeline: Pipeline, sink: ResultSink, metrics: Metrics, consumer_id: str) -> None:
+                 pipeline: Pipeline, sink: ResultSink, metrics: Metrics, consumer_id: str,
+                 results: ResultChain | None = None) -> None:
         self.s = settings
         self.zk, self.queue, self.pipeline, self.sink = zk, queue, pipeline, sink
         self.metrics = metrics
@@ -123,7 +127,9 @@ class Worker:
         self._pool = ThreadPoolExecutor(settings.threads, thread_name_prefix="fetch")
         self._committer: GroupCommit[Task] = GroupCommit(
             sink, queue, live=lambda t: t.state is SETTLING, settled=self._finish,
-            failed=self._commit_failed, durable=self._durable)
+            failed=self._commit_failed, durable=self._durable, before_settle=self._links,
+            results=results, max_attempts=settings.max_attempts)
+        self._discovered: DiscoveredWriter | None = None  # made on the first links
         self._scheduler = threading.Thread(target=self._schedule_loop, name="scheduler",
                                            daemon=True)
         self.control: control.ControlWatch | None = None
@@ -338,19 +344,38 @@ class Worker:
                 outcome = task.outcome = Outcome(s.kind, None, s.error, outcome.status)
             self._account(task, outcome)
 
+    def _links(self, tasks: Sequence[Task]) -> None:
+        """Committer thread, before completing ``tasks``: the links their page processors
+        found go to ``<root>/discovered/`` (at-least-once: never completed without them)."""
+        links = [Link(url, task.claimed.url or "", link_depth(task.claimed))
+                 for task in tasks if task.outcome is not None
+                 for url in task.outcome.links]
+        if not links:
+            return
+        if self._discovered is None:
+            self._discovered = DiscoveredWriter(self.zk, self.s.root, self.id)
+        self._discovered.write(links)
+
     def _account(self, task: Task, outcome: Outcome) -> None:
         failed = outcome.error is not None
-        label = outcome.kind if outcome.kind in (RETRY, DEAD) else outcome.error or "ok"
+        label = outcome.kind if outcome.kind in (RETRY, DEAD) else outcome.error or (
+            "skipped" if outcome.skipped else "ok")
+        if label.startswith(PROCESSOR_ERROR):  # one metrics label, not one per message
+            label = PROCESSOR_ERROR.rstrip(":")
         t = task.timing
         dispatch, wait, process = durations = t.durations()
         self.timings.record(durations, label, final=outcome.kind in (COMPLETE, DEAD),
-                            failed=failed)
-        self.metrics.observe(outcome.kind, outcome.error, t.queue_ms, dispatch, wait, process)
+                            failed=failed, extract=t.extract_ms)
+        reason = outcome.error
+        if reason is not None and reason.startswith(PROCESSOR_ERROR):  # one reason label
+            reason = PROCESSOR_ERROR.rstrip(":")
+        self.metrics.observe(outcome.kind, reason, t.queue_ms, dispatch, wait, process)
         log.info("item.failed" if failed else "item.done", url=task.claimed.url,
                  item=task.name, status=outcome.status, attempt=task.claimed.attempt,
                  outcome=outcome.kind, error=outcome.error, polite_ms=round(t.polite_ms, 3),
                  queue_ms=round(t.queue_ms, 3), dispatch_ms=dispatch, wait_ms=wait,
-                 process_ms=process)
+                 process_ms=process, extract_ms=round(t.extract_ms, 3),
+                 links=len(outcome.links), skipped=outcome.skipped)
 
     # -- scheduler thread: cooled items back to the pool when their turn comes -----------
     def _schedule_loop(self) -> None:

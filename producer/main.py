@@ -16,6 +16,7 @@ and nowhere else.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import stat
@@ -29,12 +30,14 @@ import structlog
 
 from producer import dryrun, listing
 from producer.dryrun import DryOfferer
+from producer.follow import Follower
 from producer.offerer import Offerer
 from producer.settings import ProducerSettings
 from producer.summary import Counts, Progress, report
 from zkcrawl import runner
 from zkcrawl.errors import ExitStatus, UsageError, ZkCrawlError, ZkUnavailable
 from zkcrawl.politeness.local import LocalPoliteness
+from zkcrawl.queue.discovered import DiscoveredReader
 from zkcrawl.queue.layout import Layout
 from zkcrawl.queue.leases import LeaseQueue
 from zkcrawl.queue.registry import Registration, default_id
@@ -62,6 +65,7 @@ class Plan:
     selectors: listing.Selectors | None
     starts: tuple[str, ...]
     template_urls: tuple[str, ...]
+    follow_filter: LinkFilter  # --follow: --same-host compares with the linking page
 
 
 def build_parser() -> ArgumentParser:
@@ -87,7 +91,9 @@ def make_plan(s: ProducerSettings) -> Plan:
     if s.pages:
         template = tuple(listing.expand_template(s.pages,
                                                  listing.parse_range(s.page_range or "")))
-    return Plan(s, s.id or default_id(), link_filter, selectors, starts, template)
+    follow_filter = dataclasses.replace(link_filter, same_host=s.same_host)
+    return Plan(s, s.id or default_id(), link_filter, selectors, starts, template,
+                follow_filter)
 
 
 def classify_link(link_filter: LinkFilter, link: str, source: str) -> tuple[str | None, str]:
@@ -269,12 +275,25 @@ class _Run:
     def work(self) -> None:
         assert self.offerer is not None
         producer = Producer(self.plan, self.offerer, self.counts, self.fetcher, self.stop)
-        if self.settings.from_file is None:
-            producer.run_listings()
-        else:
+        if self.settings.from_file is not None:
             _run_file(producer, self.settings.from_file)
+        elif self.plan.starts or self.plan.template_urls:
+            producer.run_listings()
         self.counts.state = "flushing"
         self.offerer.flush()
+        if self.settings.follow:
+            self.set_state("following")
+            self._follower().run()
+            self.offerer.flush()
+
+    def _follower(self) -> Follower:
+        assert self.offerer is not None
+        s = self.settings
+        queue = self.offerer.queue
+        return Follower(DiscoveredReader(self.zk, s.root), self.offerer,
+                        self.plan.follow_filter, self.counts,
+                        max_link_depth=s.max_link_depth, queue_depth=queue.depth,
+                        stop=self.stop)
 
     def finish(self) -> None:
         if self.progress:
@@ -369,9 +388,10 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ExitStatu
         settings, _ns = parse(ProducerSettings, build_parser(), argv, env)
         plan = make_plan(settings)
         runner.setup_logging(settings)
-        if settings.same_host and settings.from_file is not None:
+        if settings.same_host and settings.from_file is not None and not settings.follow:
             log.warning("producer.same_host_ignored", hint="--same-host compares with the "
-                        "listing page's host; --from-file has none")
+                        "listing page's host; --from-file has none (with --follow it "
+                        "applies to the links followed)")
         if settings.dry_run:
             return execute_dry_run(plan, sys.stdout)
         return execute(plan, progress_to=sys.stderr if sys.stderr.isatty() else None,

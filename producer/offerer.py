@@ -59,7 +59,8 @@ _SETTLE_AFTER = 0.005
 # what committed in the last window (README, Reliability).
 CHECKPOINT_EVERY = 0.5
 
-Batch = list[tuple[str, str]]  # (url, source)
+Origin = tuple[str, int | None]  # (meta.source, meta.depth: a --follow link's crawl depth)
+Batch = list[tuple[str, Origin]]  # (url, origin)
 
 
 def low_water(max_depth: int) -> int:
@@ -86,7 +87,7 @@ class Offerer:
         self.low = low_water(max_depth)
         self.stop = stop
         self.on_state = on_state or (lambda _s: None)
-        self._pending: dict[str, str] = {}  # url -> source, not yet handed over
+        self._pending: dict[str, Origin] = {}  # url -> origin, not yet handed over
         # Handed to the committer, not yet in ``seen``. A URL leaves this set only after it
         # entered ``seen``, so checking here first, then ``seen``, never misses it.
         self._inflight: set[str] = set()
@@ -111,16 +112,16 @@ class Offerer:
         return len(self._pending) + len(self._inflight)
 
     # -- producer thread -------------------------------------------------------
-    def add(self, url: str, source: str) -> bool:
+    def add(self, url: str, source: str, depth: int | None = None) -> bool:
         """Accept ``url`` unless seen before or too long; True if new. Hands over full
-        batches."""
+        batches. ``depth`` (a followed link's) goes to the item's ``meta.depth``."""
         if len(url) > URL_LIMIT // 4 and len(url.encode("utf-8", "surrogatepass")) > URL_LIMIT:
             self.counts.dropped["too-long"] += 1  # SPEC §2: a URL is at most 8 KiB
             return False
         if url in self._pending or url in self._inflight or url in self.seen:
             self.counts.duplicates += 1
             return False
-        self._pending[url] = source
+        self._pending[url] = (source, depth)
         if len(self._pending) >= self.batch:
             self._hand_over()
         return True
@@ -255,8 +256,9 @@ class Offerer:
 
     def _items(self, part: Batch) -> list[Item]:
         now = time.time()
-        return [Item(url=u, producer=self.producer_id, meta={"source": src}, enqueued_at=now)
-                for u, src in part]
+        return [Item(url=u, producer=self.producer_id, enqueued_at=now,
+                     meta={"source": src} if depth is None else {"source": src, "depth": depth})
+                for u, (src, depth) in part]
 
     def _offered(self, part: Batch, part_done: Callable[[], None], _names: list[str]) -> None:
         urls = [u for u, _ in part]

@@ -16,6 +16,7 @@ import os
 from typing import ClassVar
 
 from zkcrawl.errors import UsageError
+from zkcrawl.queue.discovered import MAX_DEPTH as MAX_LINK_DEPTH
 from zkcrawl.settings import (
     DEDUP,
     FETCHING,
@@ -105,6 +106,11 @@ class ProducerSettings(CommonSettings, WebOptions):
     dry_run: bool = opt(False, "walk the listings (or read --from-file) and print the URLs "
                         "that would be offered, one per line, instead of offering them: no "
                         "ZooKeeper, the --seen state read but never written", group=INPUT)
+    follow: bool = opt(False, "also drain <root>/discovered/ (links found by consumers' page "
+                       "processors) through --allow/--deny/--same-host and the seen state, "
+                       "until the queue and discovered/ are empty", group=INPUT)
+    max_link_depth: int = opt(10, "with --follow: drop links found more than N pages away "
+                              "from an offered URL", metavar="N", group=FILTERING)
 
     def validate(self) -> None:
         super().validate()
@@ -113,9 +119,12 @@ class ProducerSettings(CommonSettings, WebOptions):
 
     def _validate_mode(self) -> None:
         listing = bool(self.start or self.pages)
-        if not listing and not self.from_file:
+        if not listing and not self.from_file and not self.follow:
             raise UsageError("nothing to read: give --start URL, --pages TEMPLATE with "
-                             "--page-range, or --from-file PATH")
+                             "--page-range, --from-file PATH, or --follow")
+        if self.follow and self.dry_run:
+            raise UsageError("--follow drains <root>/discovered/ in ZooKeeper; --dry-run "
+                             "uses no ZooKeeper: give one of them")
         if listing and self.from_file:
             raise UsageError("--from-file cannot be combined with --start/--pages")
         if self.pages and not self.page_range:
@@ -134,6 +143,9 @@ class ProducerSettings(CommonSettings, WebOptions):
         for flag, value in positive.items():
             if value <= 0:
                 raise UsageError(f"{flag} must be a positive integer, got {value}")
+        if not 0 <= self.max_link_depth <= MAX_LINK_DEPTH:
+            raise UsageError(f"--max-link-depth must be 0..{MAX_LINK_DEPTH}, got "
+                             f"{self.max_link_depth}")
         if self.max_pages < 0 or self.retries < 0:
             raise UsageError("--max-pages and --retries must be >= 0")
         if not 0.0 < self.fp_rate < 1.0:

@@ -31,6 +31,7 @@ class Counts:
     lines_read: int = 0  # --from-file lines (blank and comment lines excluded)
     rejected: int = 0  # --from-file lines that are not an http(s) URL
     links_found: int = 0
+    discovered: int = 0  # --follow: <root>/discovered/ nodes drained
     dropped: Counter[str] = field(default_factory=Counter)  # javascript, deny, other-host...
     duplicates: int = 0
     offered: int = 0
@@ -61,6 +62,7 @@ class Counts:
             "lines_read": self.lines_read,
             "rejected": self.rejected,
             "links_found": self.links_found,
+            "discovered_nodes": self.discovered,
             "dropped": dict(self.dropped),
             "duplicates": self.duplicates,
             "offered": self.offered,
@@ -87,6 +89,8 @@ def render_table(c: Counts, from_file: bool) -> str:
                  ("pages skipped", str(sum(c.pages_skipped.values())),
                   _breakdown(c.pages_skipped)),
                  ("links found", str(c.links_found), "")]
+    if c.discovered:
+        rows.append(("discovered nodes drained", str(c.discovered), "--follow"))
     rows += [("dropped", str(sum(c.dropped.values())), _breakdown(c.dropped)),
              ("duplicates skipped", str(c.duplicates), ""),
              ("items offered", str(c.offered), ""),

@@ -596,6 +596,9 @@ def _toml(value: Any) -> str:
         return repr(value)
     if isinstance(value, tuple | list):
         return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, Mapping):  # an inline table ([processors] of the consumer)
+        return "{" + ", ".join(f"{json.dumps(str(k))} = {_toml(v)}"
+                               for k, v in value.items()) + "}"
     return json.dumps(str(value))  # a TOML basic string: JSON's escapes are TOML's
 
 

@@ -45,7 +45,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC
 from urllib.parse import urljoin
 
@@ -116,6 +116,7 @@ class FetchResult:
     redirects: int = 0
     attempts: int = 1
     waited_ms: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)  # lower-case names (page processors)
 
     @property
     def ok(self) -> bool:
@@ -343,7 +344,8 @@ class Fetcher:
                 retryable=retryable,
                 retry_after=retry_after if retryable else None,
             )
-        return done(status=status, content_type=ctype, body=resp.body, error=resp.error)
+        return done(status=status, content_type=ctype, body=resp.body, error=resp.error,
+                    headers=resp.headers)
 
     def _fetch_robots(self, robots_url: str) -> tuple[int, bytes]:
         """Fetch robots.txt through this thread's wire (up to 5 redirects, RFC 9309

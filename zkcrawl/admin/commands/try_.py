@@ -10,7 +10,11 @@ would do with it -- before a queue is filled with the wrong links.
   page), and the next page ``--next`` finds;
 * **the consumer's view** of the page as an item: the record it would write, built by the
   same function the consumer's pool threads use (:func:`consumer.pipeline.page_record`),
-  and whether the item would be recorded at once or retried.
+  and whether the item would be recorded at once or retried; with ``--processor`` (the
+  consumer's flag: ``[re:PATTERN ]module:callable``, first match wins) the page processor's
+  result -- fields, skip, the links it would hand to ``--follow`` --, or its failure; with
+  ``--pipeline`` the record through that chain (``open()``, ``process()``, ``close()``, as the
+  consumer runs them: a pipeline with side effects has them here too).
 
 No ZooKeeper is needed and nothing is written anywhere. ``--json`` prints one object
 instead of the text. Exit status: 0 the page was fetched, 1 it was not (the reason is
@@ -30,7 +34,9 @@ from typing import Any
 
 import lxml.etree
 
-from consumer.pipeline import page_record
+from consumer.pipeline import extract_page, page_record
+from consumer.processors import FieldsProcessor, Processors, parse_routes
+from consumer.results import ResultChain
 from consumer.settings import DEFAULT_USER_AGENT
 from producer import listing
 from producer.main import classify_link
@@ -81,6 +87,12 @@ class Settings(CommonSettings, WebOptions):
     timeout: float = opt(15.0, "read timeout of the fetch in seconds", metavar="S")
     max_bytes: int = opt(10_000_000, "read at most N bytes of the page", metavar="N")
     json: bool = opt(False, "print one JSON object instead of the text")
+    processor: tuple[str, ...] = opt((), "page code, as the consumer's --processor "
+                                     "(repeatable, first match wins)", repeat=True,
+                                     metavar="[re:PATTERN ]module:callable")
+    pipeline: tuple[str, ...] = opt((), "result pipeline class, as the consumer's "
+                                    "(repeatable, a chain in order)", repeat=True,
+                                    metavar="module:Class")
 
     def validate(self) -> None:
         super().validate()
@@ -105,6 +117,8 @@ class Plan:
     selectors: listing.Selectors
     fields: dict[str, lxml.etree.XPath]
     link_filter: LinkFilter
+    processors: Processors
+    results: ResultChain
 
 
 def make_plan(s: Settings, url: str) -> Plan:
@@ -113,8 +127,11 @@ def make_plan(s: Settings, url: str) -> Plan:
     link_filter = LinkFilter(allow=compile_patterns(s.allow, "--allow"),
                              deny=compile_patterns(s.deny, "--deny"), same_host=s.same_host,
                              strip_params=tuple(p for p in s.strip_param if p))
+    fields = parse_field_specs(s.field)
     return Plan(url.strip(), listing.compile_selectors(s.links, s.links_css, s.next),
-                parse_field_specs(s.field), link_filter)
+                fields, link_filter,
+                Processors(parse_routes(s.processor), FieldsProcessor(fields)),
+                ResultChain.load(s.pipeline))
 
 
 def producer_view(plan: Plan, res: FetchResult) -> dict[str, Any]:
@@ -140,12 +157,29 @@ def consumer_view(plan: Plan, res: FetchResult, started: float) -> dict[str, Any
     """What ``zkcrawl-consumer`` would write for the page as a first attempt (``started``:
     the fetch's monotonic start; ``process_ms`` is fetch + parse, as the consumer's)."""
     timing = {"queue_ms": 0.0, "dispatch_ms": 0.0, "wait_ms": 0.0, "process_ms": 0.0}
+    ex = extract_page(plan.url, res, plan.fields, plan.processors)
     record = page_record(plan.url, res, plan.fields, item=None, attempt=0,
-                         consumer=_CONSUMER_ID, timing=timing)
+                         consumer=_CONSUMER_ID, timing=timing, extracted=ex)
     record["process_ms"] = round((time.monotonic() - started) * 1000, 3)
     # retry: back to the queue's tail, the host cooled down; recorded when attempts run out.
-    outcome = "retry" if res.retryable else "record" if res.error is None else "record-failed"
-    return {"outcome": outcome, "record": record}
+    outcome = "retry" if res.retryable else "record" if ex.error is None else "record-failed"
+    view: dict[str, Any] = {"outcome": outcome, "record": record, "links": list(ex.links),
+                            "extract_ms": ex.extract_ms}
+    if ex.skipped:
+        view.update(outcome="skip", record=None)
+    elif plan.results and not res.retryable:
+        plan.results.open()
+        try:
+            chained = plan.results.process(record)
+        finally:
+            plan.results.close()
+        if chained.error is not None:
+            view.update(outcome="retry", pipeline_error=chained.error)
+        elif chained.record is None:
+            view.update(outcome="dropped", dropped_by=chained.dropped_by)
+        else:
+            view["record"] = chained.record
+    return view
 
 
 def fetch_settings(s: Settings) -> FetchSettings:
@@ -197,7 +231,17 @@ def render_text(s: Settings, doc: Mapping[str, Any]) -> str:
             out.append("  next page: not looked for (no --next)")
     out += ["", "Consumer (this page as an item, first attempt):"]
     rec = c["record"]
-    if c["outcome"] == "retry":
+    links = [f"  link   {_p(u)}" for u in c["links"]]
+    if c["outcome"] == "skip":
+        out.append("  the processor skips it: completed without a record")
+        return "\n".join(out + links) + "\n"
+    if c["outcome"] == "dropped":
+        out.append(f"  dropped by the pipeline {_p(c['dropped_by'])}: completed without a "
+                   "record")
+    if "pipeline_error" in c:
+        out.append(f"  would retry later ({_p(c['pipeline_error'])}); after --max-attempts "
+                   "it is recorded and dead-lettered")
+    elif c["outcome"] == "retry":
         out.append(f"  would retry later ({rec['error']}): the item goes back to the queue "
                    "after a back-off; after --max-attempts it is recorded and dead-lettered")
     elif c["outcome"] == "record-failed":
@@ -206,7 +250,9 @@ def render_text(s: Settings, doc: Mapping[str, Any]) -> str:
     for name, value in rec["fields"].items():
         out.append(f"  {name}: {_p(json.dumps(value, ensure_ascii=False))}")
     out.append("  record: " + _p(json.dumps(rec, ensure_ascii=False, sort_keys=False)))
-    return "\n".join(out) + "\n"
+    if links:
+        out.append(f"  {len(links)} link(s) for --follow:")
+    return "\n".join(out + links) + "\n"
 
 
 def _p(text: str) -> str:

@@ -1,0 +1,136 @@
+"""Discovered links through the frontier (issue #17): a consumer whose page processor returns
+links and a producer run with ``--follow`` crawl the bundled sample site from one seed URL --
+real processes, a real ZooKeeper, the sample site on 127.0.0.1 -- and the books balance:
+every page reachable on the site recorded exactly once, nothing left in the queue, the
+leases or ``discovered/``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import wait_for
+from tests.httpd import TestServer, html
+from tests.test_consumer_support import ROOT, Running, offer, records, settings_for, spawn
+from zkcrawl.admin.samplesite import PAGES, SampleSite, expected_articles
+from zkcrawl.queue.discovered import DiscoveredReader, DiscoveredWriter, Link
+from zkcrawl.zk.client import ZkClient
+
+
+def producer(zk_hosts: str, zk_root: str, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "producer.main", "--zk", zk_hosts, "--root", zk_root,
+         "--allow-private-addresses", "--log-format", "json", *extra],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def summary(stderr: str) -> dict[str, object]:
+    events = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    (done,) = [e for e in events if e.get("event") == "producer.summary"]
+    return done
+
+
+@pytest.mark.slow
+def test_a_deep_crawl_through_follow_records_every_page_exactly_once(
+        zk: ZkClient, zk_hosts: str, zk_root: str, tmp_path: Path):
+    with SampleSite(slow_s=0.1) as site:
+        base = site.base_url.rstrip("/")
+        seed = tmp_path / "seed.txt"
+        seed.write_text(f"{base}/\n")
+        out = tmp_path / "out.jsonl"
+        consumer = spawn(["--zk", zk_hosts, "--root", zk_root, "--out", str(out),
+                          "--domain-delay", "0", "--threads", "4", "--log-format", "json",
+                          "--allow-private-addresses", "--exit-when-idle", "3",
+                          "--processor", "tests.plugins.procs:links"], tmp_path / "c.log")
+        prod = producer(zk_hosts, zk_root, "--from-file", str(seed), "--follow", "--same-host")
+        try:
+            _, err = prod.communicate(timeout=120)
+            assert prod.returncode == 0, err[-2000:]
+            assert consumer.wait(timeout=60) == 0
+        finally:
+            for proc in (prod, consumer):
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+    recs = records(out)
+    urls = Counter(r["url"] for r in recs)
+    assert [u for u, n in urls.items() if n > 1] == []  # exactly once: no duplicate
+    expected = {f"{base}/", *(f"{base}/blog/page/{p}" for p in range(1, PAGES + 1)),
+                f"{base}/about.html", *expected_articles(base)}
+    assert set(urls) == expected
+    by_url = {r["url"]: r for r in recs}
+    assert by_url[f"{base}/blog/posts/41.html"]["error"] == "http-404"
+    assert by_url[f"{base}/blog/private/draft.html"]["error"] == "robots"
+    assert by_url[f"{base}/blog/posts/1.html"]["error"] is None
+    # The books: nothing left anywhere, every discovered node drained.
+    for part in ("queue", "leases", "discovered", "dead"):
+        assert zk.get_children(f"{zk_root}/{part}") == [], part
+    done = summary(err)
+    assert done["offered"] == len(expected)
+    assert done["dropped"]["other-host"] >= 1  # --same-host: external.invalid  # type: ignore[index]
+    assert done["discovered_nodes"] >= 1
+
+
+def test_max_link_depth_drops_deeper_links_and_drained_nodes_go(
+        zk: ZkClient, zk_hosts: str, zk_root: str):
+    writer = DiscoveredWriter(zk, zk_root, "c-test")
+    writer.write([Link("http://127.0.0.1:9/d1", "http://127.0.0.1:9/", 1),
+                  Link("http://127.0.0.1:9/d2", "http://127.0.0.1:9/d1", 2),
+                  Link("http://127.0.0.1:9/d1#again", "http://127.0.0.1:9/x", 1)])
+    zk.create(f"{zk_root}/discovered/dn-", b'{"links": 5}', sequence=True)  # malformed
+    prod = producer(zk_hosts, zk_root, "--follow", "--max-link-depth", "1")
+    try:
+        # No consumer: the producer drains, offers, then waits for the queue to empty.
+        wait_for(lambda: zk.get_children(f"{zk_root}/discovered") == []
+                 and zk.get_children(f"{zk_root}/queue"), 60, "discovered/ drained")
+        prod.send_signal(signal.SIGTERM)
+        _, err = prod.communicate(timeout=60)
+    finally:
+        if prod.poll() is None:
+            prod.kill()
+            prod.wait()
+    assert prod.returncode == 0, err[-2000:]
+    queued = [json.loads(zk.get(f"{zk_root}/queue/{n}")[0])
+              for n in sorted(zk.get_children(f"{zk_root}/queue"))]
+    assert [(q["url"], q["meta"]) for q in queued] == [
+        ("http://127.0.0.1:9/d1", {"source": "http://127.0.0.1:9/", "depth": 1})]
+    done = summary(err)
+    assert done["dropped"] == {"depth": 1} and done["duplicates"] == 1
+    assert zk.get_children(f"{zk_root}/discovered") == []  # the malformed one too
+    assert "discovered.malformed" in err
+
+
+def test_an_item_is_never_completed_before_its_links_are_in_zookeeper(
+        zk: ZkClient, zk_hosts: str, zk_root: str, tmp_path: Path):
+    # <root>/discovered made unwritable: an ephemeral node cannot have children.
+    zk.ensure_path(zk_root)
+    zk.create(f"{zk_root}/discovered", b"", ephemeral=True)
+    page = ('<title>L</title><a href="/a">a</a><a href="https://other.example/b">b</a>')
+    with TestServer({"/list": html(page)}) as srv:
+        offer(zk, zk_root, [srv.url("/list")])
+        out = tmp_path / "o.jsonl"
+        run = Running(settings_for(zk_hosts, zk_root, out, "--threads", "2",
+                                   "--processor", "tests.plugins.procs:links"))
+        try:
+            # Recorded (durable first), refused links: released, crawled again, not completed.
+            wait_for(lambda: len(records(out)) >= 2, 30, "the page crawled twice")
+            assert len(zk.get_children(f"{zk_root}/queue")) == 1
+            zk.delete(f"{zk_root}/discovered")  # writable again: the next try completes it
+            wait_for(lambda: not zk.get_children(f"{zk_root}/queue"), 30, "completed")
+        finally:
+            run.stop()
+    nodes = DiscoveredReader(zk, zk_root)
+    links = [link for n in nodes.read(nodes.names()) for link in n.decoded.links]
+    assert {(link.url, link.source, link.depth) for link in links} == {
+        (srv.url("/a"), srv.url("/list"), 1), ("https://other.example/b", srv.url("/list"), 1)}
+    # The books: one item, recorded once per crawl (the repeats are the releases), no lease.
+    assert {r["url"] for r in records(out)} == {srv.url("/list")}
+    assert zk.get_children(f"{zk_root}/leases") == []

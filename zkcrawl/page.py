@@ -1,0 +1,126 @@
+"""The extension API's types: what a page processor gets and returns, what a result pipeline is.
+
+A **page processor** is any callable ``(Page) -> PageResult`` (:class:`Processor`); it runs in
+the consumer's worker thread with the page, once the page was fetched (2xx, or a page cut at
+``--max-bytes``). A **result pipeline** (:class:`ResultPipeline`) sees each record before the
+durable sink: ``open()``, ``process(record) -> record | None`` (None drops it), ``close()``.
+
+Guarantees of :class:`Page`: every attribute is computed from data already in memory, nothing
+here makes a request; :attr:`Page.text` and :attr:`Page.tree` are built on first use and at
+most once (a processor that only reads the title pays for a few hundred bytes of parsing, one
+that uses XPath for one parse); decoding and parsing never raise on any body
+(:mod:`zkcrawl.web.decode`, :mod:`zkcrawl.web.extract`). :attr:`Page.meta` is the item's
+``meta`` as a read-only mapping: it came from ZooKeeper, so it is untrusted data.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from types import MappingProxyType
+from typing import Any, Protocol, runtime_checkable
+
+import lxml.html
+
+from zkcrawl.web.decode import decode_html, html_encoding
+from zkcrawl.web.extract import parse_html, record_from_doc
+
+__all__ = ["Page", "PageResult", "Processor", "ResultPipeline"]
+
+_TITLE_END = re.compile(rb"</title\s*>", re.IGNORECASE)
+_TITLE_SCAN = 64 * 1024
+
+
+@dataclass(frozen=True, eq=False)
+class Page:
+    """One fetched page, as a processor sees it.
+
+    ``url`` is the item's URL, ``final_url`` the one after redirects (relative links resolve
+    against it), ``headers`` the response's headers with lower-case names, ``body`` the raw
+    bytes (at most ``--max-bytes``), ``meta`` the item's ``meta`` (``source``, ``depth``...).
+    """
+
+    url: str
+    final_url: str
+    status: int | None
+    headers: Mapping[str, str]
+    body: bytes
+    meta: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def content_type(self) -> str | None:
+        return self.headers.get("content-type")
+
+    @cached_property
+    def text(self) -> str:
+        """The body decoded (BOM, header charset, ``<meta>``, detection; never raises)."""
+        return decode_html(self.body, self.content_type)[0]
+
+    @cached_property
+    def tree(self) -> lxml.html.HtmlElement:
+        """The page parsed by lxml (``base_url`` = :attr:`final_url`), built on first use."""
+        return parse_html(self.body, self.final_url, self.content_type)
+
+    def xpath(self, expr: str) -> list[Any]:
+        """``self.tree.xpath(expr)`` as a list (a scalar result is wrapped)."""
+        result = self.tree.xpath(expr)
+        return result if isinstance(result, list) else [result]
+
+    @cached_property
+    def title(self) -> str | None:
+        """Text of the first ``<title>``, whitespace collapsed; None without one. Parses only
+        up to ``</title>`` unless :attr:`tree` was built already (the fast path the default
+        processor has always had)."""
+        if not self.body:
+            return None
+        if "tree" not in self.__dict__:
+            end = _TITLE_END.search(self.body, 0, _TITLE_SCAN)
+            if end is not None:
+                # The encoding is decided on the whole body (detection needs it), the parse is
+                # done on the prefix only.
+                encoding, _ = html_encoding(self.body, self.content_type)
+                doc = parse_html(self.body[:end.end()], self.final_url,
+                                 f"text/html; charset={encoding}")
+                title = record_from_doc(doc).title
+                if title is not None:
+                    return title
+        return record_from_doc(self.tree).title
+
+
+@dataclass(frozen=True)
+class PageResult:
+    """What a processor returns.
+
+    ``fields`` become the record's ``fields`` (JSON-serializable values); ``title`` overrides
+    the page's ``<title>`` (None: the page's own); ``skip`` records nothing for this page (the
+    item is completed, as WebMagic's skip flag) -- its ``links`` are still followed; ``links``
+    are new URLs for the frontier (absolute or relative to the final URL), handed to a
+    producer run with ``--follow`` through ``<root>/discovered/``.
+    """
+
+    fields: Mapping[str, Any] = field(default_factory=dict)
+    title: str | None = None
+    skip: bool = False
+    links: Sequence[str] = ()
+
+
+@runtime_checkable
+class Processor(Protocol):
+    """``module:callable`` given to ``--processor``: a function, or a class instantiated once
+    without arguments whose instances are called. Runs in several worker threads at once."""
+
+    def __call__(self, page: Page, /) -> PageResult: ...
+
+
+@runtime_checkable
+class ResultPipeline(Protocol):
+    """``module:Class`` given to ``--pipeline``: instantiated once without arguments, called by
+    the committer thread only (one call at a time) with each record about to be written."""
+
+    def open(self) -> None: ...
+
+    def process(self, record: dict[str, Any], /) -> dict[str, Any] | None: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,293 @@
+"""Discovered links: ``<root>/discovered/dn-NNNNNNNNNN`` (SPEC §2), consumer -> producer.
+
+Links a page processor returns are not offered by the consumer (only a producer holds the
+seen state): the consumer's committer writes them here, and a producer run with ``--follow``
+drains them through its normalization, seen state and back-pressure. A node's data::
+
+    {"links": [{"url": "https://...", "from": "https://...", "depth": 1}, ...], "consumer": "c1"}
+
+Guarantees:
+
+* **before completion** (at-least-once): :meth:`DiscoveredWriter.write` returns once the
+  links are committed; the committer calls it for a group before it completes the group's
+  items, so an item is never deleted from the queue while the links it found are not in
+  ZooKeeper. A crash in between re-crawls the item and writes its links again: duplicates,
+  which the producer's seen state drops.
+* **batched and bounded**: a group's links go in few nodes, each at most :data:`NODE_BYTES`
+  (the reader's limit, far below ZooKeeper's 1 MB), several nodes a transaction of at most
+  ``MAX_TX_BYTES``; a link longer than ``URL_LIMIT`` never gets here (the consumer drops it).
+* **protected creates**: each transaction also creates an ephemeral marker
+  ``<root>/offers/<token>`` (as offers do); after ConnectionLoss the writer asks whether the
+  marker exists before it writes again, so no double batch while the session lives. After a
+  session loss it writes again: a possible duplicate batch, harmless (seen state).
+* **untrusted on the way back**: :func:`decode` never raises; a node that is not such an
+  object, or larger than :data:`NODE_BYTES`, is one ``discovered.malformed`` warning and is
+  skipped (deleted by the drainer, never retried forever); entries that are not a link (no
+  string ``url``, a url over ``URL_LIMIT``, a negative or non-integer depth) are counted and
+  dropped, the node's other links kept.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from zkcrawl.errors import ZkCrawlError
+from zkcrawl.logs import get_logger
+from zkcrawl.queue import untrusted
+from zkcrawl.queue.claims import Claimed
+from zkcrawl.queue.items import sort_names
+from zkcrawl.queue.layout import DISCOVERED_PREFIX, Layout
+from zkcrawl.queue.offers import MAX_TX_BYTES, QueueSuspended
+from zkcrawl.queue.untrusted import NODE_LIMIT, URL_LIMIT
+from zkcrawl.zk import ConnectionLoss, NoNodeError, SessionExpiredError, ZkClient, tx_ok
+
+__all__ = ["MAX_DEPTH", "NODE_BYTES", "Decoded", "DiscoveredReader", "DiscoveredWriter",
+           "Link", "decode", "encode", "link_depth"]
+
+log = get_logger(__name__)
+
+NODE_BYTES = NODE_LIMIT  # one node's data, written and read (64 KiB)
+MAX_DEPTH = 1_000_000  # a hostile depth is clamped to "too deep", never an overflow
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+_ENVELOPE = 64  # bytes of {"links":[...],"consumer":...} around the entries, id excluded
+
+
+@dataclass(frozen=True)
+class Link:
+    """A link found on page ``source`` (the item's URL) at crawl depth ``depth``."""
+
+    url: str
+    source: str
+    depth: int
+
+    def doc(self) -> dict[str, Any]:
+        return {"url": self.url, "from": self.source, "depth": self.depth}
+
+
+def encode(links: Iterable[Link], consumer: str) -> list[bytes]:
+    """The nodes' data for ``links``, each at most :data:`NODE_BYTES` (a link that alone
+    would not fit is left out: the consumer never hands over one over ``URL_LIMIT``)."""
+    head = len(_ENCODER.encode(consumer).encode("utf-8")) + _ENVELOPE
+    nodes: list[bytes] = []
+    part: list[str] = []
+    size = head
+    for link in links:
+        entry = _ENCODER.encode(link.doc())
+        n = len(entry.encode("utf-8", "surrogatepass")) + 1
+        if head + n > NODE_BYTES:
+            log.warning("discovered.link_too_large", url=link.url[:200], bytes=n)
+            continue
+        if part and size + n > NODE_BYTES:
+            nodes.append(_node(part, consumer))
+            part, size = [], head
+        part.append(entry)
+        size += n
+    if part:
+        nodes.append(_node(part, consumer))
+    return nodes
+
+
+def _node(entries: list[str], consumer: str) -> bytes:
+    text = '{"links":[' + ",".join(entries) + '],"consumer":' + _ENCODER.encode(consumer) + "}"
+    return text.encode("utf-8", "backslashreplace")
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """A node's links, the entries dropped as malformed, or why the whole node is."""
+
+    links: tuple[Link, ...]
+    consumer: str | None
+    dropped: int = 0
+    error: str | None = None
+
+
+def decode(data: bytes | None) -> Decoded:
+    """SPEC §2's discovered node, with the untrusted-data limits; never raises."""
+    doc, why = untrusted.load_object(data, {"links": list, "consumer": str}, limit=NODE_BYTES)
+    if doc is None:
+        return Decoded((), None, error=why)
+    if "links" not in doc:
+        return Decoded((), None, error="no 'links' list")
+    links: list[Link] = []
+    dropped = 0
+    for entry in doc["links"]:
+        link = _link(entry)
+        if link is None:
+            dropped += 1
+        else:
+            links.append(link)
+    return Decoded(tuple(links), doc.get("consumer"), dropped)
+
+
+def _link(entry: Any) -> Link | None:
+    if not isinstance(entry, dict):
+        return None
+    url, source, depth = entry.get("url"), entry.get("from", ""), entry.get("depth", 0)
+    if not isinstance(url, str) or not url or not isinstance(source, str):
+        return None
+    if isinstance(depth, bool) or not isinstance(depth, int) or not 0 <= depth <= MAX_DEPTH:
+        return None
+    for text in (url, source):
+        if len(text) * 4 > URL_LIMIT and len(text.encode("utf-8", "surrogatepass")) > URL_LIMIT:
+            return None
+    try:
+        url.encode("utf-8")  # a \\u escape can carry a lone surrogate: not a URL
+        source.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return Link(url, source, depth)
+
+
+def link_depth(claimed: Claimed) -> int:
+    """Depth of the links found on ``claimed``'s page: its ``meta.depth`` (untrusted: an
+    integer in 0..MAX_DEPTH, else 0) plus one."""
+    depth = claimed.item.meta.get("depth", 0) if claimed.item is not None else 0
+    if isinstance(depth, bool) or not isinstance(depth, int) or not 0 <= depth < MAX_DEPTH:
+        depth = 0
+    return depth + 1
+
+
+class DiscoveredWriter:
+    """The consumer side: :meth:`write` a group's links, protected, before its completion."""
+
+    def __init__(self, zk: ZkClient, root: str, consumer_id: str) -> None:
+        self.zk = zk
+        self.layout = Layout.of(root)
+        self.consumer = consumer_id
+        self.prefix = f"{self.layout.discovered}/{DISCOVERED_PREFIX}"
+        zk.ensure_path(self.layout.discovered)
+        zk.ensure_path(self.layout.offers)
+        self.nodes = 0  # nodes written (for tests and stats)
+
+    def write(self, links: Sequence[Link]) -> int:
+        """Commit ``links``; returns the nodes created. Raises :class:`QueueSuspended` when
+        ZooKeeper stays away for ``--zk-timeout`` (the caller keeps the group and asks
+        again), :class:`ZkCrawlError` when ZooKeeper refuses the write (the caller releases
+        the items: they are crawled again, never completed without their links)."""
+        if not links:
+            return 0
+        created = 0
+        for chunk in _transactions(encode(links, self.consumer)):
+            created += self._commit(chunk)
+        self.nodes += created
+        return created
+
+    def _commit(self, chunk: list[bytes]) -> int:
+        token = uuid.uuid4().hex
+        marker = f"{self.layout.offers}/{token}"
+        session = self.zk.session_id
+        started = time.monotonic()
+        for _ in range(5):
+            try:
+                results = self.zk.answer(self.zk.create_many_async(marker, self.prefix, chunk))
+            except (ConnectionLoss, SessionExpiredError):
+                if not self._wait_connected(started):
+                    raise QueueSuspended("ZooKeeper unreachable while writing discovered "
+                                         "links") from None
+                if self.zk.session_id == session and self.zk.exists(marker) is not None:
+                    self.zk.delete_async(marker)
+                    return len(chunk)  # the first try committed
+                session = self.zk.session_id
+                continue
+            if tx_ok(results):
+                self.zk.delete_async(marker)
+                return len(chunk)
+            if any(isinstance(r, NoNodeError) for r in results):
+                self.zk.ensure_path(self.layout.discovered)  # removed by an admin meanwhile
+                self.zk.ensure_path(self.layout.offers)
+                continue
+            # Not a connection problem (NoAuth, a node in the way...): the caller must not
+            # wait for a reconnection that changes nothing -- it releases the items instead.
+            first = next(r for r in results if isinstance(r, Exception))
+            raise ZkCrawlError(f"writing discovered links failed: {first!r}")
+        raise ZkCrawlError("writing discovered links failed after 5 attempts")
+
+    def _wait_connected(self, started: float) -> bool:
+        # Bounded: --zk-timeout from the first try, as offers.
+        while time.monotonic() - started < self.zk.zk_timeout:
+            if self.zk.connected:
+                return True
+            time.sleep(0.05)
+        return self.zk.connected
+
+
+def _transactions(nodes: list[bytes]) -> Iterable[list[bytes]]:
+    chunk: list[bytes] = []
+    size = 0
+    for data in nodes:
+        if chunk and size + len(data) > MAX_TX_BYTES:
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(data)
+        size += len(data) + 64
+    if chunk:
+        yield chunk
+
+
+@dataclass(frozen=True)
+class Node:
+    """One discovered node as read: its name and what :func:`decode` made of it."""
+
+    name: str
+    decoded: Decoded
+
+
+class DiscoveredReader:
+    """The producer side: list, read (in sequence order, a bounded batch), delete."""
+
+    def __init__(self, zk: ZkClient, root: str) -> None:
+        self.zk = zk
+        self.path = Layout.of(root).discovered
+        zk.ensure_path(self.path)
+
+    def names(self) -> list[str]:
+        """The nodes waiting, oldest first."""
+        return [n for _, n in sort_names_dn(self.zk.get_children(self.path))]
+
+    def read(self, names: Sequence[str]) -> list[Node]:
+        """The nodes' links; a malformed node is one warning (and comes back with its error:
+        the caller deletes it like a drained one)."""
+        nodes: list[Node] = []
+        results = self.zk.get_many([f"{self.path}/{n}" for n in names])
+        for name, res in zip(names, results, strict=True):
+            if isinstance(res, NoNodeError):
+                continue  # drained by another producer meanwhile
+            if isinstance(res, Exception):
+                raise res
+            decoded = decode(res[0])
+            if decoded.error is not None:
+                log.warning("discovered.malformed", node=f"{self.path}/{name}",
+                            reason=decoded.error, skipped=True)
+            elif decoded.dropped:
+                log.warning("discovered.links_dropped", node=f"{self.path}/{name}",
+                            dropped=decoded.dropped, kept=len(decoded.links),
+                            reason="not a link: a string url of at most 8 KiB, a depth >= 0")
+            nodes.append(Node(name, decoded))
+        return nodes
+
+    def delete(self, names: Sequence[str]) -> None:
+        """Delete drained nodes in one transaction per 500 (gone already: fine)."""
+        for i in range(0, len(names), 500):
+            tx = self.zk.transaction()
+            for name in names[i:i + 500]:
+                tx.delete(f"{self.path}/{name}")
+            results = tx.commit()
+            if not tx_ok(results):  # one gone already fails the whole transaction
+                for name in names[i:i + 500]:
+                    try:
+                        self.zk.delete(f"{self.path}/{name}")
+                    except NoNodeError:
+                        pass
+
+
+def sort_names_dn(names: list[str]) -> list[tuple[int, str]]:
+    """``dn-NNNNNNNNNN`` names by sequence (wrap-safe, as the queue's); others ignored."""
+    mapped = {f"qn-{n[len(DISCOVERED_PREFIX):]}": n for n in names
+              if n.startswith(DISCOVERED_PREFIX)}
+    return [(seq, mapped[q]) for seq, q in sort_names(list(mapped))]
