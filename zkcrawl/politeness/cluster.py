@@ -80,6 +80,9 @@ class ClusterPoliteness:
         self._lock = threading.Lock()
         self._degraded = False
         self._stop = threading.Event()
+        #: reservations served, conditional writes that took, compare-and-sets lost to another
+        #: writer, reservations served by the local fallback; logged by :meth:`stop`
+        self.counts = {"reservations": 0, "writes": 0, "races": 0, "fallbacks": 0}
         zk.ensure_path(self.path)
 
     # -- Politeness ---------------------------------------------------------------------
@@ -89,8 +92,10 @@ class ClusterPoliteness:
             start = self._advance(host, lambda now, free: max(now, free), gap)
         except _ZK_TROUBLE as exc:
             self._fall_back(exc)
+            self._count("fallbacks")
             return self._local.reserve(host)
         self._recovered()
+        self._count("reservations")
         return time.monotonic() + (start - time.time())
 
     def back_off(self, host: str, seconds: float) -> None:
@@ -147,7 +152,11 @@ class ClusterPoliteness:
         return self
 
     def stop(self) -> None:
+        """Stop pruning; log ``politeness.stats`` (the counts since start)."""
         self._stop.set()
+        with self._lock:
+            counts = dict(self.counts)
+        log.info("politeness.stats", **counts)
 
     @staticmethod
     def host_of_node(name: str) -> str:
@@ -155,6 +164,10 @@ class ClusterPoliteness:
         return unquote(name)
 
     # -- internals ----------------------------------------------------------------------
+    def _count(self, what: str, n: int = 1) -> None:
+        with self._lock:
+            self.counts[what] += n
+
     def _gap(self, host: str) -> float:
         with self._lock:
             return self._min_delay.get(host, self.delay)
@@ -179,8 +192,10 @@ class ClusterPoliteness:
                     zk.create(path, value)
                 else:
                     zk.set(path, value, version=version)
+                self._count("writes")
                 return float(start)
             except (BadVersionError, NodeExistsError, NoNodeError):
+                self._count("races")
                 continue  # another consumer moved it (or pruned it) first: read again
         raise KazooException(f"{_RACES} lost races for host {host}")
 
