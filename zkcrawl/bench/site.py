@@ -16,7 +16,8 @@ Pages:
 * ``/stats`` -- JSON counters (not delayed, not counted): ``requests``, ``by_kind``,
   ``in_flight``, ``max_in_flight``, ``connections``, ``open_connections``, ``uptime_s``,
   and per host (``host_requests``, ``host_min_gap_s``: the smallest gap between two
-  request arrivals at that host, ``null`` before its second request).
+  request arrivals at that host, ``null`` before its second request), ``first_request_at``
+  and ``last_request_at`` (Unix time of the first and last counted request).
 
 Many hosts (``--hosts N``, for ``zkcrawl bench hosts``): the site listens on N loopback
 addresses, ``127.77.x.y`` (Linux routes all of 127.0.0.0/8 to the loopback interface, so
@@ -127,6 +128,8 @@ class BenchSite:
         self.host_requests: dict[str, int] = {}
         self.host_last: dict[str, float] = {}
         self.host_min_gap: dict[str, float] = {}
+        self.first_at: float | None = None  # wall clock of the first counted request
+        self.last_at: float | None = None
         self.requests = 0
         self.by_kind: dict[str, int] = {"list": 0, "article": 0, "other": 0}
         self.in_flight = 0
@@ -167,6 +170,9 @@ class BenchSite:
                 self.host_min_gap[host] = gap
         self.host_last[host] = now
         self.host_requests[host] = self.host_requests.get(host, 0) + 1
+        self.last_at = time.time()
+        if self.first_at is None:
+            self.first_at = self.last_at
 
     def stats(self) -> dict[str, object]:
         """Counters since start (``requests`` excludes ``/stats`` itself)."""
@@ -176,6 +182,7 @@ class BenchSite:
                 "uptime_s": round(time.monotonic() - self.started, 3),
                 "latency_ms": self.latency_s * 1000, "articles": self.articles,
                 "per_list": self.per_list, "hosts": len(self.base_urls),
+                "first_request_at": self.first_at, "last_request_at": self.last_at,
                 "host_requests": dict(self.host_requests),
                 "host_min_gap_s": {h: round(self.host_min_gap[h], 6) if h in self.host_min_gap
                                    else None for h in self.host_requests}}
