@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Callable
 
+from tests.conftest import wait_for
 from zkcrawl.politeness.cluster import ClusterPoliteness
 from zkcrawl.zk.client import ZkClient
 
@@ -66,3 +68,18 @@ def test_a_host_only_this_consumer_writes_costs_no_read(
     after = pol.reserve("solo.example:80")
     assert after - first >= 5.0 - 0.01
     assert pol.counts["races"] == 1
+
+
+def test_a_consumers_slots_last_the_gap_plus_its_response_time(
+        zk_factory: Callable[..., ZkClient], zk_root: str) -> None:
+    a = ClusterPoliteness(zk_factory(), zk_root, GAP)
+    first = a.reserve(HOST)
+    # the gate reports the request done 0.1 s after its slot came
+    wait_for(lambda: time.monotonic() >= first + 0.1, timeout=5, what="the response time")
+    a.request_done(HOST)
+    second, third = a.reserve(HOST), a.reserve(HOST)
+    # this consumer's gate would start them a gap after the previous *end*: so do the slots
+    assert third - second >= GAP + 0.1 - 0.002
+    # and another consumer's slot comes a gap after the start of the last of them at least
+    b = ClusterPoliteness(zk_factory(), zk_root, GAP)
+    assert b.reserve(HOST) - third >= GAP + 0.1 - 0.002

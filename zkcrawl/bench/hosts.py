@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -80,14 +81,24 @@ def zk_ports(hosts: str) -> list[int]:
     return ports
 
 
+def parse_mntr(text: str) -> dict[str, float]:
+    """The numeric ``key<TAB>value`` lines of a ``mntr`` reply (anything else is skipped:
+    the reply comes from a server, not from us)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        key, tab, value = line.partition("\t")
+        if not tab or not key.startswith("zk_"):
+            continue
+        with contextlib.suppress(ValueError):
+            number = float(value)
+            if math.isfinite(number):
+                out[key] = number
+    return out
+
+
 def mntr(port: int) -> dict[str, float]:
     """A server's ``mntr`` counters (numeric ones); {} when it does not answer."""
-    out: dict[str, float] = {}
-    for line in four_letter(port, "mntr", timeout=2.0).splitlines():
-        key, _, value = line.partition("\t")
-        with contextlib.suppress(ValueError):
-            out[key] = float(value)
-    return out
+    return parse_mntr(four_letter(port, "mntr", timeout=2.0))
 
 
 def zk_counters(ports: list[int]) -> dict[str, float] | None:
