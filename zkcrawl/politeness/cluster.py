@@ -25,8 +25,10 @@ Round trips, measured (``zkcrawl bench hosts``, README "Scale"):
   after its slot, and the slot after them, another consumer's, came early (measured: 0.73 to
   0.89 s between arrivals at ``--domain-delay 1``, 4 consumers on 5 hosts). So a consumer's
   slot of a host lasts the gap plus the host's last response time here (told by the gate
-  through :meth:`ClusterPoliteness.request_done`): the slots say when the requests will
-  really start, and the next consumer's comes a gap after the last one's start at least.
+  through :meth:`ClusterPoliteness.request_done`; for a host not measured yet, the mean
+  over all hosts): the slots say when the requests will really start, and the next
+  consumer's comes a gap after the last one's start at least. Not covered: the slots a
+  consumer reserves before it has seen any response at all (the first burst of a crawl).
 * **The last version written.** Each process remembers the value and version of the host
   nodes it wrote last (a bounded LRU) and writes the next run conditionally on that version
   without reading first: a host only this consumer crawls costs one round trip per run, not
@@ -113,6 +115,7 @@ class ClusterPoliteness:
         # per host: the response time of its last request here, and the slots handed out
         # (Unix time) whose request has not been reported done
         self._took: OrderedDict[str, float] = OrderedDict()
+        self._took_any = 0.0  # a moving mean over every host: for a host not measured yet
         self._handed: dict[str, list[float]] = {}
         self._next: dict[str, _Run] = {}  # reservations waiting for it, per host
         # A waiter's bound: the compare-and-set in flight gives up within its races, each
@@ -171,6 +174,7 @@ class ClusterPoliteness:
             if not self._handed[host]:
                 del self._handed[host]
             self._took[host] = took
+            self._took_any = took if not self._took_any else 0.9 * self._took_any + 0.1 * took
             self._took.move_to_end(host)
             if len(self._took) > _KNOWN:
                 self._took.popitem(last=False)
@@ -184,7 +188,7 @@ class ClusterPoliteness:
             size = run.size
         gap = self._gap(host)
         with self._lock:
-            took = self._took.get(host, 0.0)
+            took = self._took.get(host, self._took_any)
         # slots a response time apart beyond the gap, as the gate will start them
         run.gap = gap + took
         try:
