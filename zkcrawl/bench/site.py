@@ -14,7 +14,19 @@ Pages:
   deterministic for a given ``n``.
 * ``/robots.txt`` -- allows everything.
 * ``/stats`` -- JSON counters (not delayed, not counted): ``requests``, ``by_kind``,
-  ``in_flight``, ``max_in_flight``, ``connections``, ``open_connections``, ``uptime_s``.
+  ``in_flight``, ``max_in_flight``, ``connections``, ``open_connections``, ``uptime_s``,
+  and per host (``host_requests``, ``host_min_gap_s``: the smallest gap between two
+  request arrivals at that host, ``null`` before its second request), ``first_request_at``
+  and ``last_request_at`` (Unix time of the first and last counted request).
+
+Many hosts (``--hosts N``, for ``zkcrawl bench hosts``): the site listens on N loopback
+addresses, ``127.77.x.y`` (Linux routes all of 127.0.0.0/8 to the loopback interface, so
+nothing is configured and no packet leaves the machine), one port each, and prints every
+base URL on its READY line. A crawler tells the hosts apart by their URL host, as it would
+real sites; the server tells them apart by the address a connection was accepted on, and
+measures the gap between requests per host where politeness is judged: on arrival.
+``--per-list`` sets how many articles a listing page links (``zkcrawl bench e2e``: 40, so
+2,000 articles make a 50-page chain).
 
 Every other response is delayed by ``--latency-ms`` with an event-loop timer: one loop serves
 thousands of concurrent keep-alive connections (HTTP/1.1, also HTTP/1.0 and
@@ -41,6 +53,8 @@ from pathlib import Path
 from typing import Any
 
 PER_LIST = 100
+HOSTS_NET = "127.77"  # the many-hosts addresses: 127.77.x.y
+MAX_HOSTS = 250 * 256
 _MAX_HEAD = 16 * 1024
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
             431: "Request Header Fields Too Large"}
@@ -58,7 +72,7 @@ def _paragraphs() -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=4096)
-def article_body(n: int) -> bytes:
+def article_body(n: int, per_list: int = PER_LIST) -> bytes:
     """HTML of article ``n``: 5-15 KB, the same bytes on every call and in every process."""
     rng = random.Random(n)
     # Paragraphs are < 900 bytes and the frame ~250, so the page lands in 5-15 KB.
@@ -72,34 +86,50 @@ def article_body(n: int) -> bytes:
     return (f'<!doctype html>\n<html><head><meta charset="utf-8"><title>Article {n}</title>'
             f'</head><body><h1 class="headline">Article {n}</h1>'
             f'<span class="author">Author {n % 17}</span>\n{"".join(paras)}'
-            f'<p><a href="/list/{(n - 1) // PER_LIST + 1}">back</a></p></body></html>\n'
+            f'<p><a href="/list/{(n - 1) // per_list + 1}">back</a></p></body></html>\n'
             ).encode()
 
 
-def list_pages(articles: int) -> int:
+def list_pages(articles: int, per_list: int = PER_LIST) -> int:
     """Number of listing pages for ``articles`` articles."""
-    return max(1, math.ceil(articles / PER_LIST))
+    return max(1, math.ceil(articles / per_list))
 
 
-def listing_body(page: int, articles: int) -> bytes:
+def listing_body(page: int, articles: int, per_list: int = PER_LIST) -> bytes:
     """HTML of listing ``page``."""
-    first = (page - 1) * PER_LIST + 1
-    last = min(articles, page * PER_LIST)
+    first = (page - 1) * per_list + 1
+    last = min(articles, page * per_list)
     links = "".join(f'<li><a class="item" href="/a/{n}.html">Article {n}</a></li>\n'
                     for n in range(first, last + 1))
     nxt = (f'<a rel="next" class="next" href="/list/{page + 1}">next</a>'
-           if page < list_pages(articles) else "")
+           if page < list_pages(articles, per_list) else "")
     return (f"<!doctype html>\n<html><head><title>List {page}</title></head><body>\n"
             f"<ul>\n{links}</ul>\n{nxt}\n</body></html>\n").encode()
+
+
+def host_address(i: int) -> str:
+    """The loopback address of host ``i`` (0-based) of a many-hosts site."""
+    if not 0 <= i < MAX_HOSTS:
+        raise ValueError(f"host index {i} out of range")
+    return f"{HOSTS_NET}.{i // 250}.{i % 250 + 1}"
 
 
 class BenchSite:
     """The asyncio server.  One instance per event loop."""
 
-    def __init__(self, latency_ms: float, articles: int) -> None:
+    def __init__(self, latency_ms: float, articles: int, per_list: int = PER_LIST) -> None:
         """Configure; nothing listens until :meth:`start`."""
         self.latency_s = max(0.0, latency_ms / 1000.0)
         self.articles = articles
+        self.per_list = per_list
+        self.servers: list[asyncio.Server] = []
+        self.base_urls: list[str] = []
+        # per host (its base URL): requests, arrival of the last one, smallest gap seen
+        self.host_requests: dict[str, int] = {}
+        self.host_last: dict[str, float] = {}
+        self.host_min_gap: dict[str, float] = {}
+        self.first_at: float | None = None  # wall clock of the first counted request
+        self.last_at: float | None = None
         self.requests = 0
         self.by_kind: dict[str, int] = {"list": 0, "article": 0, "other": 0}
         self.in_flight = 0
@@ -116,7 +146,33 @@ class BenchSite:
         self.server = await loop.create_server(self.protocol, host, port, backlog=4096)
         bound = self.server.sockets[0].getsockname()
         self.base_url = f"http://{bound[0]}:{bound[1]}"
+        self.servers, self.base_urls = [self.server], [self.base_url]
         return self.base_url
+
+    async def start_hosts(self, n: int) -> list[str]:
+        """Listen on ``n`` loopback addresses (:func:`host_address`); return their base URLs."""
+        loop = asyncio.get_running_loop()
+        for i in range(n):
+            server = await loop.create_server(self.protocol, host_address(i), 0, backlog=1024)
+            bound = server.sockets[0].getsockname()
+            self.servers.append(server)
+            self.base_urls.append(f"http://{bound[0]}:{bound[1]}")
+        self.server, self.base_url = self.servers[0], self.base_urls[0]
+        return self.base_urls
+
+    def arrived(self, host: str) -> None:
+        """Count a request to ``host`` and the gap since the previous one."""
+        now = time.monotonic()
+        last = self.host_last.get(host)
+        if last is not None:
+            gap = now - last
+            if gap < self.host_min_gap.get(host, math.inf):
+                self.host_min_gap[host] = gap
+        self.host_last[host] = now
+        self.host_requests[host] = self.host_requests.get(host, 0) + 1
+        self.last_at = time.time()
+        if self.first_at is None:
+            self.first_at = self.last_at
 
     def stats(self) -> dict[str, object]:
         """Counters since start (``requests`` excludes ``/stats`` itself)."""
@@ -124,7 +180,12 @@ class BenchSite:
                 "in_flight": self.in_flight, "max_in_flight": self.max_in_flight,
                 "connections": self.connections, "open_connections": self.open_connections,
                 "uptime_s": round(time.monotonic() - self.started, 3),
-                "latency_ms": self.latency_s * 1000, "articles": self.articles}
+                "latency_ms": self.latency_s * 1000, "articles": self.articles,
+                "per_list": self.per_list, "hosts": len(self.base_urls),
+                "first_request_at": self.first_at, "last_request_at": self.last_at,
+                "host_requests": dict(self.host_requests),
+                "host_min_gap_s": {h: round(self.host_min_gap[h], 6) if h in self.host_min_gap
+                                   else None for h in self.host_requests}}
 
     def route(self, path: str) -> tuple[int, str, bytes, str]:
         """(status, content type, body, kind) for ``path``."""
@@ -132,16 +193,17 @@ class BenchSite:
         if path.startswith("/a/") and path.endswith(".html"):
             stem = path[3:-5]
             if stem.isdigit() and 1 <= int(stem) <= self.articles:
-                return 200, html, article_body(int(stem)), "article"
+                return 200, html, article_body(int(stem), self.per_list), "article"
         elif path.startswith("/list/"):
             stem = path[6:]
-            if stem.isdigit() and 1 <= int(stem) <= list_pages(self.articles):
-                return 200, html, listing_body(int(stem), self.articles), "list"
+            pages = list_pages(self.articles, self.per_list)
+            if stem.isdigit() and 1 <= int(stem) <= pages:
+                return 200, html, listing_body(int(stem), self.articles, self.per_list), "list"
         elif path == "/robots.txt":
             return 200, "text/plain", b"User-agent: *\nAllow: /\n", "other"
         elif path == "/":
             links = "".join(f'<a href="/list/{p}">{p}</a>\n'
-                            for p in range(1, list_pages(self.articles) + 1))
+                            for p in range(1, list_pages(self.articles, self.per_list) + 1))
             return 200, html, f"<html><body>{links}</body></html>".encode(), "other"
         return 404, html, b"<html><title>Not found</title></html>", "other"
 
@@ -149,9 +211,9 @@ class BenchSite:
         """A protocol instance for one accepted connection."""
         return _Connection(self)
 
-    def handle(self, head: bytes) -> tuple[int, str, bytes, bool, bool, bool]:
-        """Parse one request head; return (status, content type, body, keep-alive,
-        head-only, delayed)."""
+    def handle(self, head: bytes, host: str = "") -> tuple[int, str, bytes, bool, bool, bool]:
+        """Parse one request head (arrived at ``host``, the base URL it was accepted on);
+        return (status, content type, body, keep-alive, head-only, delayed)."""
         lines = head.decode("latin-1").split("\r\n")
         parts = lines[0].split()
         if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
@@ -170,6 +232,7 @@ class BenchSite:
             body = json.dumps(self.stats()).encode()
             return 200, "application/json", body, keep, method == "HEAD", False
         status, ctype, body, kind = self.route(path)
+        self.arrived(host)
         self.requests += 1
         self.by_kind[kind] += 1
         return status, ctype, body, keep, method == "HEAD", True
@@ -187,9 +250,13 @@ class _Connection(asyncio.Protocol):
         self.discard = 0  # request body bytes still to skip
         self.transport: asyncio.Transport | None = None
         self.closing = False
+        self.host = ""  # the base URL this connection was accepted on
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        local = transport.get_extra_info("sockname")
+        if local:
+            self.host = f"http://{local[0]}:{local[1]}"
         sock = transport.get_extra_info("socket")
         if sock is not None:
             # Small responses must not wait for Nagle's algorithm.
@@ -223,7 +290,7 @@ class _Connection(asyncio.Protocol):
                 return
             head, self.buf = self.buf[:end], self.buf[end + 4:]
             self.discard = _content_length(head)
-            status, ctype, body, keep, head_only, delayed = self.site.handle(head)
+            status, ctype, body, keep, head_only, delayed = self.site.handle(head, self.host)
             if not keep:
                 self.closing = True  # answer this one, read no further
                 assert self.transport is not None
@@ -263,9 +330,9 @@ def _content_length(head: bytes) -> int:
 
 
 async def _serve(host: str, port: int, latency_ms: float, articles: int,
-                 parent_watch: bool) -> None:
-    site = BenchSite(latency_ms, articles)
-    base = await site.start(host, port)
+                 parent_watch: bool, hosts: int = 0, per_list: int = PER_LIST) -> None:
+    site = BenchSite(latency_ms, articles, per_list)
+    base = " ".join(await site.start_hosts(hosts)) if hosts else await site.start(host, port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -282,8 +349,8 @@ async def _serve(host: str, port: int, latency_ms: float, articles: int,
         loop.add_reader(fd, on_stdin)
     print(f"READY {base}", flush=True)
     await stop.wait()
-    assert site.server is not None
-    site.server.close()
+    for server in site.servers:
+        server.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -295,28 +362,46 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--latency-ms", type=float, default=50.0)
     ap.add_argument("--articles", type=int, default=2000)
+    ap.add_argument("--per-list", type=int, default=PER_LIST,
+                    help="articles linked from one listing page")
+    ap.add_argument("--hosts", type=int, default=0,
+                    help=f"listen on N addresses {HOSTS_NET}.x.y (port 0 each) instead of --host")
     ap.add_argument("--parent-watch", action="store_true",
                     help="exit when stdin reaches EOF (the parent died)")
     args = ap.parse_args(argv)
-    if args.articles < 1 or args.latency_ms < 0:
-        ap.error("--articles must be >= 1 and --latency-ms >= 0")
-    asyncio.run(_serve(args.host, args.port, args.latency_ms, args.articles, args.parent_watch))
+    if args.articles < 1 or args.latency_ms < 0 or args.per_list < 1:
+        ap.error("--articles and --per-list must be >= 1 and --latency-ms >= 0")
+    if not 0 <= args.hosts <= MAX_HOSTS:
+        ap.error(f"--hosts must be within 0..{MAX_HOSTS}")
+    asyncio.run(_serve(args.host, args.port, args.latency_ms, args.articles, args.parent_watch,
+                       args.hosts, args.per_list))
     return 0
 
 
 def start_benchsite(latency_ms: float = 50.0, articles: int = 2000, *,
-                    timeout: float = 15.0) -> tuple[subprocess.Popen[bytes], str]:
+                    timeout: float = 15.0, per_list: int = PER_LIST
+                    ) -> tuple[subprocess.Popen[bytes], str]:
     """Start the site in a child process; return ``(process, base_url)`` once it listens.
 
     The child exits when :func:`stop_benchsite` is called or when this process dies
     (it watches its stdin).  Raises RuntimeError if it does not become ready in time.
     """
+    proc, bases = start_site(latency_ms, articles, timeout=timeout, per_list=per_list)
+    return proc, bases[0]
+
+
+def start_site(latency_ms: float = 50.0, articles: int = 2000, *, hosts: int = 0,
+               per_list: int = PER_LIST, timeout: float = 15.0
+               ) -> tuple[subprocess.Popen[bytes], list[str]]:
+    """:func:`start_benchsite` with every option: ``hosts`` > 0 listens on that many
+    loopback addresses; returns ``(process, base URLs)``."""
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "zkcrawl.bench.site", "--port", "0", "--latency-ms",
-         str(latency_ms), "--articles", str(articles), "--parent-watch"],
+         str(latency_ms), "--articles", str(articles), "--parent-watch",
+         "--hosts", str(hosts), "--per-list", str(per_list)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
     assert proc.stdout is not None
     deadline = time.monotonic() + timeout
@@ -337,7 +422,7 @@ def start_benchsite(latency_ms: float = 50.0, articles: int = 2000, *,
     if not line.startswith("READY "):
         stop_benchsite(proc)
         raise RuntimeError(f"benchsite said {line!r} instead of READY")
-    return proc, line.split()[1]
+    return proc, line.split()[1:]
 
 
 def stop_benchsite(proc: subprocess.Popen[bytes], timeout: float = 5.0) -> int:

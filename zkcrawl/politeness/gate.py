@@ -127,3 +127,5 @@ class HostGate:
         connection reaches the server late, and the next one must not arrive early."""
         self._paid.host = None  # an unused prepaid slot (robots said no) is not kept
         self.table.finished(host)
+        if not self._shared and (done := getattr(self.inner, "request_done", None)):
+            done(host)  # ClusterPoliteness spaces its own next slots by what requests take

@@ -1,0 +1,384 @@
+"""``zkcrawl bench hosts``: politeness on many hosts, cluster-wide against per consumer, one run.
+
+The synthetic site (:mod:`zkcrawl.bench.site`) listens on ``hosts`` loopback addresses
+(127.77.x.y, one port each: the consumers tell the hosts apart by URL host, the server by the
+address a connection came in on), every response delayed by ``latency_ms``. Each case offers
+``per_host`` article URLs on every host (round-robin: host 1, 2, ... N, then again) to a fresh
+root, starts its consumers paused, resumes them once all are registered, and measures:
+
+* ``pages_per_s`` from the first page's start to the last page's end, against the attainable
+  ``min(consumers x threads / latency, hosts / delay)`` -- with the edge of a finite run:
+  one host's ``per_host`` pages take at least ``(per_host - 1) x delay + latency``;
+* ``min_gap_s``: the smallest gap between two requests to one host *as the server saw them
+  arrive* (the site's own clock), and ``hosts_below_delay``: hosts that saw one shorter than
+  ``--domain-delay``. With ``--politeness local`` and several consumers each keeps its own
+  gap, so the server sees them interleave: that is what ``cluster`` is for;
+* ZooKeeper ``requests``, ``reads`` and ``writes`` per page, from the server's own counters
+  (the ``mntr`` four-letter word: packets received, read and update latency counts -- a
+  transaction counts once, a conditional write that failed counts too) between the resume and
+  the last record, summed over the servers;
+* client CPU per page (psutil on the consumer processes, first to last page);
+* ``races`` / ``writes`` / ``fallbacks`` of the cluster politeness, from each consumer's
+  ``politeness.stats`` log event: compare-and-sets lost to another consumer per page is the
+  contention.
+
+Cases, alternating the politeness so a drift of the shared machine hits both alike:
+``local_1``, ``cluster_1``, ``cluster_4``, ``local_4`` on ``hosts`` hosts, then
+``contention``: 4 consumers, ``cluster``, on 5 hosts (politeness-bound: the ideal pace is
+5 / delay pages/s).
+
+``zkcrawl bench ensemble`` (:func:`run_ensemble`): the queue's at-least-once drain with 1, 2
+and 4 consumer processes (:func:`zkcrawl.bench.drain.bench_procs`) on a 3-node ensemble on
+loopback, with the leader's write rate (proposals committed per second) at that point.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import psutil
+import requests
+
+from zkcrawl.admin.localzk import Ensemble, ZkServer, four_letter
+from zkcrawl.bench.crawl import Probe, _read_lines, _wait_registered
+from zkcrawl.bench.site import start_site, stop_benchsite
+from zkcrawl.queue import control
+from zkcrawl.queue.items import Item
+from zkcrawl.queue.leases import LeaseQueue
+from zkcrawl.zk.client import ZkClient
+
+SAMPLE_S = 0.05
+_ROOT = Path(__file__).resolve().parents[2]
+CONTENTION_HOSTS = 5
+# mntr keys: packets received (every request, pings included), reads and writes served
+# (the read / update latency summaries count one per request; a multi is one write), and the
+# leader's proposals (every write of the ensemble, whichever server took it).
+_MNTR = {"requests": "zk_packets_received", "reads": "zk_cnt_readlatency",
+         "writes": "zk_cnt_updatelatency", "proposals": "zk_proposal_count"}
+
+
+# -- ZooKeeper's own counters ------------------------------------------------------------
+def zk_ports(hosts: str) -> list[int]:
+    """The client ports of the loopback servers in a connect string (others are skipped:
+    ``mntr`` is only asked of this machine)."""
+    ports = []
+    for part in hosts.split("/", 1)[0].split(","):
+        host, _, port = part.strip().rpartition(":")
+        if host in ("127.0.0.1", "localhost") and port.isdigit():
+            ports.append(int(port))
+    return ports
+
+
+def parse_mntr(text: str) -> dict[str, float]:
+    """The numeric ``key<TAB>value`` lines of a ``mntr`` reply (anything else is skipped:
+    the reply comes from a server, not from us)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        key, tab, value = line.partition("\t")
+        if not tab or not key.startswith("zk_"):
+            continue
+        with contextlib.suppress(ValueError):
+            number = float(value)
+            if math.isfinite(number):
+                out[key] = number
+    return out
+
+
+def mntr(port: int) -> dict[str, float]:
+    """A server's ``mntr`` counters (numeric ones); {} when it does not answer."""
+    return parse_mntr(four_letter(port, "mntr", timeout=2.0))
+
+
+def zk_counters(ports: list[int]) -> dict[str, float] | None:
+    """requests / reads / writes summed over ``ports``, proposals of the leader (max)."""
+    snaps = [mntr(p) for p in ports]
+    if not snaps or not all(snaps):
+        return None
+    out = {k: sum(s.get(key, 0.0) for s in snaps) for k, key in _MNTR.items()}
+    out["proposals"] = max(s.get(_MNTR["proposals"], 0.0) for s in snaps)
+    return out
+
+
+def per_page(before: dict[str, float] | None, after: dict[str, float] | None,
+             pages: int) -> dict[str, float] | None:
+    if before is None or after is None or pages <= 0:
+        return None
+    return {f"{k}_per_page": round((after[k] - before[k]) / pages, 3) for k in _MNTR
+            if k != "proposals"}
+
+
+@contextlib.contextmanager
+def zookeeper(hosts: str | None, tmp: Path, heap_mb: int = 512
+              ) -> Iterator[tuple[str, ZkServer | None]]:
+    """``hosts``, or a throwaway local server (full JIT) for the bench."""
+    if hosts:
+        yield hosts, None
+        return
+    server = ZkServer(tmp / "zk", heap_mb=heap_mb).start(wait=60)
+    try:
+        yield server.hosts, server
+    finally:
+        server.stop()
+
+
+def env() -> dict[str, str]:
+    path = os.pathsep.join(p for p in (str(_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path}
+
+
+def log_events(paths: list[Path], event: str) -> list[dict[str, Any]]:
+    """The JSON log lines of ``event`` in the consumers' logs."""
+    found = []
+    for path in paths:
+        with contextlib.suppress(OSError), open(path, "rb") as fh:
+            for line in fh:
+                if event.encode() in line:
+                    with contextlib.suppress(ValueError):
+                        rec = json.loads(line)
+                        if rec.get("event") == event:
+                            found.append(rec)
+    return found
+
+
+def record_spans(recs: list[dict[str, Any]]) -> list[tuple[float, float]]:
+    """(start, end) wall-clock seconds of each record's fetch."""
+    spans = []
+    for r in recs:
+        end = datetime.fromisoformat(r["fetched_at"].replace("Z", "+00:00")).timestamp()
+        spans.append((end - r["process_ms"] / 1000, end))
+    return spans
+
+
+# -- one case ----------------------------------------------------------------------------
+def case(zk_hosts: str, *, hosts: int, per_host: int, procs: int, politeness: str,
+         threads: int, latency_ms: float, delay: float, tmp: Path) -> dict[str, Any]:
+    """One crawl of ``hosts`` x ``per_host`` pages by ``procs`` consumers; see the module
+    docstring for what is measured."""
+    site, bases = start_site(latency_ms, max(per_host, 1), hosts=hosts)
+    tag = f"{politeness}{procs}-{hosts}h-{uuid.uuid4().hex[:6]}"
+    root = f"/bench-hosts-{tag}"
+    urls = [f"{bases[h]}/a/{i}.html" for i in range(1, per_host + 1) for h in range(hosts)]
+    ports = zk_ports(zk_hosts)
+    outs = [tmp / f"{tag}-{i}.jsonl" for i in range(procs)]
+    logs = [tmp / f"{tag}-{i}.log" for i in range(procs)]
+    try:
+        zk = ZkClient(zk_hosts, session_timeout=30).connect()
+        LeaseQueue(zk, root, "bench").offer_many(Item(url=u, producer="bench") for u in urls)
+        control.set_state(zk, root, control.PAUSED, by="bench")
+        children = []
+        for i in range(procs):
+            with open(logs[i], "wb") as err:
+                children.append(subprocess.Popen(
+                    [sys.executable, "-m", "consumer.main", "--zk", zk_hosts, "--root", root,
+                     "--id", f"bench-{i}", "--threads", str(threads),
+                     "--backlog", str(threads * 2), "--out", str(outs[i]),
+                     "--exit-when-idle", "2", "--domain-delay", f"{delay:g}",
+                     "--politeness", politeness, "--no-robots", "--log-format", "json",
+                     "--stats-interval", "5", "--allow-private-addresses"],
+                    env=env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                    stderr=err))
+        try:
+            _wait_registered(zk, root, procs, children, timeout=60)
+            before = zk_counters(ports)
+            control.set_state(zk, root, control.RUNNING, by="bench")
+        finally:
+            zk.close()
+        probe = Probe(children, outs)
+        after = _run(probe, len(urls), ports,
+                     timeout=60 + per_host * delay * 3 + len(urls) * latency_ms / 1000)
+        stats = requests.get(f"{bases[0]}/stats", timeout=10).json()
+    finally:
+        stop_benchsite(site)
+    recs = _read_lines(outs)
+    spans = record_spans(recs)
+    pages = len(spans)
+    seconds = (max(e for _, e in spans) - min(s for s, _ in spans)) if spans else 0.0
+    rate = pages / seconds if seconds > 0 else 0.0
+    thread_bound = procs * threads / (latency_ms / 1000)
+    host_bound = hosts / delay if delay > 0 else float("inf")
+    # the edge of a finite run: one host's pages are (per_host - 1) gaps apart at least
+    floor_s = max(len(urls) / thread_bound, (per_host - 1) * delay + latency_ms / 1000)
+    attainable = len(urls) / floor_s
+    gaps = [g for g in stats["host_min_gap_s"].values() if g is not None]
+    pol = log_events(logs, "politeness.stats")
+    races = sum(e.get("races", 0) for e in pol)
+    out: dict[str, Any] = {
+        "politeness": politeness, "consumers": procs, "hosts": hosts, "per_host": per_host,
+        "pages": pages, "expected": len(urls), "unique_urls": len({r["url"] for r in recs}),
+        "errors": sum(1 for r in recs if r.get("error")),
+        "exit_codes": [c.returncode for c in children],
+        "seconds": round(seconds, 3), "pages_per_s": round(rate, 1),
+        "attainable_pages_per_s": round(attainable, 1),
+        "pct_attainable": round(100 * rate / attainable, 1) if attainable else None,
+        "bound_threads_per_s": round(thread_bound, 1),
+        "bound_hosts_per_s": round(host_bound, 1),
+        "server_requests": stats["requests"],
+        "min_gap_s": round(min(gaps), 4) if gaps else None,
+        "hosts_below_delay": sum(1 for g in gaps if g < delay),
+        "cpu_ms_per_page": probe.cpu_ms_per_page(),
+        "zk": per_page(before, after, pages)}
+    if pol:
+        out["politeness_stats"] = {
+            "reservations": sum(e.get("reservations", 0) for e in pol),
+            "writes": sum(e.get("writes", 0) for e in pol), "races": races,
+            "fallbacks": sum(e.get("fallbacks", 0) for e in pol),
+            "races_per_page": round(races / max(pages, 1), 3)}
+    return out
+
+
+def _run(probe: Probe, expected: int, ports: list[int], timeout: float
+         ) -> dict[str, float] | None:
+    """Sample the consumers until they exit; ZooKeeper's counters when the last page is in
+    (the idle seconds before the consumers exit are not counted)."""
+    deadline = time.monotonic() + timeout
+    after = None
+    while time.monotonic() < deadline:
+        if probe.sample() >= expected and after is None:
+            after = zk_counters(ports)
+        if all(p.poll() is not None for p in probe.procs):
+            break
+        time.sleep(SAMPLE_S)  # sampling period; the loop is bounded by ``timeout``
+    for p in probe.procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+    return after if after is not None else zk_counters(ports)
+
+
+# -- the bench -----------------------------------------------------------------------------
+def run_bench(zk_hosts: str | None, hosts: int = 500, per_host: int = 10, threads: int = 32,
+              latency_ms: float = 50, delay: float = 1.0, contention_pages: int = 60
+              ) -> dict[str, Any]:
+    """The five cases in one run (module docstring)."""
+    with tempfile.TemporaryDirectory(prefix="zkcrawl-bench-hosts-") as name:
+        tmp = Path(name)
+        with zookeeper(zk_hosts, tmp) as (zkh, _server):
+            out: dict[str, Any] = {"hosts": hosts, "per_host": per_host, "threads": threads,
+                                   "latency_ms": latency_ms, "delay": delay,
+                                   "cpus": os.cpu_count(),
+                                   "load_avg_1m": round(os.getloadavg()[0], 2)}
+            common = {"threads": threads, "latency_ms": latency_ms, "delay": delay, "tmp": tmp}
+            for key, procs, pol in (("local_1", 1, "local"), ("cluster_1", 1, "cluster"),
+                                    ("cluster_4", 4, "cluster"), ("local_4", 4, "local")):
+                out[key] = case(zkh, hosts=hosts, per_host=per_host, procs=procs,
+                                politeness=pol, **common)
+            out["contention"] = case(zkh, hosts=CONTENTION_HOSTS,
+                                     per_host=max(2, contention_pages // CONTENTION_HOSTS),
+                                     procs=4, politeness="cluster", **common)
+    out["ratios"] = _ratios(out)
+    return out
+
+
+def _ratios(out: dict[str, Any]) -> dict[str, float | None]:
+    def r(a: float, b: float) -> float | None:
+        return round(a / b, 3) if b else None
+
+    c = out["contention"]
+    ideal = CONTENTION_HOSTS / out["delay"] if out["delay"] else 0.0
+    return {"cluster_1_vs_local_1": r(out["cluster_1"]["pages_per_s"],
+                                      out["local_1"]["pages_per_s"]),
+            "cluster_4_vs_local_4": r(out["cluster_4"]["pages_per_s"],
+                                      out["local_4"]["pages_per_s"]),
+            "cluster_4_vs_attainable": r(out["cluster_4"]["pages_per_s"],
+                                         out["cluster_4"]["attainable_pages_per_s"]),
+            "contention_vs_hosts_per_delay": r(c["pages_per_s"], ideal)}
+
+
+def render(out: dict[str, Any]) -> str:
+    """A table for humans (``--json`` prints the dict instead)."""
+    lines = [f"bench hosts: {out['hosts']} hosts x {out['per_host']} pages, "
+             f"{out['latency_ms']:g} ms per page, --domain-delay {out['delay']:g}, "
+             f"{out['threads']} threads per consumer, {out['cpus']} CPUs, "
+             f"load {out['load_avg_1m']}",
+             f"{'case':<11}{'pages/s':>9}{'attain.':>9}{'%':>7}{'min gap s':>11}"
+             f"{'<delay':>8}{'CPU ms/pg':>11}{'ZK req/pg':>11}{'writes/pg':>11}"
+             f"{'races/pg':>10}"]
+    for key in ("local_1", "cluster_1", "cluster_4", "local_4", "contention"):
+        c = out[key]
+        zk = c["zk"] or {}
+        races = (c.get("politeness_stats") or {}).get("races_per_page", "-")
+        lines.append(f"{key:<11}{c['pages_per_s']:>9}{c['attainable_pages_per_s']:>9}"
+                     f"{c['pct_attainable']:>7}{_s(c['min_gap_s']):>11}"
+                     f"{c['hosts_below_delay']:>8}{c['cpu_ms_per_page']:>11}"
+                     f"{_s(zk.get('requests_per_page')):>11}{_s(zk.get('writes_per_page')):>11}"
+                     f"{races:>10}")
+    lines.append("ratios: " + ", ".join(f"{k}={v}" for k, v in out["ratios"].items()))
+    return "\n".join(lines)
+
+
+def _s(v: object) -> str:
+    return "-" if v is None else str(v)
+
+
+# -- the ensemble's ceiling ------------------------------------------------------------------
+def run_ensemble(n: int = 20_000, procs: tuple[int, ...] = (1, 2, 4)) -> dict[str, Any]:
+    """At-least-once drains of ``n`` items by 1, 2 and 4 processes on a 3-node ensemble on
+    loopback (full JIT, like the benches' standalone server), with the ensemble's write rate:
+    the leader's proposals per second over each drain, and the CPU of the three servers."""
+    from zkcrawl.bench.drain import bench_procs
+
+    with tempfile.TemporaryDirectory(prefix="zkcrawl-bench-ensemble-") as name:
+        ens = Ensemble(name, 3)
+        for s in ens.servers:
+            s.quick_jit, s.heap_mb = False, 512
+        ens.start(wait=90)
+        try:
+            ports = [s.port for s in ens.servers]
+            pids = [psutil.Process(s.proc.pid) for s in ens.servers if s.proc is not None]
+            out: dict[str, Any] = {"n": n, "servers": 3, "cpus": os.cpu_count(),
+                                   "load_avg_1m": round(os.getloadavg()[0], 2)}
+            bench_procs(ens.hosts, min(n, 2000), 1)  # warm-up: the servers' JIT
+            for p in procs:
+                before, cpu0, t0 = zk_counters(ports), _cpu(pids), time.monotonic()
+                res = bench_procs(ens.hosts, n, p)
+                after, cpu1, t1 = zk_counters(ports), _cpu(pids), time.monotonic()
+                span = res["items"] / res["items_per_s"] if res["items_per_s"] else 0.0
+                if before and after:
+                    # filling the queue and cleaning up are writes too; the rate is over the
+                    # whole case, the count per item over the drained items
+                    res["proposals_per_item"] = round(
+                        (after["proposals"] - before["proposals"]) / max(res["items"], 1), 3)
+                    res["writes_per_s_during_drain"] = round(
+                        res["items_per_s"] * (after["writes"] - before["writes"])
+                        / max(res["items"], 1), 1)
+                res["zk_cpu_s"] = round(cpu1 - cpu0, 2)
+                res["case_s"] = round(t1 - t0, 2)
+                res["drain_s"] = round(span, 2)
+                out[f"alo_{p}proc"] = res
+        finally:
+            ens.stop()
+    return out
+
+
+def _cpu(procs: list[psutil.Process]) -> float:
+    total = 0.0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            total += t.user + t.system
+    return total
+
+
+def render_ensemble(out: dict[str, Any]) -> str:
+    lines = [f"bench ensemble: 3 servers on loopback, N={out['n']}, {out['cpus']} CPUs, "
+             f"load {out['load_avg_1m']}",
+             f"{'case':<10}{'items/s':>10}{'writes/s':>10}{'props/item':>12}{'ZK CPU s':>10}"
+             f"{'wasted/item':>13}"]
+    for key in sorted(k for k in out if k.startswith("alo_")):
+        c = out[key]
+        lines.append(f"{key:<10}{c['items_per_s']:>10}{_s(c.get('writes_per_s_during_drain')):>10}"
+                     f"{_s(c.get('proposals_per_item')):>12}{c['zk_cpu_s']:>10}"
+                     f"{c['wasted_requests_per_item']:>13}")
+    return "\n".join(lines)

@@ -1,0 +1,109 @@
+"""Seed 002's threaded link crawler, reimplemented as the baseline of ``zkcrawl bench e2e``.
+
+The seed (a book chapter on concurrent downloading) extends a serial link crawler to threads:
+
+* one shared ``crawl_queue`` list, seeded with the start URL, and a ``seen`` set;
+* every thread runs ``process_queue``: ``crawl_queue.pop()`` (the newest link first), download,
+  scrape, then append every link matching ``link_regex`` that is not in ``seen`` -- and stop
+  as soon as the list is momentarily empty;
+* the main thread loops ``while threads or crawl_queue``: drop the dead threads, start new ones
+  up to ``max_threads`` while there are URLs, then ``time.sleep(SLEEP_TIME)`` (1 s);
+* the Downloader waits ``delay`` seconds between two requests to one domain (a throttle per
+  domain, read and written without a lock) and opens a new connection for every download.
+
+Written again here from that description (``requests.get`` with no Session for the download,
+a regex over the HTML for the links as the seed's ``get_links`` does, lxml for the title as the
+consumer does), so both crawlers do the same work per page. Run it as a child process::
+
+    python -m zkcrawl.bench.naive START_URL LINK_REGEX THREADS OUT.jsonl [DELAY]
+
+Every page becomes one JSON line in OUT (url, title, start, end), written as it is done.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import threading
+import time
+from urllib.parse import urljoin, urlsplit
+
+SLEEP_TIME = 1  # the seed's supervisor period
+_LINK = re.compile(r"""<a[^>]+href=["'](.*?)["']""", re.IGNORECASE)  # the seed's get_links
+
+
+class Throttle:
+    """The seed's per-domain delay: sleep until ``delay`` after the domain's last download."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.domains: dict[str, float] = {}
+
+    def wait(self, url: str) -> None:
+        domain = urlsplit(url).netloc
+        last = self.domains.get(domain)
+        if self.delay > 0 and last is not None:
+            sleep = self.delay - (time.time() - last)
+            if sleep > 0:
+                time.sleep(sleep)
+        self.domains[domain] = time.time()
+
+
+def threaded_crawler(seed_url: str, link_regex: str, max_threads: int, out: str,
+                     delay: float = 0.0) -> int:
+    """Crawl from ``seed_url``; returns the number of pages downloaded."""
+    import lxml.html
+    import requests
+
+    crawl_queue = [seed_url]
+    seen = {seed_url}
+    throttle = Throttle(delay)
+    pattern = re.compile(link_regex)
+    sink = open(out, "w", buffering=1)  # noqa: SIM115 - one line per page, progress for the parent
+    lock = threading.Lock()
+    done = [0]
+
+    def process_queue() -> None:
+        while True:
+            try:
+                url = crawl_queue.pop()
+            except IndexError:
+                break  # crawl queue is empty
+            started = time.time()
+            throttle.wait(url)
+            try:
+                html = requests.get(url, headers={"User-agent": "wswp"}, timeout=60).text
+            except requests.RequestException:
+                html = ""  # the seed's Downloader returns None after its retries
+            title = lxml.html.fromstring(html).findtext(".//title") if html else None
+            for link in _LINK.findall(html):
+                if pattern.match(link):
+                    link = urljoin(url, link)
+                    if link not in seen:
+                        seen.add(link)
+                        crawl_queue.append(link)
+            with lock:
+                done[0] += 1
+                sink.write(json.dumps({"url": url, "title": title, "start": started,
+                                       "end": time.time()}) + "\n")
+
+    threads: list[threading.Thread] = []
+    while threads or crawl_queue:
+        for thread in list(threads):
+            if not thread.is_alive():
+                threads.remove(thread)  # remove the stopped threads
+        while len(threads) < max_threads and crawl_queue:
+            thread = threading.Thread(target=process_queue, daemon=True)
+            thread.start()
+            threads.append(thread)
+        time.sleep(SLEEP_TIME)
+    sink.close()
+    return done[0]
+
+
+if __name__ == "__main__":
+    if len(sys.argv) not in (5, 6):
+        sys.exit("usage: python -m zkcrawl.bench.naive START_URL LINK_REGEX THREADS OUT [DELAY]")
+    threaded_crawler(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4],
+                     float(sys.argv[5]) if len(sys.argv) == 6 else 0.0)
