@@ -4,9 +4,9 @@ baselines in one run."""
 from __future__ import annotations
 
 import argparse
-import math
 import dataclasses
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
