@@ -148,7 +148,8 @@ def test_config_file_and_environment_follow_the_precedence(tmp_path, capsys):
     cfg.write_text('threads = 0\nzk = "127.0.0.1:1"\n')
     assert main(["--config", str(cfg)], {}) == 2  # from the file
     assert "--threads" in capsys.readouterr().err
-    env = {"ZKCRAWL_CONFIG": str(cfg), "ZKCRAWL_THREADS": "2", "ZKCRAWL_ZK_TIMEOUT": "0.5"}
+    env = {"ZKCRAWL_CONSUMER_CONFIG": str(cfg), "ZKCRAWL_CONSUMER_THREADS": "2",
+           "ZKCRAWL_ZK_TIMEOUT": "0.5"}
     assert main(["--log-format", "json"], env) == 75  # env beats the file: now ZK is the issue
     assert "cannot reach ZooKeeper" in capsys.readouterr().err
 

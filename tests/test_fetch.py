@@ -520,8 +520,9 @@ def test_http_flag_takes_curl_or_requests(argv: list[str]) -> None:
                    else (ProducerSettings, producer_parser()))
     assert parse(cls, parser, argv, {})[0].http == "curl"
     assert parse(cls, parser, [*argv, "--http", "requests"], {})[0].http == "requests"
-    assert parse(cls, parser, argv, {"ZKCRAWL_HTTP": "requests"})[0].http == "requests"
+    var = "ZKCRAWL_PRODUCER_HTTP" if argv else "ZKCRAWL_CONSUMER_HTTP"
+    assert parse(cls, parser, argv, {var: "requests"})[0].http == "requests"
     with pytest.raises(UsageError):
         parse(cls, parser, [*argv, "--http", "urllib"], {})
     with pytest.raises(UsageError, match="--http"):
-        parse(cls, parser, argv, {"ZKCRAWL_HTTP": "urllib"})
+        parse(cls, parser, argv, {var: "urllib"})

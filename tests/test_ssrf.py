@@ -310,7 +310,7 @@ def test_producer_flag() -> None:
     on, _ = parse(ProducerSettings, build_parser(), argv, {})
     off, _ = parse(ProducerSettings, build_parser(), [*argv, "--allow-private-addresses"], {})
     env, _ = parse(ProducerSettings, build_parser(), argv,
-                   {"ZKCRAWL_ALLOW_PRIVATE_ADDRESSES": "true"})
+                   {"ZKCRAWL_PRODUCER_ALLOW_PRIVATE_ADDRESSES": "true"})
     assert (on.allow_private_addresses, off.allow_private_addresses,
             env.allow_private_addresses) == (False, True, True)
     for parsed, guard in ((on, BLOCK_PRIVATE), (off, None)):

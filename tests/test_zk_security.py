@@ -251,7 +251,7 @@ def test_creator_acl_lets_others_read_but_not_write(auth_zk, capsys) -> None:
     # A logged warning at connect, then the refused write: one error line, never a trace.
     warning, error = err.strip().splitlines()
     assert "does not let digest user 'mallory' write" in json.loads(warning)["problem"]
-    assert rc != 0 and error.startswith("zkcrawl: error: "), err
+    assert rc != 0 and error.startswith("zkcrawl resume: error: "), err
     assert f"ZooKeeper denied create of {root}/control to digest user 'mallory' (ACL of " \
         f"{root}: digest:crawler=ALL, world:anyone=READ): NoAuth" in error, err
     assert_no_secret(out, err)
