@@ -257,3 +257,13 @@ def test_helper_entry_points_take_no_abbreviation_either():
         proc = subprocess.run([sys.executable, "-m", module, "--hos", "127.0.0.1"],
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and "unrecognized arguments: --hos" in proc.stderr, module
+
+
+def test_an_invalid_value_from_the_environment_or_a_file_names_its_source(tmp_path, capsys):
+    assert consumer_main([], {"ZKCRAWL_CONSUMER_THREADS": "0"}) == 2
+    assert capsys.readouterr().err == ("zkcrawl-consumer: error: --threads must be at least 1, "
+                                       "got 0 (from env ZKCRAWL_CONSUMER_THREADS)\n")
+    cfg = tmp_path / "status.toml"
+    cfg.write_text("watch = -1\n")
+    assert admin_main(["status", "--config", str(cfg)], {}) == 2
+    assert capsys.readouterr().err.rstrip().endswith(f"(from file {cfg})")

@@ -3,8 +3,16 @@
 Each command declares a frozen dataclass whose fields carry their flag, help and
 default through :func:`opt`. :func:`add_options` turns the dataclass into
 argparse options and :func:`resolve` builds the instance with the precedence
-SPEC §4 fixes: **flag > environment (``ZKCRAWL_<FLAG>``) > TOML file
-(``--config``, key = flag name, dashes or underscores) > default**.
+SPEC §4 fixes: **flag > environment > TOML file (``--config``, key = flag name,
+dashes or underscores) > default**. Environment names cannot collide across
+commands: the flags every command shares are ``ZKCRAWL_<FLAG>`` (``ZKCRAWL_ZK``),
+a command's own are ``ZKCRAWL_<COMMAND>_<FLAG>`` (``ZKCRAWL_CONSUMER_TIMEOUT``;
+:func:`env_name`); the daemons still read the old ``ZKCRAWL_<FLAG>`` with a
+deprecation line. ``--print-config`` shows each value and its :class:`Source`.
+
+Help: ``opt(group=...)`` files a flag under a heading; the command's own groups
+come first, the shared ones (:data:`SHARED_GROUPS`) after, then ``general`` and
+the command's examples (:func:`add_options`).
 
 Repeatable flags (``--start``, ``--field``...) take a newline-separated list
 from the environment and a TOML array (or string) from the file; the first
@@ -13,7 +21,8 @@ source that sets them wins as a whole (they are not merged across sources).
 Guarantee: whatever the flags, the environment and the file hold (any bytes,
 any TOML type, NaN, 1e400, 5000-digit numbers, NUL, lone surrogates, nesting
 deep enough to exhaust the stack), :func:`resolve` and :func:`parse` return
-settings or raise :class:`UsageError` (exit 2), nothing else.  Settings they
+settings or raise :class:`UsageError` (exit 2), nothing else (``--print-config``
+given: SystemExit(0) after printing, as argparse's ``--help``).  Settings they
 return hold only finite floats of magnitude <= :data:`MAX_FLOAT`, integers of
 magnitude <= :data:`MAX_INT`, strings without NUL, and a ``--root`` ZooKeeper
 accepts (property-tested in tests/test_props_web.py).
@@ -527,10 +536,26 @@ def resolve(cls: type[T], ns: argparse.Namespace, env: Mapping[str, str]) -> T:
         sys.stdout.flush()
     validate = getattr(obj, "validate", None)
     if validate is not None:
-        validate()
+        try:
+            validate()
+        except UsageError as exc:
+            raise _with_source(exc, sources) from None
     if given.get("print_config"):
         raise SystemExit(0)
     return obj
+
+
+def _with_source(exc: UsageError, sources: Mapping[str, Source]) -> UsageError:
+    """``--threads must be at least 1, got 0`` + `` (from env ZKCRAWL_CONSUMER_THREADS)``
+    when the flag the message starts with came from the environment or a file."""
+    message = str(exc)
+    flag = re.match(r"--([a-z0-9-]+)", message)
+    source = sources.get(flag.group(1).replace("-", "_")) if flag else None
+    if source is None or source.kind not in ("env", "file"):
+        return exc
+    new = UsageError(f"{message} (from {source.kind} {source.where})")
+    new.__dict__.update(exc.__dict__)  # a prog set on the original
+    return new
 
 
 def _gather(cls: type, given: Mapping[str, Any], command: str, env: Mapping[str, str]
