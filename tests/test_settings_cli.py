@@ -74,6 +74,8 @@ ALL_HELP = [("zkcrawl-consumer", consumer_main, []), ("zkcrawl-producer", produc
 def test_help_lists_own_options_first_then_shared_groups_then_examples(prog, main, argv,
                                                                        capsys):
     text = _help_of(main, argv, capsys)
+    assert text.startswith(f"usage: {prog} [options]")  # the options are below, grouped
+    assert "--zk" not in text.split("\n\n", 1)[0]
     headings = [line[:-1] for line in text.splitlines() if line.endswith(":")
                 and not line.startswith(" ")]
     shared = ["ZooKeeper", "ZooKeeper security", "logging", "configuration", "general",

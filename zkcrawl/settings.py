@@ -674,12 +674,21 @@ class ArgumentParser(argparse.ArgumentParser):
                                    help="print the version and exit")
 
     def format_help(self) -> str:
-        groups = self._action_groups
+        groups, usage = self._action_groups, self.usage
         self._action_groups = [g for g in groups if g is not self._general] + [self._general]
+        self.usage = usage or self._short_usage()
         try:
             return super().format_help()
         finally:
-            self._action_groups = groups
+            self._action_groups, self.usage = groups, usage
+
+    def _short_usage(self) -> str:
+        """``zkcrawl dead [options] {list,requeue,purge} [ID ...]``: the options are listed
+        below, grouped; spelling all of them out here put the shared ones first."""
+        fmt = self._get_formatter()
+        positionals = [fmt._format_args(a, fmt._get_default_metavar_for_positional(a))
+                       for a in self._get_positional_actions()]
+        return " ".join(["%(prog)s", "[options]", *positionals])
 
     def error(self, message: str) -> typing.NoReturn:
         exc = UsageError(message)
