@@ -295,7 +295,7 @@ def consumer_status(zk: ZkClient, root: str, consumer_id: str, now: float | None
     control = parse_state(zk.get(p["control"])[0]) if control_stat else RUNNING
     leases = [lease for lease in _read_json(zk, p["leases"], _children(zk, p["leases"]))
               if str(lease[1].get("consumer", "?")) == consumer_id]
-    mine = sorted(_leased_items(zk, p, leases, now), key=lambda x: -x["age_s"])
+    mine = sorted(_leased_items(zk, p, leases, now), key=lambda x: (-x["age_s"], x["item"]))
     found = _read_json(zk, p["consumers"], [n for n in _children(zk, p["consumers"])
                                             if n == consumer_id])
     entry = (_consumer(now, *found[0], len(mine), control) if found else None)
