@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from consumer.main import main as consumer_main
 from producer.main import main as producer_main
+from zkcrawl.cli import build_parser
 from zkcrawl.cli import main as admin_main
 from zkcrawl.errors import UsageError
 from zkcrawl.settings import version, zk_hosts_problem
@@ -64,8 +65,7 @@ def _help_of(main, argv, capsys) -> str:
     return capsys.readouterr().out
 
 
-ADMIN = ["status", "pause", "resume", "dead", "queue", "report", "local-zk", "demo", "bench",
-         "try"]
+ADMIN = list(build_parser()[1])  # every admin command, as registered
 ALL_HELP = [("zkcrawl-consumer", consumer_main, []), ("zkcrawl-producer", producer_main, []),
             *[(f"zkcrawl {c}", admin_main, [c]) for c in ADMIN]]
 
