@@ -219,6 +219,7 @@ BAD_FORMS = [
     (admin_main, ["local-zk", "status", "--port", "70000"], "--port must be 1..65535"),
     (admin_main, ["local-zk", "start", "--data-dir", "/etc/hostname"], "not a directory"),
     (admin_main, ["demo", "--out-dir", ""], "--out-dir must not be empty"),
+    (admin_main, ["report", "--html", "", "r.jsonl"], "--html needs a file name"),
     (admin_main, ["bench", "crawl", "--threads", "0"], "--threads must be 1..1024"),
     (admin_main, ["bench", "queue", "--items", "-1"], "--items must be >= 0"),
     (admin_main, ["status", "--watch", "0.001"], "--watch must be 0"),

@@ -47,6 +47,11 @@ class Settings(CommonSettings):
                            metavar="PATH")
     json: bool = opt(False, "print the summary as one JSON object instead of text")
 
+    def validate(self) -> None:
+        super().validate()
+        if self.html is not None and not self.html.strip():
+            raise UsageError("--html needs a file name (it was empty)")
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="+", metavar="RESULTS.jsonl|URL",
