@@ -83,6 +83,9 @@ def test_promtool_checks_and_unit_tests_every_alert(yaml_mod, tmp_path):
              if case["exp_alerts"]}
     alerts = {r["alert"] for g in rule_groups(yaml_mod) for r in g["rules"] if "alert" in r}
     assert fired == alerts, alerts ^ fired
+    # The KEDA trigger's query is evaluated there too, as written in the ScaledObject.
+    exprs = {case["expr"] for t in tests for case in t.get("promql_expr_test", [])}
+    assert set(_scaler_exprs(yaml_mod)) <= exprs
 
 
 def test_promtool_test_rules_fails_on_a_wrong_expectation(yaml_mod, tmp_path):
