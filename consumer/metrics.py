@@ -31,8 +31,9 @@ collectors (:func:`standard_collectors`: ``process_*``, ``python_info``, ``pytho
 through the same :class:`MetricsServer`.
 
 Items are counted by ``outcome`` -- what happened to the item: ``ok`` (a record without error),
-``failed`` (a permanent failure, recorded with its reason), ``retry`` (back to the queue),
-``dead`` (moved to the dead letters) -- and ``reason`` (the short error, ``""`` for ``ok``).
+``skipped`` (completed, and its page processor asked for no record), ``failed`` (a permanent
+failure, recorded with its reason), ``retry`` (back to the queue), ``dead`` (moved to the dead
+letters) -- and ``reason`` (the short error, ``""`` for ``ok`` and ``skipped``).
 Reasons come from pages and servers (``http-NNN``) and could be anything a bug makes them:
 :func:`reason_label` keeps the label set bounded (:data:`MAX_REASONS`, then ``other``).
 The four timing stages of SPEC §4 are histograms: ``queue_seconds`` (in ZooKeeper before the
@@ -69,7 +70,7 @@ DISPATCH_BUCKETS = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1
 # Time in the ZooKeeper queue: seconds on a drained cluster, hours on a backed-up one.
 QUEUE_BUCKETS = (0.1, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 14400.0, 86400.0)
 ZK_STATES = ("CONNECTED", "SUSPENDED", "LOST")
-OUTCOMES = ("ok", "failed", "retry", "dead")  # the ``outcome`` label's values
+OUTCOMES = ("ok", "skipped", "failed", "retry", "dead")  # the ``outcome`` label's values
 MAX_REASONS = 64  # distinct ``reason`` values per consumer; later new ones count as "other"
 OTHER = "other"
 _REASON = re.compile(r"[a-z][a-z0-9.-]{0,39}")  # http-404, timeout, too-large, blocked-address
@@ -91,12 +92,15 @@ def reason_label(error: str | None, known: set[str]) -> str:
     return error
 
 
-def outcome_label(kind: str, error: str | None) -> str:
-    """``ok``/``failed``/``retry``/``dead`` from an outcome kind (complete, retry, dead) and
-    its error: a completed item with an error is a permanent failure, recorded."""
+def outcome_label(kind: str, error: str | None, skipped: bool = False) -> str:
+    """One of :data:`OUTCOMES` from an outcome kind (complete, retry, dead), its error and
+    whether its processor skipped the record: a completed item with an error is a permanent
+    failure, recorded."""
     if kind in ("retry", "dead"):
         return kind
-    return "ok" if not error else "failed"
+    if error:
+        return "failed"
+    return "skipped" if skipped else "ok"
 
 
 def standard_collectors(registry: CollectorRegistry, component: str) -> None:
@@ -143,7 +147,7 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         standard_collectors(r, "consumer")
-        self.items = Counter("zkcrawl_consumer_items", "Items by outcome (ok, failed: "
+        self.items = Counter("zkcrawl_consumer_items", "Items by outcome (ok, skipped, failed: "
                              "permanent and recorded, retry, dead) and reason (the error, "
                              "empty for ok)", ["outcome", "reason"], registry=r)
         self.queue = Histogram("zkcrawl_consumer_queue_seconds", "From the offer (the item "
@@ -174,7 +178,7 @@ class Metrics:
                            "(connected to ZooKeeper and claiming, or paused)", registry=r)
         self._ready_probe: Health = unready_starting
         self.ready.set_function(self._is_ready)
-        self._by_outcome: dict[tuple[str, str], Any] = {}
+        self._by_outcome: dict[tuple[str, str, bool], Any] = {}
         self._reasons: set[str] = set()
         self._lock = threading.Lock()  # workers observe concurrently: one reason set
         self.set_zk_state("CONNECTED")
@@ -196,15 +200,17 @@ class Metrics:
             return 0.0
 
     def observe(self, kind: str, error: str | None, queue_ms: float, dispatch_ms: float,
-                wait_ms: float, process_ms: float) -> None:
+                wait_ms: float, process_ms: float, skipped: bool = False) -> None:
         """One item settled: ``kind`` is its OutcomeKind (complete, retry, dead), ``error``
-        its reason (None when it went well), then its four timing stages."""
-        key = (kind, error or "")
+        its reason (None when it went well), then its four timing stages; ``skipped``: its
+        processor asked for no record."""
+        key = (kind, error or "", skipped)
         child = self._by_outcome.get(key)
         if child is None:  # labels() takes a lock and builds a key: once per pair
             with self._lock:
                 reason = reason_label(error, self._reasons)
-                child = self.items.labels(outcome=outcome_label(kind, error), reason=reason)
+                child = self.items.labels(outcome=outcome_label(kind, error, skipped),
+                                          reason=reason)
                 if len(self._by_outcome) < 4 * MAX_REASONS:  # the cache stays bounded too
                     self._by_outcome[key] = child
         child.inc()

@@ -369,7 +369,8 @@ class Worker:
         reason = outcome.error
         if reason is not None and reason.startswith(PROCESSOR_ERROR):  # one reason label
             reason = PROCESSOR_ERROR.rstrip(":")
-        self.metrics.observe(outcome.kind, reason, t.queue_ms, dispatch, wait, process)
+        self.metrics.observe(outcome.kind, reason, t.queue_ms, dispatch, wait, process,
+                             skipped=outcome.skipped)
         log.info("item.failed" if failed else "item.done", url=task.claimed.url,
                  item=task.name, status=outcome.status, attempt=task.claimed.attempt,
                  outcome=outcome.kind, error=outcome.error, polite_ms=round(t.polite_ms, 3),

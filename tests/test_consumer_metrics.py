@@ -50,6 +50,9 @@ def test_metrics_and_healthz_follow_zookeeper_and_the_run_state(own_zk, tmp_path
                                    "--threads", "2"))
         try:
             wait_for(lambda: len(records(out)) == 10, what="10 records")
+            # Counted once durable, which may be a moment after the line is in the file.
+            wait_for(lambda: 'zkcrawl_consumer_items_total{outcome="ok",reason=""} 10.0'
+                     in get(port, "/metrics")[1], what="10 items counted")
             status, body = get(port, "/healthz")
             assert status == 200 and json.loads(body)["state"] == "running"
             status, text = get(port, "/metrics")
@@ -113,12 +116,13 @@ def test_items_are_counted_by_outcome_kind_apart_from_reason():
     m.observe("retry", "timeout", 5.0, 1.0, 2.0, 30.0)
     m.observe("dead", "abandoned", -3.0, 1.0, 2.0, 30.0)  # a clock step: queue time 0
     m.observe("complete", "Some Exception: free text", 5.0, 1.0, 2.0, 30.0)
+    m.observe("complete", None, 5.0, 1.0, 2.0, 30.0, skipped=True)
     assert samples(m, "zkcrawl_consumer_items_total") == {
         ("ok", ""): 1, ("failed", "http-404"): 2, ("retry", "timeout"): 1,
-        ("dead", "abandoned"): 1, ("failed", "other"): 1}
+        ("dead", "abandoned"): 1, ("failed", "other"): 1, ("skipped", ""): 1}
     text = m.exposition().decode()
-    assert "zkcrawl_consumer_process_seconds_count 6.0" in text
-    assert "zkcrawl_consumer_queue_seconds_sum 0.025" in text  # 5 x 5 ms, the -3 as 0
+    assert "zkcrawl_consumer_process_seconds_count 7.0" in text
+    assert "zkcrawl_consumer_queue_seconds_sum 0.03" in text  # 6 x 5 ms, the -3 as 0
     assert "fetch_seconds" not in text
 
 

@@ -204,6 +204,7 @@ UNITS = {
     "consumer": SYSTEMD / "zkcrawl-consumer@.service",
     "producer": SYSTEMD / "zkcrawl-producer.service",
     "timer": SYSTEMD / "zkcrawl-producer.timer",
+    "exporter": SYSTEMD / "zkcrawl-exporter.service",
 }
 HARDENING = {
     "ProtectSystem": "strict",
@@ -324,6 +325,30 @@ def test_producer_unit_and_timer() -> None:
     assert _one(timer, "Install", "WantedBy") == "timers.target"
 
 
+def test_exporter_unit() -> None:
+    """``zkcrawl exporter`` as a service: the admin console script, flags the real CLI
+    parses, 127.0.0.1 by default, restarted unless the configuration is wrong, the
+    consumer's sandbox, nothing writable."""
+    from zkcrawl.cli import build_parser as admin_parser
+    from zkcrawl.settings import resolve
+
+    unit = _unit(UNITS["exporter"])
+    argv = shlex.split(_one(unit, "Service", "ExecStart"))
+    assert argv[0] == "/opt/zkcrawl/venv/bin/zkcrawl" and argv[1] == "exporter"
+    assert Path(argv[0]).name in _console_scripts()
+    parser, modules = admin_parser()
+    env = {**_environment(unit), **_env_file(SYSTEMD / "zkcrawl.env.example")}
+    settings = resolve(modules["exporter"].Settings, parser.parse_args(argv[1:]), env)
+    assert settings.metrics_host == "127.0.0.1" and settings.metrics_port == 9101
+    assert _one(unit, "Service", "Restart") == "on-failure"
+    assert _all(unit, "Service", "RestartPreventExitStatus") == ["2"]
+    for key, value in HARDENING.items():
+        assert _one(unit, "Service", key) == value, key
+    assert not _all(unit, "Service", "ReadWritePaths"), "it writes no file"
+    assert _one(unit, "Service", "StandardError") == "journal"
+    assert _one(unit, "Install", "WantedBy") == "multi-user.target"
+
+
 # systemd's keywords for IPAddressAllow= / IPAddressDeny=.
 SYSTEMD_IP_KEYWORDS = {
     "any": ("0.0.0.0/0", "::/0"),
@@ -350,7 +375,7 @@ def _systemd_lets_through(allow: list[IPNet], deny: list[IPNet], address: str) -
     return not any(addr in net for net in deny)
 
 
-@pytest.mark.parametrize("name", ["consumer", "producer"])
+@pytest.mark.parametrize("name", ["consumer", "producer", "exporter"])
 def test_units_deny_metadata_and_private_addresses(name: str) -> None:
     """IPAddressDeny= (BPF on the unit's cgroup) backs up the consumer's SSRF guard."""
     unit = _unit(UNITS[name])
@@ -436,7 +461,8 @@ def test_systemd_security_exposure(tmp_path: Path) -> None:
     version they were measured with (named in the README)."""
     measured_on, stated = _stated_exposure()
     assert measured_on, "README: name the systemd version the scores come from"
-    assert set(stated) == {"zkcrawl-consumer@1.service", "zkcrawl-producer.service"}
+    assert set(stated) == {"zkcrawl-consumer@1.service", "zkcrawl-producer.service",
+                           "zkcrawl-exporter.service"}
     tool = shutil.which("systemd-analyze")
     if tool is None:
         pytest.skip("systemd-analyze not installed")
@@ -444,7 +470,7 @@ def test_systemd_security_exposure(tmp_path: Path) -> None:
                            timeout=60, check=False).stdout
     running = re.match(r"systemd (\d+)", about)
     names = []
-    for key in ("consumer", "producer"):
+    for key in ("consumer", "producer", "exporter"):
         path = UNITS[key]
         name = path.name.replace("@.service", "@1.service")
         (tmp_path / name).write_text(path.read_text(encoding="utf-8"))

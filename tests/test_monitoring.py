@@ -83,6 +83,9 @@ def test_promtool_checks_and_unit_tests_every_alert(yaml_mod, tmp_path):
              if case["exp_alerts"]}
     alerts = {r["alert"] for g in rule_groups(yaml_mod) for r in g["rules"] if "alert" in r}
     assert fired == alerts, alerts ^ fired
+    # The KEDA trigger's query is evaluated there too, as written in the ScaledObject.
+    exprs = {case["expr"] for t in tests for case in t.get("promql_expr_test", [])}
+    assert set(_scaler_exprs(yaml_mod)) <= exprs
 
 
 def test_promtool_test_rules_fails_on_a_wrong_expectation(yaml_mod, tmp_path):
@@ -152,9 +155,15 @@ def exported(zk_hosts, tmp_path_factory) -> set[str]:
         offer(zk, root, [srv.url("/ok"), srv.url("/missing")])
         run = Running(settings_for(zk_hosts, root, out, "--metrics-port", str(port)))
         try:
+            def scrape() -> str:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
+                                            timeout=5) as r:
+                    return str(r.read().decode())
+
             wait_for(lambda: len(records(out)) == 2, what="2 records")
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-                consumer = r.read().decode()
+            wait_for(lambda: 'reason="http-404"} 1.0' in scrape() and 'reason=""} 1.0'
+                     in scrape(), what="both items counted")
+            consumer = scrape()
             view = ClusterView(zk, root)
             assert view.read_now("start")
             exporter = ExporterMetrics(view).exposition().decode()
