@@ -175,6 +175,7 @@ class Pipeline:
         finally:
             if host:
                 self.gate.finished(host)
+        timing.fetched = time.monotonic()
         if res.error == "cancelled":
             return Outcome(RELEASE, None, res.error, res.status)
         if res.retryable:

@@ -196,6 +196,7 @@ class Worker:
     def report_stats(self) -> None:
         now = time.monotonic()
         in_flight, backlog, held = self.backlog.stats()
+        self.timings.sample_fill(held, self.s.capacity, now)
         self.metrics.in_flight.set(in_flight)
         self.metrics.backlog.set(backlog)
         self.metrics.leases.set(held)
@@ -336,12 +337,14 @@ class Worker:
         """The committer stored these tasks' records: count them and log
         ``item.done``/``item.failed`` -- never before their record is stored. A record the
         sink refused comes back as a dead letter with the sink's reason."""
+        now = time.monotonic()
         for s in settles:
             task, outcome = s.token, s.token.outcome
             if outcome is None:
                 continue
             if s.kind != outcome.kind:  # refused by the sink
                 outcome = task.outcome = Outcome(s.kind, None, s.error, outcome.status)
+            task.timing.written = now
             self._account(task, outcome)
 
     def _links(self, tasks: Sequence[Task]) -> None:
@@ -365,7 +368,7 @@ class Worker:
         t = task.timing
         dispatch, wait, process = durations = t.durations()
         self.timings.record(durations, label, final=outcome.kind in (COMPLETE, DEAD),
-                            failed=failed, extract=t.extract_ms)
+                            failed=failed, extract=t.extract_ms, timing=t)
         reason = outcome.error
         if reason is not None and reason.startswith(PROCESSOR_ERROR):  # one reason label
             reason = PROCESSOR_ERROR.rstrip(":")

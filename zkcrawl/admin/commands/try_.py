@@ -156,7 +156,8 @@ def producer_view(plan: Plan, res: FetchResult) -> dict[str, Any]:
 def consumer_view(plan: Plan, res: FetchResult, started: float) -> dict[str, Any]:
     """What ``zkcrawl-consumer`` would write for the page as a first attempt (``started``:
     the fetch's monotonic start; ``process_ms`` is fetch + parse, as the consumer's)."""
-    timing = {"queue_ms": 0.0, "dispatch_ms": 0.0, "wait_ms": 0.0, "process_ms": 0.0}
+    timing = {"queue_ms": 0.0, "dispatch_ms": 0.0, "wait_ms": 0.0, "polite_ms": 0.0,
+              "process_ms": 0.0}
     ex = extract_page(plan.url, res, plan.fields, plan.processors)
     record = page_record(plan.url, res, plan.fields, item=None, attempt=0,
                          consumer=_CONSUMER_ID, timing=timing, extracted=ex)
