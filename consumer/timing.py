@@ -174,6 +174,25 @@ class Timings:
                 return self._rate
             return round(self._interval.items / elapsed, 3)
 
+    def _window_means(self) -> tuple[int, dict[str, float]]:
+        with self._lock:
+            values = {k: list(v) for k, v in self._stages.items()}
+        return len(values["process"]), {k: _mean(v) for k, v in values.items()}
+
+    def current_pace(self) -> dict[str, Any]:
+        """The pace-setter of the recent items (the window), with the consumer's fill in
+        the current interval once it covers a second (for the progress line)."""
+        items, means = self._window_means()
+        with self._lock:
+            fill = self._fill[0] / self._fill[1] if self._fill[1] >= 1.0 else None
+        return judge(_stages(items, means, fill)).as_dict()
+
+    def p50s(self) -> dict[str, float]:
+        """``<stage>_p50_ms`` of every stage over the window (the closing summary)."""
+        with self._lock:
+            values = {k: list(v) for k, v in self._stages.items()}
+        return {f"{k}_p50_ms": round(percentile(v, 50), 3) for k, v in values.items()}
+
     def run_verdict(self) -> dict[str, Any]:
         """The pace-setter over the whole run so far (means of every item's stages; the
         consumer's fill is left out: a run's tail always drains it)."""

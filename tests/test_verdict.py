@@ -43,6 +43,9 @@ def test_the_largest_stage_sets_the_pace(stages: Stages, pace: PaceSetter,
 def test_a_consumer_not_full_is_waiting_for_supply() -> None:
     busy = Stages(items=10, polite=1800, fetch=50, fill=0.95)
     assert judge(busy).pace is PaceSetter.POLITENESS
+    # Not full, but its items wait for their host: more items would only wait longer.
+    few = Stages(items=10, polite=1800, fetch=50, fill=0.2)
+    assert judge(few).pace is PaceSetter.POLITENESS
     starved = Stages(items=10, polite=0, fetch=50, fill=0.2)
     assert judge(starved).pace is PaceSetter.SUPPLY and "20%" in judge(starved).text
     assert judge(Stages(items=0)).pace is PaceSetter.IDLE

@@ -21,7 +21,8 @@ site           ``fetch``: the request and the response        ``--threads`` if t
 parse          ``parse``: extraction, this process's CPU      more consumer processes
 sink           ``write``: record queued until written+synced  a faster disk for ``--out``
 supply         the consumer holds under half its capacity     nothing in the consumer: the
-               (``fill``): nothing more to claim              queue is short or empty
+               (``fill``) and its items do not wait (the      queue is short or empty
+               largest stage is not a wait)
 backlog        ``pool`` when ``polite`` is unknown (records   -- (politeness and pool not
                of consumers older than ``polite_ms``)         told apart)
 =============  =============================================  =============================
@@ -91,6 +92,9 @@ class Verdict:
                 "share": round(self.share, 4), "text": self.text}
 
 
+#: Stages that are waits: a consumer not full whose items wait is still held by them
+#: (a host's turn comes no sooner, a busy pool frees no sooner, with more items).
+_WAITS = frozenset({PaceSetter.POLITENESS, PaceSetter.POOL, PaceSetter.BACKLOG})
 _STAGE_OF = {"polite": PaceSetter.POLITENESS, "pool": PaceSetter.POOL,
              "backlog": PaceSetter.BACKLOG,
              "dispatch": PaceSetter.ZOOKEEPER, "fetch": PaceSetter.SITE,
@@ -118,15 +122,17 @@ def judge(st: Stages) -> Verdict:
     total = sum(parts.values())
     if st.items <= 0 or total <= 0:
         return Verdict(PaceSetter.IDLE, 0.0, 0.0, "idle: nothing processed")
-    fill = st.fill
-    if fill is not None and math.isfinite(fill) and 0 <= fill < SUPPLY_FILL:
-        return Verdict(PaceSetter.SUPPLY, total, 1.0,
-                       f"supply sets the pace: the consumer held {fill:.0%} of its capacity "
-                       f"on average, items took {_ms(total)} here: the queue is short or "
-                       "empty, more threads or consumers will not help")
     stage = max(parts, key=lambda k: parts[k])
     figure, share = parts[stage], parts[stage] / total
     pace = _STAGE_OF[stage]
+    fill = st.fill
+    if pace not in _WAITS and fill is not None and math.isfinite(fill) \
+            and 0 <= fill < SUPPLY_FILL:
+        # Spare capacity and nothing waiting: more items would run alongside these.
+        return Verdict(PaceSetter.SUPPLY, total, 1.0,
+                       f"supply sets the pace: the consumer held {fill:.0%} of its capacity "
+                       f"on average and items took {_ms(total)} here without waiting: the "
+                       "queue is short or empty, more threads or consumers will not help")
     return Verdict(pace, figure, share, f"{_TEXT[pace](figure, share)}{_next(parts, stage, total)}")
 
 
