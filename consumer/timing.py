@@ -86,13 +86,17 @@ class ItemTiming:
     def stages(self) -> dict[str, float]:
         """Every stage of :data:`STAGES` in ms (fetch is all of process when the response
         time was not stamped)."""
-        fetched = self.fetched if self.fetched is not None else self.finished
-        return {"dispatch": self.dispatch_ms, "polite": min(self.polite_ms, self.wait_ms),
-                "pool": self.pool_ms, "fetch": self._ms(self.started, fetched),
-                "parse": self._ms(fetched, self.finished),
-                "write": self._ms(self.finished, self.written),
-                "process": self.process_ms, "wait": self.wait_ms,
-                "extract": round(self.extract_ms, 3)}
+        return dict(zip(STAGES, self.stage_values(), strict=True))
+
+    def stage_values(self) -> tuple[float, ...]:
+        """:meth:`stages`' values in :data:`STAGES` order (per item, so computed once each)."""
+        ms, started, finished = self._ms, self.started, self.finished
+        wait = ms(self.submitted, started)
+        polite = min(self.polite_ms, wait)
+        fetched = self.fetched if self.fetched is not None else finished
+        return (ms(self.claimed, self.submitted), polite, round(max(0.0, wait - polite), 3),
+                ms(started, fetched), ms(fetched, finished), ms(finished, self.written),
+                ms(started, finished), wait, round(self.extract_ms, 3))
 
 
 def percentile(values: list[float], pct: float) -> float:
@@ -120,6 +124,7 @@ class Timings:
     def __init__(self, window: int = WINDOW) -> None:
         self._lock = threading.Lock()
         self._stages: dict[str, deque[float]] = {k: deque(maxlen=window) for k in STAGES}
+        self._windows = [self._stages[k] for k in STAGES]  # in STAGES order
         self.outcomes: Counter[str] = Counter()
         self.processed = 0  # items with a final outcome (done, failed record, dead letter)
         self.failed = 0  # of which had an error
@@ -127,7 +132,7 @@ class Timings:
         self._rate = 0.0
         self._fill = [0.0, 0.0]  # this interval: integral of held/capacity dt, seconds
         self._last_fill: tuple[float, float] | None = None  # (time, fill) of the last look
-        self._run: dict[str, float] = dict.fromkeys(STAGES, 0.0)  # sums since the start
+        self._run = [0.0] * len(STAGES)  # sums since the start, in STAGES order
         self._run_items = 0
 
     def record(self, durations: tuple[float, float, float], outcome: str, final: bool,
@@ -137,13 +142,13 @@ class Timings:
         processor's part ``extract`` (and, with ``timing``, every stage); ``outcome`` is
         ok / retry / dead / an error reason."""
         dispatch, wait, process = durations
-        stages = timing.stages() if timing is not None else {
-            "dispatch": dispatch, "polite": 0.0, "pool": wait, "fetch": process, "parse": 0.0,
-            "write": 0.0, "process": process, "wait": wait, "extract": extract}
+        values = timing.stage_values() if timing is not None else (
+            dispatch, 0.0, wait, process, 0.0, 0.0, process, wait, extract)
         with self._lock:
-            for key, value in stages.items():
-                self._stages[key].append(value)
-                self._run[key] += value
+            run = self._run
+            for i, (window, value) in enumerate(zip(self._windows, values, strict=True)):
+                window.append(value)
+                run[i] += value
             self._run_items += 1
             self.outcomes[outcome] += 1
             if final:
@@ -198,8 +203,7 @@ class Timings:
         consumer's fill is left out: a run's tail always drains it)."""
         with self._lock:
             n = self._run_items
-            means = {k: v / n for k, v in self._run.items()} if n else dict.fromkeys(STAGES,
-                                                                                   0.0)
+            means = {k: v / n if n else 0.0 for k, v in zip(STAGES, self._run, strict=True)}
         return judge(_stages(n, means, None)).as_dict()
 
     def snapshot(self, in_flight: int, backlog: int, held: int) -> dict[str, Any]:
