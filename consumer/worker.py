@@ -117,7 +117,9 @@ class Worker:
         self._started = time.monotonic()
         # A terminal gets a refreshing progress line (per-item events are at debug anyway);
         # JSON logs get consumer.stats only.
-        self._progress = settings.log_format != "json" and sys.stderr.isatty()
+        # Not when records go to the same terminal (--out -): they would run through it.
+        self._progress = (settings.log_format != "json" and sys.stderr.isatty()
+                          and not (settings.out == "-" and sys.stdout.isatty()))
         self._next_draw = 0.0
         self.state: ConsumerState = ConsumerState.STARTING
         self.backlog = Backlog(settings.capacity)
