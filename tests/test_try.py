@@ -186,3 +186,9 @@ def test_a_hostile_page_cannot_drive_the_terminal(capsys) -> None:
     assert rc == 0
     assert "\x1b" not in out and "\u202e" not in out and "\x07" not in out
     assert "\\x1b[2J" in out and "\\u202e" in out  # shown, escaped
+
+
+def test_a_down_host_is_a_connection_error_not_robots(capsys) -> None:
+    rc, out, _ = run(capsys, f"http://127.0.0.1:{free_port()}/page", "--allow-private-addresses")
+    assert rc == 1 and "error: connection (no answer from the host" in out
+    assert "would retry later (connection)" in out

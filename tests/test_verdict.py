@@ -126,3 +126,14 @@ def test_slow_site_run(zk, zk_hosts, zk_root, tmp_path) -> None:
                          "--backlog", "0", "--politeness", "local")
     summary = _check(run, recs, "site")
     assert summary["pace"]["figure_ms"] >= 400
+
+
+def test_records_without_polite_ms_do_not_blame_the_pool() -> None:
+    """Records of consumers older than polite_ms: a long wait is 'backlog' (a host's turn or
+    a thread, the records cannot tell), never 'add threads'."""
+    old = [{"url": f"http://a.test/{i}", "dispatch_ms": 0.1, "wait_ms": 1800.0,
+            "process_ms": 50.0, "error": None} for i in range(10)]
+    pace = summarize(old)["pace"]
+    assert pace["pace"] == "backlog" and "add --threads" not in pace["text"]
+    new = [{**r, "polite_ms": 1750.0} for r in old]
+    assert summarize(new)["pace"]["pace"] == "politeness"

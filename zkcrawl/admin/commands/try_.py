@@ -263,6 +263,9 @@ def _p(text: str) -> str:
 def _hint(s: Settings, fetch: Mapping[str, Any]) -> str:
     if fetch["error"] == "blocked-address" and not s.allow_private_addresses:
         return " (a private or loopback address: --allow-private-addresses to fetch it)"
+    if fetch["error"] in ("connection", "timeout") and fetch["status"] is None:
+        return (" (no answer from the host: the crawl would retry it, leaving the host alone "
+                "longer after each failure, up to 10 minutes)")
     if fetch["error"] == "robots" and s.robots:
         return " (robots.txt disallows it for this user agent; --no-robots to ignore)"
     return ""
