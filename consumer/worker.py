@@ -115,9 +115,8 @@ class Worker:
         self.timings = Timings()
         self.started_at = time.time()
         self._started = time.monotonic()
-        # A terminal gets a refreshing progress line (per-item events are at debug anyway);
-        # JSON logs get consumer.stats only.
-        # Not when records go to the same terminal (--out -): they would run through it.
+        # A terminal gets a refreshing progress line, unless the records go to the same
+        # terminal (--out -: they would run through it); JSON logs get consumer.stats.
         self._progress = (settings.log_format != "json" and sys.stderr.isatty()
                           and not (settings.out == "-" and sys.stdout.isatty()))
         self._next_draw = 0.0
@@ -393,11 +392,11 @@ class Worker:
         self.metrics.observe(outcome.kind, reason, t.queue_ms, dispatch, wait, process)
         # Per item: debug (a terminal shows the progress line, JSON logs consumer.stats).
         log.debug("item.failed" if failed else "item.done", url=task.claimed.url,
-                 item=task.name, status=outcome.status, attempt=task.claimed.attempt,
-                 outcome=outcome.kind, error=outcome.error, polite_ms=round(t.polite_ms, 3),
-                 queue_ms=round(t.queue_ms, 3), dispatch_ms=dispatch, wait_ms=wait,
-                 process_ms=process, extract_ms=round(t.extract_ms, 3),
-                 links=len(outcome.links), skipped=outcome.skipped)
+                  item=task.name, status=outcome.status, attempt=task.claimed.attempt,
+                  outcome=outcome.kind, error=outcome.error, polite_ms=round(t.polite_ms, 3),
+                  queue_ms=round(t.queue_ms, 3), dispatch_ms=dispatch, wait_ms=wait,
+                  process_ms=process, extract_ms=round(t.extract_ms, 3),
+                  links=len(outcome.links), skipped=outcome.skipped)
 
     # -- scheduler thread: cooled items back to the pool when their turn comes -----------
     def _schedule_loop(self) -> None:
