@@ -7,9 +7,13 @@ The outcome rules are SPEC §3's:
 * success, or a page cut at ``--max-bytes`` (``too-large``): a record, then *complete*;
 * a failure that will not pass (4xx other than 408/429, ``content-type``, ``robots``,
   ``redirects``, ``bad-url``): a record with the reason at once, then *complete*;
-* a failure that may pass (``timeout``, ``connection``, 408/429/5xx, robots.txt unreachable):
-  *retry* at the queue's tail, the host cooled down first (``Retry-After`` or exponential
-  backoff); after ``--max-attempts`` tries a record with the error and a *dead* letter;
+* a failure that may pass (``timeout``, ``connection``, 408/429/5xx, robots.txt unreachable
+  -- which records the reason it was unreachable, never ``robots``): *retry* at the queue's
+  tail, the host cooled down first: ``Retry-After`` or exponential backoff per attempt for
+  an answer, and for a host that gave none (down: refused, unreachable, timeout) a back-off
+  of the host's own that doubles with its failures in a row up to 10 minutes
+  (:meth:`~zkcrawl.politeness.gate.HostGate.host_down`), shared by all its items; after
+  ``--max-attempts`` tries a record with the error and a *dead* letter;
 * a malformed item: a record with the reason and a *dead* letter at once;
 * the fetch was cancelled by our own shutdown: *release* (not the item's fault).
 
@@ -56,6 +60,7 @@ RELEASE = OutcomeKind.RELEASE
 BACKOFF_BASE = 1.0  # seconds; doubled per failed attempt
 BACKOFF_CAP = 60.0
 ABANDONED = "abandoned"  # SPEC §3: --max-attempts holders died with it
+_NO_ANSWER = frozenset({"connection", "timeout"})  # the host is down (or unreachable)
 
 
 @dataclass
@@ -154,9 +159,10 @@ class Pipeline:
     def prepare(self, url: str, host: str) -> bool:
         """Load robots.txt for the host (cached) so a Crawl-delay is known before a slot is
         reserved. False: robots.txt disallows ``url``, no request will be made (the fetch
-        reports ``robots`` at once), so no slot is needed."""
+        reports ``robots`` at once), so no slot is needed. An unreachable robots.txt is no
+        verdict: the item takes a slot like any other, so the host's back-off holds it."""
         if not self.fetcher.robots_allowed(url):
-            return False
+            return self.fetcher.robots_unreachable(url)
         delay = self.fetcher.crawl_delay(url)
         if delay:
             self.gate.set_min_delay(host, delay)
@@ -175,6 +181,9 @@ class Pipeline:
         finally:
             if host:
                 self.gate.finished(host)
+        timing.fetched = time.monotonic()
+        if res.status is not None and host:
+            self.gate.host_up(host)  # it answered: a later failure backs off from the bottom
         if res.error == "cancelled":
             return Outcome(RELEASE, None, res.error, res.status)
         if res.retryable:
@@ -183,7 +192,9 @@ class Pipeline:
 
     def _retryable(self, c: Claimed, res: FetchResult, timing: ItemTiming) -> Outcome:
         host = host_of(res.final_url) or host_of(c.item.url if c.item else "")
-        if host:
+        if host and res.status is None and res.error in _NO_ANSWER:
+            self.gate.host_down(host)  # no answer: the host's own back-off, for all its items
+        elif host:
             self.gate.back_off(host, backoff(c.attempt, res.retry_after))
         if c.attempt + 1 >= self.max_attempts:
             return Outcome(DEAD, self._record(c, res, timing), res.error, res.status)

@@ -94,8 +94,8 @@ class ConsumerSettings(CommonSettings, WebOptions):
                             metavar="ADDR", group=OPERATIONS)
     grace: float = opt(30.0, "seconds running fetches get to finish after SIGTERM",
                        metavar="S", group=OPERATIONS)
-    stats_interval: float = opt(10.0, "seconds between consumer.stats events", metavar="S",
-                                group=OPERATIONS)
+    stats_interval: float = opt(10.0, "seconds between consumer.stats reports (written "
+                                "whatever --log-level says)", metavar="S", group=OPERATIONS)
     processor: tuple[str, ...] = opt((), "page code for URLs matching PATTERN (a regex searched "
                                      "in the item URL; without re: every URL), first match "
                                      "wins; default: title + --field", repeat=True,

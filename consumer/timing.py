@@ -1,18 +1,21 @@
 """Per-item timings and the periodic ``consumer.stats`` payload.
 
-Every item carries four durations (SPEC §4), all from ``time.monotonic()`` except
+Every item carries these durations (SPEC §4), all from ``time.monotonic()`` except
 ``queue_ms`` (the item znode's ctime on the server to our claim, wall clock):
 
 * ``dispatch_ms`` -- the take from ZooKeeper until the item is handed to the pool;
 * ``wait_ms``     -- handed to the pool until a worker starts it (the capped queue, plus a
   host's politeness cool-down when the item had to wait for its turn);
+* ``polite_ms``   -- the part of ``wait_ms`` spent waiting for the host's next slot (so
+  ``wait_ms - polite_ms`` is the wait for a free thread, the pool wait);
 * ``process_ms``  -- fetch + parse + write of the record;
   ``extract_ms`` is the part of it spent in the page processor (shown apart in the stats);
 * ``queue_ms``    -- how long the item sat in the queue before we took it.
 
-The seed measured dispatch against crawl time and found the queue was the bottleneck. The
-stats event keeps that comparison in front of the operator: the ratio of dispatch p95 to
-process p50, with a one-line verdict.
+The record and the ``item.done`` event carry all five; the stats also split ``process_ms``
+into fetch and parse and measure the write (record queued until written and synced), and
+name the stage that sets the pace with :func:`zkcrawl.verdict.judge` -- the function the
+report and the demo use too.
 """
 
 from __future__ import annotations
@@ -24,9 +27,12 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from zkcrawl.verdict import Stages, judge
+
 WINDOW = 4096  # recent items the percentiles are computed over
-# Below this ratio (dispatch p95 / process p50) the queue is not what limits throughput.
-QUEUE_BOUND_RATIO = 0.05
+# The stages kept per item, in pipeline order (each a window of the last WINDOW items).
+STAGES = ("dispatch", "polite", "pool", "fetch", "parse", "write", "process", "wait",
+          "extract")
 
 
 @dataclass
@@ -40,6 +46,8 @@ class ItemTiming:
     finished: float | None = None
     polite_ms: float = 0.0  # part of wait_ms spent waiting for the host's next slot
     extract_ms: float = 0.0  # part of process_ms spent in the page processor
+    fetched: float | None = None  # the response is in (parsing starts)
+    written: float | None = None  # the record is durable (or the item settled without one)
 
     @staticmethod
     def _ms(a: float | None, b: float | None) -> float:
@@ -59,14 +67,36 @@ class ItemTiming:
     def process_ms(self) -> float:
         return self._ms(self.started, self.finished)
 
+    @property
+    def pool_ms(self) -> float:
+        """The part of ``wait_ms`` spent waiting for a free thread."""
+        return round(max(0.0, self.wait_ms - self.polite_ms), 3)
+
     def fields(self) -> dict[str, float]:
-        """The four record / log fields (a new dict each call, same values once finished)."""
+        """The record / log fields (a new dict each call, same values once finished)."""
         return {"queue_ms": round(self.queue_ms, 3), "dispatch_ms": self.dispatch_ms,
-                "wait_ms": self.wait_ms, "process_ms": self.process_ms}
+                "wait_ms": self.wait_ms, "polite_ms": round(min(self.polite_ms,
+                                                                self.wait_ms), 3),
+                "process_ms": self.process_ms}
 
     def durations(self) -> tuple[float, float, float]:
         """``(dispatch_ms, wait_ms, process_ms)``."""
         return self.dispatch_ms, self.wait_ms, self.process_ms
+
+    def stages(self) -> dict[str, float]:
+        """Every stage of :data:`STAGES` in ms (fetch is all of process when the response
+        time was not stamped)."""
+        return dict(zip(STAGES, self.stage_values(), strict=True))
+
+    def stage_values(self) -> tuple[float, ...]:
+        """:meth:`stages`' values in :data:`STAGES` order (per item, so computed once each)."""
+        ms, started, finished = self._ms, self.started, self.finished
+        wait = ms(self.submitted, started)
+        polite = min(self.polite_ms, wait)
+        fetched = self.fetched if self.fetched is not None else finished
+        return (ms(self.claimed, self.submitted), polite, round(max(0.0, wait - polite), 3),
+                ms(started, fetched), ms(fetched, finished), ms(finished, self.written),
+                ms(started, finished), wait, round(self.extract_ms, 3))
 
 
 def percentile(values: list[float], pct: float) -> float:
@@ -78,18 +108,8 @@ def percentile(values: list[float], pct: float) -> float:
     return ordered[rank]
 
 
-def verdict(dispatch_p95: float, process_p50: float, wait_p50: float) -> str:
-    """One line an operator can act on: which side limits throughput."""
-    if process_p50 <= 0:
-        return "idle: nothing processed in this interval"
-    ratio = dispatch_p95 / process_p50
-    if ratio >= QUEUE_BOUND_RATIO:
-        return (f"queue-bound: dispatch p95 is {ratio:.0%} of process p50; ZooKeeper or the "
-                "claim loop is the bottleneck, more threads will not help")
-    if wait_p50 > process_p50:
-        return ("worker-bound: items wait longer in the backlog than they take to process; "
-                "add --threads or consumers (mind --domain-delay)")
-    return "worker-bound: the queue keeps up; throughput is threads / fetch time"
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
 
 
 @dataclass
@@ -103,31 +123,53 @@ class Timings:
 
     def __init__(self, window: int = WINDOW) -> None:
         self._lock = threading.Lock()
-        self._dispatch: deque[float] = deque(maxlen=window)
-        self._wait: deque[float] = deque(maxlen=window)
-        self._process: deque[float] = deque(maxlen=window)
-        self._extract: deque[float] = deque(maxlen=window)
+        self._stages: dict[str, deque[float]] = {k: deque(maxlen=window) for k in STAGES}
+        self._windows = [self._stages[k] for k in STAGES]  # in STAGES order
         self.outcomes: Counter[str] = Counter()
         self.processed = 0  # items with a final outcome (done, failed record, dead letter)
         self.failed = 0  # of which had an error
         self._interval = _Interval()
         self._rate = 0.0
+        self._fill = [0.0, 0.0]  # this interval: integral of held/capacity dt, seconds
+        self._last_fill: tuple[float, float] | None = None  # (time, fill) of the last look
+        self._run = [0.0] * len(STAGES)  # sums since the start, in STAGES order
+        self._run_items = 0
 
     def record(self, durations: tuple[float, float, float], outcome: str, final: bool,
-               failed: bool, extract: float = 0.0) -> None:
-        """Account one processed item: its ``(dispatch_ms, wait_ms, process_ms)`` and the
-        processor's part ``extract``; ``outcome`` is ok / retry / dead / an error reason."""
+               failed: bool, extract: float = 0.0, timing: ItemTiming | None = None
+               ) -> None:
+        """Account one processed item: its ``(dispatch_ms, wait_ms, process_ms)``, the
+        processor's part ``extract`` (and, with ``timing``, every stage); ``outcome`` is
+        ok / retry / dead / an error reason."""
         dispatch, wait, process = durations
+        values = timing.stage_values() if timing is not None else (
+            dispatch, 0.0, wait, process, 0.0, 0.0, process, wait, extract)
         with self._lock:
-            self._dispatch.append(dispatch)
-            self._wait.append(wait)
-            self._process.append(process)
-            self._extract.append(extract)
+            run = self._run
+            for i, (window, value) in enumerate(zip(self._windows, values, strict=True)):
+                window.append(value)
+                run[i] += value
+            self._run_items += 1
             self.outcomes[outcome] += 1
             if final:
                 self.processed += 1
                 self.failed += int(failed)
                 self._interval.items += 1
+
+    def sample_fill(self, held: int, capacity: int, now: float | None = None) -> None:
+        """One look at how full the consumer is (the claim loop calls it every tick); the
+        interval's fill is the time-weighted mean of these looks (trapezoids between two
+        looks: ticks come faster while claiming than while full)."""
+        if capacity <= 0:
+            return
+        now = time.monotonic() if now is None else now
+        fill = min(1.0, held / capacity)
+        with self._lock:
+            if self._last_fill is not None:
+                at, before = self._last_fill
+                self._fill[0] += (before + fill) / 2 * max(0.0, now - at)
+                self._fill[1] += max(0.0, now - at)
+            self._last_fill = (now, fill)
 
     def items_per_s(self) -> float:
         """Throughput over the current interval (the last one while it is young)."""
@@ -137,29 +179,69 @@ class Timings:
                 return self._rate
             return round(self._interval.items / elapsed, 3)
 
+    def _window_means(self) -> tuple[int, dict[str, float]]:
+        with self._lock:
+            values = {k: list(v) for k, v in self._stages.items()}
+        return len(values["process"]), {k: _mean(v) for k, v in values.items()}
+
+    def current_pace(self) -> dict[str, Any]:
+        """The pace-setter of the recent items (the window), with the consumer's fill in
+        the current interval once it covers a second (for the progress line)."""
+        items, means = self._window_means()
+        with self._lock:
+            fill = self._fill[0] / self._fill[1] if self._fill[1] >= 1.0 else None
+        return judge(_stages(items, means, fill)).as_dict()
+
+    def p50s(self) -> dict[str, float]:
+        """``<stage>_p50_ms`` of every stage over the window (the closing summary)."""
+        with self._lock:
+            values = {k: list(v) for k, v in self._stages.items()}
+        return {f"{k}_p50_ms": round(percentile(v, 50), 3) for k, v in values.items()}
+
+    def run_verdict(self) -> dict[str, Any]:
+        """The pace-setter over the whole run so far (means of every item's stages; the
+        consumer's fill is left out: a run's tail always drains it)."""
+        with self._lock:
+            n = self._run_items
+            means = {k: v / n if n else 0.0 for k, v in zip(STAGES, self._run, strict=True)}
+        return judge(_stages(n, means, None)).as_dict()
+
     def snapshot(self, in_flight: int, backlog: int, held: int) -> dict[str, Any]:
         """The ``consumer.stats`` payload; starts a new interval."""
         with self._lock:
             now = time.monotonic()
             elapsed = max(1e-9, now - self._interval.started)
             rate = self._interval.items / elapsed
-            dispatch, wait, process = list(self._dispatch), list(self._wait), list(self._process)
-            extract = list(self._extract)
+            values = {k: list(v) for k, v in self._stages.items()}
+            fill = self._fill[0] / self._fill[1] if self._fill[1] > 0 else None
+            self._fill = [0.0, 0.0]
             self._interval = _Interval(started=now)
             self._rate = round(rate, 3)
             totals = {"processed": self.processed, "failed": self.failed}
+        dispatch, process = values["dispatch"], values["process"]
         d95, p50 = percentile(dispatch, 95), percentile(process, 50)
-        w50 = percentile(wait, 50)
+        verdict = judge(_stages(len(process), {k: _mean(v) for k, v in values.items()}, fill))
+        p50s = {f"{k}_p50_ms": round(percentile(values[k], 50), 3)
+                for k in ("polite", "pool", "fetch", "parse", "write")}
         return {
             "items_per_s": round(rate, 3), **totals, "in_flight": in_flight,
             "backlog": backlog, "leases": held,
+            "fill": None if fill is None else round(fill, 3),
             "dispatch_p50_ms": round(percentile(dispatch, 50), 3),
             "dispatch_p95_ms": round(d95, 3),
-            "wait_p50_ms": round(w50, 3), "wait_p95_ms": round(percentile(wait, 95), 3),
+            "wait_p50_ms": round(percentile(values["wait"], 50), 3),
+            "wait_p95_ms": round(percentile(values["wait"], 95), 3),
             "process_p50_ms": round(p50, 3),
-            "process_p95_ms": round(percentile(process, 95), 3),
-            "extract_p50_ms": round(percentile(extract, 50), 3),
-            "extract_p95_ms": round(percentile(extract, 95), 3),
+            "process_p95_ms": round(percentile(process, 95), 3), **p50s,
+            "extract_p50_ms": round(percentile(values["extract"], 50), 3),
+            "extract_p95_ms": round(percentile(values["extract"], 95), 3),
             "dispatch_process_ratio": round(d95 / p50, 4) if p50 > 0 else None,
-            "verdict": verdict(d95, p50, w50),
+            "pace": str(verdict.pace), "pace_share": round(verdict.share, 3),
+            "verdict": verdict.text,
         }
+
+
+def _stages(items: int, means: dict[str, float], fill: float | None) -> Stages:
+    return Stages(items=items, dispatch=means["dispatch"], polite=means["polite"],
+                  pool=means["pool"], fetch=means["fetch"], parse=means["parse"],
+                  write=means["write"], fill=fill)

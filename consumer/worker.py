@@ -40,6 +40,7 @@ the states and the guarantees)::
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -49,6 +50,7 @@ from typing import Any
 
 import structlog
 
+from consumer import progress
 from consumer.backlog import COOLING, GONE, READY, RUNNING, SETTLING, Backlog, Task, TaskState
 from consumer.committer import GroupCommit, Settle
 from consumer.metrics import Metrics
@@ -58,6 +60,7 @@ from consumer.results import ResultChain
 from consumer.settings import ConsumerSettings
 from consumer.sink import ResultSink, SinkUnavailable
 from consumer.timing import ItemTiming, Timings
+from zkcrawl import logs
 from zkcrawl.errors import ExitStatus, SinkError
 from zkcrawl.politeness.gate import EARLY
 from zkcrawl.queue import control
@@ -74,6 +77,8 @@ __all__ = ["COOLING", "GONE", "READY", "RUNNING", "SETTLING", "ConsumerState", "
 
 # structlog.get_logger is a lazy proxy: it picks up the configuration made at start-up.
 log = structlog.get_logger(__name__)
+# consumer.stats and consumer.summary: reports at info whatever --log-level (logs.reporter).
+report = logs.reporter(__name__)
 
 TICK = 0.5  # longest any consumer thread blocks: reaction time to signals, pause, idleness
 # /livez fails once the claim loop has not ticked for this long. A tick is bounded by TICK
@@ -109,6 +114,12 @@ class Worker:
         self.id = consumer_id
         self.timings = Timings()
         self.started_at = time.time()
+        self._started = time.monotonic()
+        # A terminal gets a refreshing progress line, unless the records go to the same
+        # terminal (--out -: they would run through it); JSON logs get consumer.stats.
+        self._progress = (settings.log_format != "json" and sys.stderr.isatty()
+                          and not (settings.out == "-" and sys.stdout.isatty()))
+        self._next_draw = 0.0
         self.state: ConsumerState = ConsumerState.STARTING
         self.backlog = Backlog(settings.capacity)
         self._stop_claiming = False  # request_stop/fail set plain flags: signal-safe
@@ -196,13 +207,20 @@ class Worker:
     def report_stats(self) -> None:
         now = time.monotonic()
         in_flight, backlog, held = self.backlog.stats()
+        self.timings.sample_fill(held, self.s.capacity, now)
         self.metrics.in_flight.set(in_flight)
         self.metrics.backlog.set(backlog)
         self.metrics.leases.set(held)
         if now >= self._next_stats:
             self._next_stats = now + self.s.stats_interval
-            log.info("consumer.stats", consumer=self.id, state=self.state,
-                     **self.timings.snapshot(in_flight, backlog, held))
+            report.info("consumer.stats", consumer=self.id, state=self.state,
+                        **self.timings.snapshot(in_flight, backlog, held))
+        if self._progress and now >= self._next_draw:
+            self._next_draw = now + progress.REDRAW
+            t = self.timings
+            logs.status(progress.progress_line(
+                str(self.state), t.items_per_s(), t.processed, t.failed, in_flight, backlog,
+                t.current_pace(), now - self._started))
 
     def check_paused(self) -> bool:
         assert self.control is not None
@@ -336,12 +354,14 @@ class Worker:
         """The committer stored these tasks' records: count them and log
         ``item.done``/``item.failed`` -- never before their record is stored. A record the
         sink refused comes back as a dead letter with the sink's reason."""
+        now = time.monotonic()
         for s in settles:
             task, outcome = s.token, s.token.outcome
             if outcome is None:
                 continue
             if s.kind != outcome.kind:  # refused by the sink
                 outcome = task.outcome = Outcome(s.kind, None, s.error, outcome.status)
+            task.timing.written = now
             self._account(task, outcome)
 
     def _links(self, tasks: Sequence[Task]) -> None:
@@ -365,18 +385,19 @@ class Worker:
         t = task.timing
         dispatch, wait, process = durations = t.durations()
         self.timings.record(durations, label, final=outcome.kind in (COMPLETE, DEAD),
-                            failed=failed, extract=t.extract_ms)
+                            failed=failed, extract=t.extract_ms, timing=t)
         reason = outcome.error
         if reason is not None and reason.startswith(PROCESSOR_ERROR):  # one reason label
             reason = PROCESSOR_ERROR.rstrip(":")
         self.metrics.observe(outcome.kind, reason, t.queue_ms, dispatch, wait, process,
                              skipped=outcome.skipped)
-        log.info("item.failed" if failed else "item.done", url=task.claimed.url,
-                 item=task.name, status=outcome.status, attempt=task.claimed.attempt,
-                 outcome=outcome.kind, error=outcome.error, polite_ms=round(t.polite_ms, 3),
-                 queue_ms=round(t.queue_ms, 3), dispatch_ms=dispatch, wait_ms=wait,
-                 process_ms=process, extract_ms=round(t.extract_ms, 3),
-                 links=len(outcome.links), skipped=outcome.skipped)
+        # Per item: debug (a terminal shows the progress line, JSON logs consumer.stats).
+        log.debug("item.failed" if failed else "item.done", url=task.claimed.url,
+                  item=task.name, status=outcome.status, attempt=task.claimed.attempt,
+                  outcome=outcome.kind, error=outcome.error, polite_ms=round(t.polite_ms, 3),
+                  queue_ms=round(t.queue_ms, 3), dispatch_ms=dispatch, wait_ms=wait,
+                  process_ms=process, extract_ms=round(t.extract_ms, 3),
+                  links=len(outcome.links), skipped=outcome.skipped)
 
     # -- scheduler thread: cooled items back to the pool when their turn comes -----------
     def _schedule_loop(self) -> None:
@@ -453,6 +474,19 @@ class Worker:
             self.registration.stop(wait=0.1 if self._force else 5.0)
         log.info("consumer.stopped", consumer=self.id, processed=self.timings.processed,
                  failed=self.timings.failed, forced=self._force)
+        self.summarize()
+
+    def summarize(self) -> None:
+        """The closing summary: a table on a terminal (the progress line removed first),
+        the ``consumer.summary`` event otherwise."""
+        t = self.timings
+        event = progress.summary_event(self.id, time.monotonic() - self._started, t.processed,
+                                       t.failed, t.outcomes, t.run_verdict(), t.p50s())
+        if self._progress:
+            logs.status("")
+            logs.write(progress.summary_text(event, t.outcomes))
+        else:
+            report.info("consumer.summary", **event)
 
     def _forced(self) -> bool:
         return self._force

@@ -159,7 +159,7 @@ def page_from_result(url: str, res: FetchResult, selectors: Selectors) -> Listin
         # The first --max-bytes are still a listing: use them, but say so.
         log.warning("listing.truncated", url=url, bytes=len(res.body))
     elif res.error is not None:
-        page.error = "robots-unavailable" if res.error == "robots" else res.error
+        page.error = res.error  # robots.txt unreachable: its reason (connection...)
         return page
     if not _looks_like_html(res.body, res.content_type):
         page.skipped = "not-html"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import resource
 import signal
 import socket
@@ -272,6 +273,9 @@ class FullDisk(Sink):
 def test_item_done_is_logged_only_for_durable_records(zk, zk_hosts, zk_root, tmp_path):
     out = tmp_path / "o.jsonl"
     forget_cached_loggers()
+    config = structlog.get_config()
+    # item.done / item.failed are debug events: capture them whatever level ran before.
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG))
     try:
         with TestServer({"/d/*": delayed(0.05, page)}) as srv, \
                 structlog.testing.capture_logs() as logs:
@@ -284,6 +288,7 @@ def test_item_done_is_logged_only_for_durable_records(zk, zk_hosts, zk_root, tmp
             finally:
                 run.close()
     finally:
+        structlog.configure(**config)
         forget_cached_loggers()
     assert isinstance(run.error, SinkError)
     recorded = [r["url"] for r in records(out)]
@@ -303,7 +308,8 @@ def test_item_done_follows_the_records_on_a_real_full_disk(zk, zk_hosts, zk_root
         offer(zk, zk_root, urls)
         # stderr through a pipe: a file would hit the same size limit.
         proc = spawn(args(zk_hosts, zk_root, out, "--no-robots", "--threads", "4",
-                          "--exit-when-idle", "3", "--session-timeout", "4"),
+                          "--exit-when-idle", "3", "--session-timeout", "4",
+                          "--log-level", "debug"),
                      subprocess.PIPE, preexec_fn=small_files)
         _, stderr = proc.communicate(timeout=60)
         assert proc.returncode == 1

@@ -12,7 +12,7 @@ import pytest
 from consumer.pipeline import COMPLETE, DEAD, RETRY, Pipeline
 from consumer.settings import CRAWL_DELAY_CAP, ConsumerSettings
 from consumer.sink import Sink
-from consumer.timing import ItemTiming, Timings, percentile, verdict
+from consumer.timing import ItemTiming, Timings, percentile
 from tests.httpd import TestServer, delayed, gzip_bomb, gzipped, html, redirect, static, trickle
 from zkcrawl.errors import SinkError, UsageError
 from zkcrawl.politeness.gate import HostGate
@@ -24,8 +24,8 @@ from zkcrawl.web.fetch import Fetcher
 from zkcrawl.web.urls import host_of
 
 RECORD_KEYS = {"url", "final_url", "status", "title", "fields", "bytes", "item", "attempt",
-               "consumer", "fetched_at", "queue_ms", "dispatch_ms", "wait_ms", "process_ms",
-               "error"}
+               "consumer", "fetched_at", "queue_ms", "dispatch_ms", "wait_ms", "polite_ms",
+               "process_ms", "error"}
 
 
 def make(**kw: object) -> Pipeline:
@@ -258,11 +258,23 @@ def test_timings_and_the_verdict():
     for i in range(20):
         it = ItemTiming(claimed=0.0, queue_ms=1.0, submitted=0.001, started=0.002 + i * 0.001,
                         finished=0.05 + i * 0.001)
-        t.record(it.durations(), "ok", final=True, failed=False)
+        t.record(it.durations(), "ok", final=True, failed=False, timing=it)
+    t.sample_fill(8, 8, now=10.0)
+    t.sample_fill(2, 8, now=13.0)  # from full to a quarter in 3 s
+    t.sample_fill(2, 8, now=14.0)  # then a quarter full for 1 s
     snap = t.snapshot(in_flight=2, backlog=3, held=5)
     assert snap["processed"] == 20 and snap["dispatch_p95_ms"] == 1.0
-    assert snap["dispatch_process_ratio"] < 0.05 and snap["verdict"].startswith("worker-bound")
-    assert verdict(20.0, 50.0, 1.0).startswith("queue-bound")
+    assert snap["dispatch_process_ratio"] < 0.05 and snap["fill"] == 0.531
+    # No response stamp: the whole of process is the fetch, which dominates.
+    assert snap["pace"] == "site" and snap["verdict"].startswith("the site sets the pace")
+    # Politeness: the cool-down is part of wait_ms, and is not the pool's.
+    polite = ItemTiming(claimed=0.0, queue_ms=0.0, submitted=0.0, started=2.0, fetched=2.05,
+                        finished=2.06, polite_ms=1900.0)
+    assert polite.fields()["polite_ms"] == 1900.0 and polite.pool_ms == 100.0
+    assert polite.stages()["fetch"] == 50.0 and polite.stages()["parse"] == 10.0
+    for _ in range(100):
+        t.record(polite.durations(), "ok", final=True, failed=False, timing=polite)
+    assert t.run_verdict()["pace"] == "politeness"
 
 
 def test_credentials_in_a_url_are_used_but_never_recorded():

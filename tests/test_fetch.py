@@ -288,7 +288,7 @@ def test_robots_disallow_and_crawl_delay(http: str) -> None:
 def test_robots_5xx_is_a_temporary_disallow(fetch: Fetch) -> None:
     with TestServer({"/robots.txt": (503, {}, b""), "/": html(PAGE)}) as srv:
         res = fetch(FetchSettings(guard=None), srv.url("/"))
-        assert (res.error, res.retryable) == ("robots", True)
+        assert (res.error, res.retryable, res.from_robots) == ("http-503", True, True)
         assert not srv.requests_for("/")
 
 

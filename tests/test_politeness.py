@@ -11,7 +11,7 @@ import time
 import pytest
 
 from tests.httpd import TestServer, html
-from zkcrawl.politeness.gate import EARLY, HostGate
+from zkcrawl.politeness.gate import DOWN_BACK_OFF_CAP, EARLY, HostGate, down_back_off
 from zkcrawl.politeness.local import (
     MAX_BACK_OFF,
     MAX_CRAWL_DELAY,
@@ -232,3 +232,19 @@ def test_gate_over_another_politeness_keeps_a_table_of_this_process() -> None:
     clock.advance(EARLY)
     slot, due = gate.admit("a.com", None)
     assert (slot, due) == (1001.0, 1002.0)  # the shared slot, and 2 s after the last ended
+
+
+def test_a_down_host_is_left_alone_longer_after_each_failure_for_all_its_items() -> None:
+    clock = FakeClock()
+    gate = HostGate(LocalPoliteness(0.0, clock), 0.0)
+    waits = [gate.host_down("down.test") for _ in range(12)]
+    # 1, 2, 4 ... s: minutes after eight failures in a row, never more than the cap.
+    assert waits[:4] == [1.0, 2.0, 4.0, 8.0] and waits[-1] == DOWN_BACK_OFF_CAP == 600.0
+    assert waits == sorted(waits) and down_back_off(10**9) == 600.0
+    # Every item of the host waits for it, not only the one that failed; others go.
+    _slot, due = gate.admit("down.test", None)
+    assert due is not None and due >= clock() + 600.0 - 1e-9
+    assert gate.admit("up.test", None)[1] is None
+    # An answer (any status) starts the count again.
+    gate.host_up("down.test")
+    assert gate.host_down("down.test") == 1.0

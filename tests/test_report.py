@@ -29,7 +29,7 @@ def make_records() -> list[dict[str, Any]]:
             "attempt": 1 if i == 9 else 0, "consumer": "c1" if i < 6 else "c2",
             "fetched_at": f"2024-05-01T12:{i * 10 // 60:02d}:{i * 10 % 60:02d}.000Z",
             "queue_ms": None if i == 0 else 100.0 * i,
-            "dispatch_ms": round(0.1 * (i + 1), 1), "wait_ms": 5.0,
+            "dispatch_ms": round(0.1 * (i + 1), 1), "wait_ms": 5.0, "polite_ms": 4.0,
             "process_ms": 10.0 * (i + 1), "error": errors[i],
         })
     recs[9]["fetched_at"] = "not a time"
@@ -90,6 +90,8 @@ def test_summary_numbers() -> None:
     assert s["ratio"]["value"] == 0.02
     assert s["ratio"]["verdict"] == "queue-not-bottleneck"
     assert s["ratio"]["interpretation"].startswith("queue is not the bottleneck")
+    # Fetches (mean 55 ms) dwarf the waits (4 ms for a host's turn, 1 ms for a thread).
+    assert s["pace"]["pace"] == "site" and s["pace"]["figure_ms"] == 55.0
     assert sum(s["histograms"]["process_ms"]["counts"]) == 10
     json.dumps(s)  # JSON-serializable, for a --json output
 

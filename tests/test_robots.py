@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from zkcrawl.web.robots import RobotsCache, RobotsDecision, robots_url
+from zkcrawl.web.robots import RobotsCache, RobotsDecision, RobotsUnreachable, robots_url
 
 UA = "zkcrawl/0.1 (+https://github.com/zkcrawl/zkcrawl)"
 ROBOTS = b"""
@@ -90,7 +90,10 @@ def test_unreachable_disallows_temporarily_and_retries_after_60s(answer: object)
     clock = FakeClock()
     fetch = FakeFetch({"http://a.com/robots.txt": answer})  # type: ignore[dict-item]
     cache = RobotsCache(fetch, UA, clock=clock)
-    assert cache.decide("http://a.com/x") == RobotsDecision(allowed=False, temporary=True)
+    # "Try later", with the reason it could not be fetched -- never a robots verdict.
+    reason = f"http-{answer[0]}" if isinstance(answer, tuple) and answer[0] else "connection"
+    assert cache.decide("http://a.com/x") == RobotsDecision(allowed=False, temporary=True,
+                                                           error=reason)
     clock.now = 59
     assert not cache.allowed("http://a.com/x")
     assert len(fetch.calls) == 1
@@ -163,7 +166,8 @@ def test_waiter_gives_up_after_wait_timeout() -> None:
     owner = threading.Thread(target=cache.allowed, args=("http://a.com/",))
     owner.start()
     assert started.wait(5)
-    assert cache.decide("http://a.com/x") == RobotsDecision(allowed=False, temporary=True)
+    assert cache.decide("http://a.com/x") == RobotsDecision(allowed=False, temporary=True,
+                                                           error="timeout")
     release.set()
     owner.join(timeout=10)
     assert cache.allowed("http://a.com/x")
@@ -175,3 +179,21 @@ def test_lru_bound() -> None:
     for host in ("a", "b", "c", "a"):
         cache.allowed(f"http://{host}.com/")
     assert len(fetch.calls) == 4  # "a" was evicted by "c"
+
+
+def test_unreachable_is_asked_again_by_a_caller_that_waited() -> None:
+    """A retried page whose host's back-off has passed asks robots.txt again (retry_after);
+    other callers keep the cached "try later" for the 60 s; the reason is the fetch's."""
+    clock = FakeClock()
+    fetch = FakeFetch({"http://a.com/robots.txt": RobotsUnreachable("timeout", "no answer")})
+    cache = RobotsCache(fetch, UA, clock=clock)
+    assert cache.decide("http://a.com/x").error == "timeout"
+    clock.now = 0.5
+    assert cache.decide("http://a.com/x", retry_after=1.0).error == "timeout"
+    assert len(fetch.calls) == 1  # too soon: the cached verdict
+    clock.now = 1.5
+    fetch.answers["http://a.com/robots.txt"] = (200, b"User-agent: *\nDisallow: /p\n")
+    assert cache.decide("http://a.com/x") == RobotsDecision(allowed=False, temporary=True,
+                                                           error="timeout")
+    assert cache.decide("http://a.com/x", retry_after=1.0) == RobotsDecision(allowed=True)
+    assert not cache.allowed("http://a.com/p") and len(fetch.calls) == 2

@@ -173,3 +173,22 @@ def test_dry_run_of_a_list_and_of_a_failing_listing(site: SampleSite, capsys,
     rc, urls, err = dry_run(capsys, "--start", f"{site.base_url}/blog/page/99",
                             "--allow-private-addresses", "--retries", "0")
     assert rc == 1 and urls == [] and "failed: " in err and "http-404" in err
+
+
+def test_a_hostile_page_cannot_drive_the_terminal(capsys) -> None:
+    from tests.httpd import TestServer, html
+
+    evil = ("<title>\x1b[2J\x1b]0;pwned\x07Buy\u202enow</title>"
+            '<a href="/x\x1b[31m">x</a><a href="javascript:\x1b[2Jalert(1)">j</a>')
+    with TestServer({"/": html(evil)}) as srv:
+        rc, out, _ = run(capsys, srv.url("/"), "--allow-private-addresses", "--field",
+                         "t=//title")
+    assert rc == 0
+    assert "\x1b" not in out and "\u202e" not in out and "\x07" not in out
+    assert "\\x1b[2J" in out and "\\u202e" in out  # shown, escaped
+
+
+def test_a_down_host_is_a_connection_error_not_robots(capsys) -> None:
+    rc, out, _ = run(capsys, f"http://127.0.0.1:{free_port()}/page", "--allow-private-addresses")
+    assert rc == 1 and "error: connection (no answer from the host" in out
+    assert "would retry later (connection)" in out

@@ -140,12 +140,13 @@ class _Writer:
     """
 
     def __init__(self) -> None:
-        self._q: queue.SimpleQueue[str | threading.Event] = queue.SimpleQueue()
+        self._q: queue.SimpleQueue[str | threading.Event | _Status] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self.stream: IO[str] = _CurrentStderr()  # type: ignore[assignment]
+        self._status = ""  # the refreshing line under the log lines (a TTY's), "" = none
 
-    def put(self, line: str) -> None:
+    def put(self, line: str | _Status) -> None:
         if self._thread is None:
             with self._start_lock:
                 if self._thread is None:
@@ -168,8 +169,15 @@ class _Writer:
                 except queue.Empty:
                     break
             lines = [b for b in batch if isinstance(b, str)]
-            if lines:
-                self._write("".join(lines))
+            statuses = [b for b in batch if isinstance(b, _Status)]
+            before = self._status
+            if statuses:
+                self._status = statuses[-1].line
+            if lines or statuses:
+                # Erase the status line, write the log lines, draw the (new) status again:
+                # a log line never lands in the middle of it.
+                erase = "\r\x1b[K" if before or statuses else ""
+                self._write(erase + "".join(lines) + self._status)
             for b in batch:
                 if isinstance(b, threading.Event):
                     b.set()
@@ -193,8 +201,40 @@ class _Writer:
         done.wait(timeout)
 
 
+class _Status:
+    """A new status line for the writer (see :func:`status`)."""
+
+    __slots__ = ("line",)
+
+    def __init__(self, line: str) -> None:
+        self.line = line
+
+
 _WRITER = _Writer()
 atexit.register(_WRITER.flush)
+
+
+def status(line: str) -> None:
+    """Show ``line`` as a refreshing status line below the log lines (for a terminal: the
+    caller decides); ``""`` removes it. Drawn by the writer thread, so log lines written
+    meanwhile go above it and never through it. ``line`` must be one printable line."""
+    _WRITER.put(_Status(line))
+
+
+def write(text: str) -> None:
+    """Write ``text`` as it is to the log stream, in order with the log lines (a closing
+    summary for a terminal)."""
+    _WRITER.put(text)
+
+
+def reporter(name: str, **context: Any) -> Any:
+    """A logger for periodic reports (``consumer.stats``, ``consumer.summary``): they are
+    written at ``info`` whatever ``--log-level`` says -- their rhythm is the program's own
+    setting (``--stats-interval``), not a severity threshold, so ``--log-level warning``
+    quiets the events and keeps the reports."""
+    return structlog.wrap_logger(_NamedLogger(name),
+                                 wrapper_class=structlog.make_filtering_bound_logger(
+                                     logging.INFO), **context)
 
 
 def flush() -> None:

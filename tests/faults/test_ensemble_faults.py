@@ -164,7 +164,7 @@ def test_out_on_a_full_disk(ens, admin, zk_root, site, start_consumer):
     offer(admin, zk_root, urls)
     # /dev/full: every write fails with ENOSPC -- a full disk without mount privileges.
     full, _, ferr = start_consumer(ens.hosts, zk_root, "full", "--threads", "8",
-                                   "--out", "/dev/full")
+                                   "--out", "/dev/full", "--log-level", "debug")
     assert full.wait(60) == 1
     assert admin.get_children(Layout.of(zk_root).leases) == []  # released, not expired
     lines = [json.loads(line) for line in ferr.read_text().splitlines()

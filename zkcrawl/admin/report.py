@@ -39,14 +39,16 @@ import structlog
 
 from zkcrawl.errors import UsageError
 from zkcrawl.textsafe import ELLIPSIS, printable, scrub
+from zkcrawl.verdict import Stages, judge
 
 __all__ = ["LABEL_LIMIT", "TIMINGS", "load_records", "parse_line", "render_html", "render_text",
            "skipped_note", "summarize"]
 
 log = structlog.get_logger(__name__)
 
-#: The four per-item durations a record carries, in pipeline order.
-TIMINGS = ("queue_ms", "dispatch_ms", "wait_ms", "process_ms")
+#: The per-item durations a record carries, in pipeline order (``polite_ms`` is the part of
+#: ``wait_ms`` spent waiting for the host's turn).
+TIMINGS = ("queue_ms", "dispatch_ms", "wait_ms", "polite_ms", "process_ms")
 _NICE_BUCKETS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200,
                  86400)
 _MAX_BUCKETS = 60
@@ -260,21 +262,34 @@ def _ratio(timing: dict[str, dict[str, Any]]) -> dict[str, Any]:
     saturated = w is not None and w >= p
     if ratio < 0.05:
         verdict = "queue-not-bottleneck"
-        text = f"queue is not the bottleneck ({facts}); " + (
-            f"workers are saturated (wait p50 {_fmt(w)} ms): add threads or consumers"
-            if saturated else "processing dominates")
+        text = f"queue is not the bottleneck ({facts})"
     elif ratio < 0.5:
         verdict = "queue-noticeable"
         text = f"queue overhead is noticeable ({facts}) but processing dominates"
     elif saturated:
         verdict = "workers-saturated"
-        text = (f"workers are the bottleneck: the backlog is full so dispatch waits for a slot "
-                f"({facts}, wait p50 {_fmt(w)} ms); add threads or consumers")
+        text = (f"dispatch is slow while items also wait to start ({facts}, wait p50 "
+                f"{_fmt(w)} ms): the pace line says whether for a host's turn or a thread")
     else:
         verdict = "queue-bottleneck"
         text = (f"queue is the bottleneck ({facts}); check ZooKeeper latency and the number "
                 f"of consumers per ensemble")
     return {"value": round(ratio, 4), "verdict": verdict, "interpretation": text}
+
+
+def _pace(timing: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The pace-setter (:func:`zkcrawl.verdict.judge`) from the records' mean stages: the
+    politeness wait (``polite_ms``) apart from the pool wait (the rest of ``wait_ms``), the
+    fetch with its parse (``process_ms``); the sink's time is not in a record."""
+    def mean(key: str) -> float | None:
+        value = timing[key]["mean"]
+        return float(value) if value is not None else None
+
+    wait, polite = mean("wait_ms") or 0.0, mean("polite_ms")
+    stages = Stages(items=timing["process_ms"]["n"], dispatch=mean("dispatch_ms") or 0.0,
+                    polite=polite, pool=max(0.0, wait - (polite or 0.0)),
+                    fetch=mean("process_ms") or 0.0, queue=mean("queue_ms"))
+    return judge(stages).as_dict()
 
 
 def summarize(records: list[dict[str, Any]], bad_lines: int = 0) -> dict[str, Any]:
@@ -346,6 +361,7 @@ def summarize(records: list[dict[str, Any]], bad_lines: int = 0) -> dict[str, An
         "retried": retried,
         "throughput": _throughput(dated, consumers),
         "ratio": _ratio(timing),
+        "pace": _pace(timing),
     }
 
 
@@ -407,7 +423,8 @@ def render_text(summary: dict[str, Any]) -> str:
         t = s["timing"][key]
         out.append(f"  {key:<22} {t['n']:>8} {_fmt(t['p50']):>8} {_fmt(t['p95']):>8} "
                    f"{_fmt(t['max']):>8} {_fmt(t['mean']):>8}")
-    out += ["", f"Dispatch/process: {s['ratio']['interpretation']}"]
+    out += ["", f"Pace: {s['pace']['text']}",
+            f"Dispatch/process: {s['ratio']['interpretation']}"]
     hosts = s["hosts"]
     out += ["", f"Hosts ({len(hosts)}" + (", top 10)" if len(hosts) > 10 else ")")]
     out += [f"  {_t(h['host'], 40):<40} {h['count']:>8}" for h in hosts[:10]]
@@ -522,7 +539,8 @@ def render_html(summary: dict[str, Any]) -> str:
         f"fetched {_e(s['first_fetched_at'] or '-')} .. "
         f"{_e(s['last_fetched_at'] or '-')} ({_duration(s['duration_s'])}), "
         f"{_e(s['items_per_s'] or '-')} items/s.</p>",
-        f'<p class="verdict">{_e(s["ratio"]["interpretation"])}</p>',
+        f'<p class="verdict" data-pace="{_e(s["pace"]["pace"])}">{_e(s["pace"]["text"])}</p>',
+        f'<p>{_e(s["ratio"]["interpretation"])}</p>',
         "<h2>Outcomes</h2>",
         _table(["outcome", "items", "%"],
                [[k, v, f"{100.0 * v / n:.1f}"] for k, v in s["outcomes"].items()]),

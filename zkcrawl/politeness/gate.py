@@ -20,10 +20,20 @@ from collections.abc import Callable
 
 from zkcrawl.politeness.local import MAX_CRAWL_DELAY, LocalPoliteness, Politeness
 
-__all__ = ["EARLY", "HostGate"]
+__all__ = ["DOWN_BACK_OFF", "DOWN_BACK_OFF_CAP", "EARLY", "HostGate", "down_back_off"]
 
 EARLY = 0.002  # a slot this close is slept for on the worker thread; farther ones are queued
 HOLD_TICK = 0.5  # longest wait between two looks at a hold (hold_while)
+#: A host that does not answer (refused, unreachable, timeout) is left alone for this long
+#: after its first failure, twice as long after each further one in a row, up to the cap:
+#: 1, 2, 4 ... 512, then 600 s between two tries, for every item of the host.
+DOWN_BACK_OFF = 1.0
+DOWN_BACK_OFF_CAP = 600.0
+
+
+def down_back_off(failures: int) -> float:
+    """Seconds a host is left alone after ``failures`` requests in a row got no answer."""
+    return min(DOWN_BACK_OFF_CAP, DOWN_BACK_OFF * 2.0 ** min(max(0, failures - 1), 32))
 
 
 class HostGate:
@@ -97,6 +107,19 @@ class HostGate:
         self.inner.back_off(host, seconds)
         if not self._shared:
             self.table.back_off(host, seconds)
+
+    def host_down(self, host: str) -> float:
+        """A request to ``host`` got no answer: hold all of the host's requests for
+        :func:`down_back_off` of its failures in a row (shared like any back-off: by every
+        item of the host here, and through ZooKeeper with cluster politeness). Returns the
+        seconds."""
+        seconds = down_back_off(self.table.unreachable(host))
+        self.back_off(host, seconds)
+        return seconds
+
+    def host_up(self, host: str) -> None:
+        """``host`` answered: its next failure starts the back-off from the bottom again."""
+        self.table.answered(host)
 
     def set_min_delay(self, host: str, seconds: float) -> None:
         seconds = min(seconds, self.cap)

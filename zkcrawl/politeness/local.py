@@ -71,7 +71,7 @@ class Politeness(Protocol):
 class HostState:
     """What this process knows about one host (a row of :class:`LocalPoliteness`'s table)."""
 
-    __slots__ = ("busy", "cool", "gap", "last", "next_free")
+    __slots__ = ("busy", "cool", "down", "gap", "last", "next_free")
 
     def __init__(self) -> None:
         self.next_free = -math.inf  # earliest start of the host's next reserved slot
@@ -79,6 +79,7 @@ class HostState:
         self.cool = -math.inf  # back-off deadline: nothing starts before it
         self.last = -math.inf  # start, then end, of the latest request (the gate's)
         self.busy = 0  # requests in flight (the gate's)
+        self.down = 0  # requests in a row that got no answer (refused, unreachable, timeout)
 
 
 class LocalPoliteness:
@@ -158,6 +159,22 @@ class LocalPoliteness:
             if until > h.cool:
                 h.cool = until
 
+    def unreachable(self, host: str) -> int:
+        """A request to ``host`` got no answer: its failures in a row, this one included."""
+        with self._lock:
+            h = self._hosts.get(host)
+            if h is None:
+                h = self._hosts[host] = HostState()
+            h.down += 1
+            return h.down
+
+    def answered(self, host: str) -> None:
+        """``host`` answered (any status): it is up, its failures in a row start again."""
+        with self._lock:
+            h = self._hosts.get(host)
+            if h is not None:
+                h.down = 0
+
     def set_min_delay(self, host: str, seconds: float) -> None:
         if not math.isfinite(seconds) or seconds < 0:
             return
@@ -230,7 +247,7 @@ class LocalPoliteness:
         delay = self._delay
         stale = [host for host, h in self._hosts.items()
                  if h.next_free <= now and h.gap is None and not h.busy and h.cool <= now
-                 and h.last + delay <= now]
+                 and h.last + delay <= now and not h.down]
         for host in stale:
             del self._hosts[host]
         # If most hosts are still busy, wait for the map to double before scanning again, so

@@ -6,7 +6,7 @@
 ==================  ===========  =================================================
 error               retryable    meaning
 ==================  ===========  =================================================
-``robots``          no (*)       robots.txt disallows (*) yes if robots.txt was unreachable
+``robots``          no           robots.txt disallows
 ``http-NNN``        408/429/5xx  final status >= 400 (or a 3xx without Location)
 ``content-type``    no           media type not in ``accept_types``
 ``too-large``       no           more than ``max_bytes`` (body holds the first max_bytes)
@@ -18,6 +18,13 @@ error               retryable    meaning
 ``blocked-address`` no           the SSRF guard refused to connect: the address (after
                                  DNS, on this hop or robots.txt's) is not public
 ==================  ===========  =================================================
+
+An unreachable robots.txt (RFC 9309: "try later", not a disallow) gives the reason it could
+not be fetched -- ``connection``, ``timeout``, ``http-503`` -- retryable, with
+``from_robots`` set: a down host is a ``connection`` error whichever request met it first.
+A fetch at least :data:`ROBOTS_RECHECK` seconds after robots.txt was found unreachable asks
+for it again (the host's back-off paces those fetches), instead of failing for the 60 s the
+cache keeps the verdict.
 
 Bounds: connecting is bounded by ``connect_timeout``, a silence by ``timeout`` (in whole
 seconds with libcurl), and the whole request+body by ``total_timeout`` (default
@@ -59,7 +66,7 @@ from zkcrawl.web.addresses import (
     BlockedAddress,
     active,
 )
-from zkcrawl.web.robots import RobotsCache
+from zkcrawl.web.robots import RobotsCache, RobotsUnreachable
 from zkcrawl.web.transfer import Response, Transport, TransportFactory, transport_factory
 from zkcrawl.web.urls import host_key, host_of
 
@@ -68,6 +75,7 @@ __all__ = ["FetchResult", "FetchSettings", "Fetcher", "parse_retry_after"]
 log = structlog.get_logger(__name__)
 
 ROBOTS_MAX_BYTES = 500 * 1024  # RFC 9309 §2.5: parse at least the first 500 KiB
+ROBOTS_RECHECK = 1.0  # seconds: an unreachable robots.txt is asked again by a later fetch
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _FAILED = frozenset({"timeout", "connection", "bad-url", BLOCKED_ADDRESS})  # no usable response
 _PERMANENT = frozenset({"bad-url", BLOCKED_ADDRESS})
@@ -117,6 +125,7 @@ class FetchResult:
     attempts: int = 1
     waited_ms: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)  # lower-case names (page processors)
+    from_robots: bool = False  # the error is robots.txt's (unreachable), not the page's
 
     @property
     def ok(self) -> bool:
@@ -188,6 +197,11 @@ class Fetcher:
         """True when robots.txt is off or allows ``url``."""
         return self._robots is None or self._robots.allowed(url)
 
+    def robots_unreachable(self, url: str) -> bool:
+        """True when robots.txt for ``url`` could not be fetched lately (no verdict: the
+        page is tried later, robots.txt asked again then)."""
+        return self._robots is not None and self._robots.decide(url).temporary
+
     def crawl_delay(self, url: str) -> float | None:
         """robots.txt Crawl-delay for ``url``'s host, or None (also when robots is off)."""
         return None if self._robots is None else self._robots.crawl_delay(url)
@@ -224,7 +238,6 @@ class Fetcher:
             if (
                 not result.retryable
                 or attempt > self.settings.retries
-                or result.error == "robots"  # robots.txt unreachable: cached for 60 s anyway
                 or self._closed.is_set()
             ):
                 break
@@ -291,11 +304,14 @@ class Fetcher:
                 return done(error="bad-url")
             host = host_key(current)
             if self._robots is not None:
-                verdict = self._robots.decide(current)
+                verdict = self._robots.decide(current, retry_after=ROBOTS_RECHECK)
                 if not verdict.allowed:
                     if verdict.blocked is not None:  # robots.txt's origin: the same address
                         return done(error=BLOCKED_ADDRESS)
-                    return done(error="robots", retryable=verdict.temporary)
+                    if verdict.temporary:  # unreachable: try later, with the real reason
+                        return done(error=verdict.error or "connection", retryable=True,
+                                    from_robots=True)
+                    return done(error="robots")
                 if verdict.crawl_delay and self._politeness is not None:
                     self._politeness.set_min_delay(host, verdict.crawl_delay)
             waited += self._wait_slot(host)
@@ -361,7 +377,7 @@ class Fetcher:
                     raise BlockedAddress(resp.detail)
                 return 404, b""
             if resp.status is None or resp.error in _FAILED:
-                raise OSError(f"robots.txt: {resp.error or 'connection'} {resp.detail}")
+                raise RobotsUnreachable(resp.error or "connection", resp.detail)
             location = resp.headers.get("location")
             if resp.status in _REDIRECT_STATUSES and location:
                 url = urljoin(url, location)

@@ -6,9 +6,11 @@ One entry per origin (``scheme://host:port``), kept ``ttl`` seconds.  What a fet
 * 2xx: the rules in the body (the caller caps the body at 500 KiB, as the RFC allows);
 * 4xx (and 3xx left over after the fetcher followed redirects): no usable file, allow all;
 * 5xx, status 0/None, or any exception from ``fetch_robots``: the site is unreachable, treat it
-  as a complete disallow *for now*, and try again after ``unavailable_ttl`` (60 s).  Such a
-  verdict is marked temporary so callers can retry the page later instead of failing it for
-  good;
+  as a complete disallow *for now* ("try later", not a robots verdict), and try again after
+  ``unavailable_ttl`` (60 s) -- or sooner for a caller that asks with ``retry_after``.  Such a
+  verdict is marked temporary, with ``error`` saying what happened (``connection``,
+  ``timeout``, ``http-503``: a :class:`RobotsUnreachable`'s reason, else ``connection``), so
+  callers retry the page later and record the real reason instead of ``robots``;
 * :class:`~zkcrawl.web.addresses.BlockedAddress` from ``fetch_robots`` (the SSRF guard refused
   to connect to the origin): a permanent disallow with ``blocked`` set, kept
   ``unavailable_ttl`` (the host's DNS may change), so the page gets ``blocked-address`` too.
@@ -40,24 +42,35 @@ from protego import Protego
 from zkcrawl.web.addresses import BlockedAddress
 from zkcrawl.web.urls import normalize_url
 
-__all__ = ["RobotsCache", "RobotsDecision", "robots_url"]
+__all__ = ["RobotsCache", "RobotsDecision", "RobotsUnreachable", "robots_url"]
 
 log = structlog.get_logger(__name__)
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
+class RobotsUnreachable(OSError):
+    """``fetch_robots`` could not get an answer; ``reason`` is the fetch error (``connection``,
+    ``timeout``...), what the page's record will say."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"robots.txt: {reason} {detail}".strip())
+        self.reason = reason
+
+
 @dataclass(frozen=True)
 class RobotsDecision:
     """Verdict for one URL.  ``temporary`` is True when the disallow only reflects robots.txt
     being unreachable (5xx / connection error): retry later, do not record a permanent
-    failure. ``blocked`` is the SSRF guard's reason when it refused to connect to the origin
-    (then ``allowed`` is False and not temporary)."""
+    failure; ``error`` then says why (``connection``, ``timeout``, ``http-503``).
+    ``blocked`` is the SSRF guard's reason when it refused to connect to the origin (then
+    ``allowed`` is False and not temporary)."""
 
     allowed: bool
     temporary: bool = False
     crawl_delay: float | None = None
     blocked: str | None = None
+    error: str | None = None
 
 
 @dataclass
@@ -66,6 +79,8 @@ class _Entry:
     unavailable: bool
     expires: float
     blocked: str | None = None
+    error: str | None = None  # why unavailable
+    loaded: float = 0.0  # when it was fetched (the cache's clock)
 
 
 def _target(url: str) -> tuple[str, str, str] | None:
@@ -131,19 +146,22 @@ class RobotsCache:
         """The Crawl-delay (seconds) robots.txt sets for this user agent on ``url``'s origin."""
         return self.decide(url).crawl_delay
 
-    def decide(self, url: str) -> RobotsDecision:
-        """Full verdict for ``url``, fetching robots.txt if needed.  Never raises."""
+    def decide(self, url: str, retry_after: float | None = None) -> RobotsDecision:
+        """Full verdict for ``url``, fetching robots.txt if needed.  Never raises.
+        ``retry_after``: an unreachable robots.txt fetched at least that many seconds ago is
+        asked again now (a retried page whose host's back-off has passed), not in 60 s."""
         target = _target(url)
         if target is None:
             return RobotsDecision(allowed=False)
         norm = target[0]
-        entry = self._entry(*target[1:])
+        entry = self._entry(*target[1:], retry_after)
         if entry is None:  # waited too long for another thread's fetch
-            return RobotsDecision(allowed=False, temporary=True)
+            return RobotsDecision(allowed=False, temporary=True, error="timeout")
         if entry.blocked is not None:
             return RobotsDecision(allowed=False, blocked=entry.blocked)
         if entry.unavailable:
-            return RobotsDecision(allowed=False, temporary=True)
+            return RobotsDecision(allowed=False, temporary=True,
+                                  error=entry.error or "connection")
         if entry.rules is None:
             return RobotsDecision(allowed=True)
         try:
@@ -157,12 +175,17 @@ class RobotsCache:
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _entry(self, key: str, robots: str) -> _Entry | None:
+    def _entry(self, key: str, robots: str, retry_after: float | None = None
+               ) -> _Entry | None:
         deadline = time.monotonic() + self._wait_timeout
         while True:
             with self._lock:
                 entry = self._entries.get(key)
-                if entry is not None and entry.expires > self._clock():
+                now = self._clock()
+                if entry is not None and entry.unavailable and retry_after is not None \
+                        and now - entry.loaded >= retry_after:
+                    entry = None  # asked again: this caller waited out the host's back-off
+                if entry is not None and entry.expires > now:
                     self._entries.move_to_end(key)
                     return entry
                 event = self._inflight.get(key)
@@ -195,18 +218,21 @@ class RobotsCache:
             status, body = self._fetch(robots)
         except BlockedAddress as exc:
             log.info("robots.fetch", robots_url=robots, status=None, blocked=exc.reason)
-            return _Entry(None, False, now + self._unavailable_ttl, blocked=exc.reason)
+            return _Entry(None, False, now + self._unavailable_ttl, blocked=exc.reason,
+                          loaded=now)
         except Exception as exc:  # any failure means "unreachable" (RFC 9309)
             log.info("robots.fetch", robots_url=robots, status=None, error=str(exc))
-            return _Entry(None, True, now + self._unavailable_ttl)
+            reason = exc.reason if isinstance(exc, RobotsUnreachable) else "connection"
+            return _Entry(None, True, now + self._unavailable_ttl, error=reason, loaded=now)
         log.info("robots.fetch", robots_url=robots, status=status, bytes=len(body or b""))
         if not status or status >= 500:
-            return _Entry(None, True, now + self._unavailable_ttl)
+            return _Entry(None, True, now + self._unavailable_ttl,
+                          error=f"http-{status}" if status else "connection", loaded=now)
         if status >= 300:  # 4xx, or a redirect the fetcher did not resolve: allow all
-            return _Entry(None, False, now + self._ttl)
+            return _Entry(None, False, now + self._ttl, loaded=now)
         try:
             rules = Protego.parse((body or b"").decode("utf-8", errors="replace"))
         except Exception:  # unparseable rules are no rules
             log.warning("robots.parse_failed", robots_url=robots, exc_info=True)
             rules = None
-        return _Entry(rules, False, now + self._ttl)
+        return _Entry(rules, False, now + self._ttl, loaded=now)

@@ -125,16 +125,15 @@ def render_summary(res: DemoResult, cfg: DemoConfig) -> str:
     shares = ", ".join(f"{c['id']} {c['count']} ({c['pct']:.0f}%)" for c in s["consumers"])
     lines += ["", f"Consumers  {shares}", "", "Timing (ms)        p50      p95      max"]
     for key, label in (("queue_ms", "queued"), ("dispatch_ms", "dispatch"),
-                       ("wait_ms", "wait (backlog)"), ("process_ms", "process")):
+                       ("wait_ms", "wait (backlog)"), ("polite_ms", "  of it polite"),
+                       ("process_ms", "process")):
         t = s["timing"][key]
         lines.append(f"  {label:<14} {_ms(t['p50']):>8} {_ms(t['p95']):>8} {_ms(t['max']):>8}")
-    lines += [f"  {s['ratio']['interpretation']}",
+    lines += [f"  Pace: {s['pace']['text']}",
               "  dispatch = from the take in ZooKeeper until handed to the pool; wait = in the",
-              "  capped backlog; process = fetch + parse + write. Dispatch far below process",
-              "  means ZooKeeper is not the limit. Here a single host and --domain-delay "
-              f"{cfg.domain_delay:g}s",
-              "  set the pace: items wait in the backlog for their turn at that host (a real",
-              "  crawl spreads over many hosts).", ""]
+              "  capped backlog, polite = the part of it waiting for the host's turn; process =",
+              "  fetch + parse + write. Here one local host and --domain-delay "
+              f"{cfg.domain_delay:g}s: a real", "  crawl spreads over many hosts.", ""]
     if res.producer_summary:
         lines += [f"Producer   {res.producer_summary[:300]}", ""]
     lines += res.notes

@@ -156,7 +156,8 @@ def producer_view(plan: Plan, res: FetchResult) -> dict[str, Any]:
 def consumer_view(plan: Plan, res: FetchResult, started: float) -> dict[str, Any]:
     """What ``zkcrawl-consumer`` would write for the page as a first attempt (``started``:
     the fetch's monotonic start; ``process_ms`` is fetch + parse, as the consumer's)."""
-    timing = {"queue_ms": 0.0, "dispatch_ms": 0.0, "wait_ms": 0.0, "process_ms": 0.0}
+    timing = {"queue_ms": 0.0, "dispatch_ms": 0.0, "wait_ms": 0.0, "polite_ms": 0.0,
+              "process_ms": 0.0}
     ex = extract_page(plan.url, res, plan.fields, plan.processors)
     record = page_record(plan.url, res, plan.fields, item=None, attempt=0,
                          consumer=_CONSUMER_ID, timing=timing, extracted=ex)
@@ -262,6 +263,9 @@ def _p(text: str) -> str:
 def _hint(s: Settings, fetch: Mapping[str, Any]) -> str:
     if fetch["error"] == "blocked-address" and not s.allow_private_addresses:
         return " (a private or loopback address: --allow-private-addresses to fetch it)"
+    if fetch["error"] in ("connection", "timeout") and fetch["status"] is None:
+        return (" (no answer from the host: the crawl would retry it, leaving the host alone "
+                "longer after each failure, up to 10 minutes)")
     if fetch["error"] == "robots" and s.robots:
         return " (robots.txt disallows it for this user agent; --no-robots to ignore)"
     return ""

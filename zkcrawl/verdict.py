@@ -1,0 +1,189 @@
+"""Which stage sets a crawl's pace, named from the measured stages -- one function,
+:func:`judge`, for ``consumer.stats``, ``zkcrawl report`` (text and HTML) and the demo.
+
+Why the largest stage is the pace-setter: a consumer holds at most ``threads + backlog``
+items, so while it is full its throughput is that capacity divided by the time an item
+spends in it (Little's law) -- and that time is the sum of the stages below. The stage with
+the largest share of it is the one whose shrinking speeds the crawl up; more threads only
+help when that stage is the pool (or the site, whose slow answers each hold a thread).
+
+=============  =============================================  =============================
+pace-setter    stage (mean ms per item)                       what to change
+=============  =============================================  =============================
+politeness     ``polite``: waiting for the host's next slot   more hosts, or a smaller
+               (``--domain-delay``, Crawl-delay, Retry-After)  ``--domain-delay`` if the site
+                                                              allows it; not threads
+pool           ``pool``: waiting for a free worker thread     ``--threads``, or consumers
+zookeeper      ``dispatch``: claim until handed to the pool   ZooKeeper latency, consumers
+                                                              per ensemble
+site           ``fetch``: the request and the response        ``--threads`` if the site can
+                                                              take it (politeness permitting)
+parse          ``parse``: extraction, this process's CPU      more consumer processes
+sink           ``write``: record queued until written+synced  a faster disk for ``--out``
+supply         the consumer holds under half its capacity     nothing in the consumer: the
+               (``fill``) and its items do not wait (the      queue is short or empty
+               largest stage is not a wait)
+backlog        ``pool`` when ``polite`` is unknown (records   -- (politeness and pool not
+               of consumers older than ``polite_ms``)         told apart)
+=============  =============================================  =============================
+
+``fetch`` may include parsing when the two are not measured apart (records carry
+``process_ms``, fetch + parse); ``write`` and ``fill`` are known to a running consumer only.
+Every number is untrusted-safe: negative, NaN or infinite figures count as 0.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+
+__all__ = ["SUPPLY_FILL", "PaceSetter", "Stages", "Verdict", "judge"]
+
+#: Below this share of its capacity held, the consumer is not what limits the crawl.
+SUPPLY_FILL = 0.5
+
+
+class PaceSetter(StrEnum):
+    """What sets the pace (a ``str``: the values go into logs and JSON)."""
+
+    POLITENESS = "politeness"
+    POOL = "pool"
+    ZOOKEEPER = "zookeeper"
+    SITE = "site"
+    PARSE = "parse"
+    SINK = "sink"
+    SUPPLY = "supply"
+    BACKLOG = "backlog"  # a wait not told apart (records without polite_ms)
+    IDLE = "idle"  # nothing measured
+
+
+@dataclass(frozen=True)
+class Stages:
+    """Mean milliseconds per item of each stage in the consumer, over the same items.
+    ``write`` and ``fill`` (mean share of the capacity held) are None when not measured;
+    ``polite`` None: the politeness wait is not told apart, ``pool`` holds the whole wait
+    (records written before ``polite_ms``); ``queue`` (time in ZooKeeper before the claim)
+    is context, not a stage of the consumer."""
+
+    items: int
+    dispatch: float = 0.0
+    polite: float | None = 0.0
+    pool: float = 0.0
+    fetch: float = 0.0
+    parse: float = 0.0
+    write: float | None = None
+    queue: float | None = None
+    fill: float | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """``pace`` with the number behind it: ``figure_ms`` (mean per item of its stage) and
+    ``share`` (of an item's time in the consumer); ``text`` is one line for an operator."""
+
+    pace: PaceSetter
+    figure_ms: float
+    share: float
+    text: str
+
+    def as_dict(self) -> dict[str, object]:
+        return {"pace": str(self.pace), "figure_ms": round(self.figure_ms, 3),
+                "share": round(self.share, 4), "text": self.text}
+
+
+#: Stages that are waits: a consumer not full whose items wait is still held by them
+#: (a host's turn comes no sooner, a busy pool frees no sooner, with more items).
+_WAITS = frozenset({PaceSetter.POLITENESS, PaceSetter.POOL, PaceSetter.BACKLOG})
+_STAGE_OF = {"polite": PaceSetter.POLITENESS, "pool": PaceSetter.POOL,
+             "backlog": PaceSetter.BACKLOG,
+             "dispatch": PaceSetter.ZOOKEEPER, "fetch": PaceSetter.SITE,
+             "parse": PaceSetter.PARSE, "write": PaceSetter.SINK}
+
+
+def _clean(value: float | None) -> float:
+    return value if value is not None and math.isfinite(value) and value > 0 else 0.0
+
+
+def _ms(value: float) -> str:
+    if value >= 10_000:
+        return f"{value / 1000:.0f} s"
+    if value >= 1000:
+        return f"{value / 1000:.1f} s"
+    return f"{value:.0f} ms" if value >= 10 else f"{value:.2g} ms"
+
+
+def judge(st: Stages) -> Verdict:
+    """Name the pace-setter of ``st`` (see the module docstring) in one line."""
+    wait = "pool" if st.polite is not None else "backlog"
+    parts = {"polite": _clean(st.polite), wait: _clean(st.pool),
+             "dispatch": _clean(st.dispatch), "fetch": _clean(st.fetch),
+             "parse": _clean(st.parse), "write": _clean(st.write)}
+    total = sum(parts.values())
+    if st.items <= 0 or total <= 0:
+        return Verdict(PaceSetter.IDLE, 0.0, 0.0, "idle: nothing processed")
+    stage = max(parts, key=lambda k: parts[k])
+    figure, share = parts[stage], parts[stage] / total
+    pace = _STAGE_OF[stage]
+    fill = st.fill
+    if pace not in _WAITS and fill is not None and math.isfinite(fill) \
+            and 0 <= fill < SUPPLY_FILL:
+        # Spare capacity and nothing waiting: more items would run alongside these.
+        return Verdict(PaceSetter.SUPPLY, total, 1.0,
+                       f"supply sets the pace: the consumer held {fill:.0%} of its capacity "
+                       f"on average and items took {_ms(total)} here without waiting: the "
+                       "queue is short or empty, more threads or consumers will not help")
+    return Verdict(pace, figure, share, f"{_TEXT[pace](figure, share)}{_next(parts, stage, total)}")
+
+
+def _next(parts: dict[str, float], stage: str, total: float) -> str:
+    rest = sorted((v, k) for k, v in parts.items() if k != stage and v > 0)
+    if not rest:
+        return ""
+    value, name = rest[-1]
+    return f" (next: {name} {value / total:.0%})"
+
+
+def _politeness(ms: float, share: float) -> str:
+    return (f"politeness sets the pace: items waited {_ms(ms)} for their host's turn "
+            f"({share:.0%} of their time here); more threads will not help: more hosts, or "
+            "a smaller --domain-delay where the site allows it")
+
+
+def _pool(ms: float, share: float) -> str:
+    return (f"the pool sets the pace: items waited {_ms(ms)} for a free thread "
+            f"({share:.0%} of their time here); add --threads or consumers")
+
+
+def _backlog(ms: float, share: float) -> str:
+    return (f"the backlog sets the pace: items waited {_ms(ms)} to start ({share:.0%} of "
+            "their time here), for their host's turn or a free thread: these records have no "
+            "polite_ms to tell which (consumers older than that field)")
+
+
+def _zookeeper(ms: float, share: float) -> str:
+    return (f"ZooKeeper sets the pace: a claim took {_ms(ms)} to reach the pool "
+            f"({share:.0%} of an item's time here); check ZooKeeper's latency and the "
+            "consumers per ensemble")
+
+
+def _site(ms: float, share: float) -> str:
+    return (f"the site sets the pace: a fetch took {_ms(ms)} ({share:.0%} of an item's time "
+            "here); each thread does 1 page per fetch time: add --threads if the site can "
+            "take it")
+
+
+def _parse(ms: float, share: float) -> str:
+    return (f"parsing sets the pace: {_ms(ms)} of CPU per page ({share:.0%} of an item's "
+            "time here); run more consumer processes (one process uses one core)")
+
+
+def _sink(ms: float, share: float) -> str:
+    return (f"the sink sets the pace: a record took {_ms(ms)} to be written and synced "
+            f"({share:.0%} of an item's time here); put --out on a faster disk")
+
+
+_TEXT = {PaceSetter.POLITENESS: _politeness, PaceSetter.POOL: _pool,
+         PaceSetter.BACKLOG: _backlog,
+         PaceSetter.ZOOKEEPER: _zookeeper, PaceSetter.SITE: _site, PaceSetter.PARSE: _parse,
+         PaceSetter.SINK: _sink}
