@@ -50,7 +50,7 @@ def articles(site: str, n: int, first: int = 1) -> list[str]:
 
 
 def test_leader_sigkilled_mid_crawl(ens, admin, zk_root, site, start_consumer):
-    urls = articles(site, 1500)
+    urls = articles(site, 2000)
     offer(admin, zk_root, urls)
     runs = [start_consumer(ens.hosts, zk_root, f"c{i}", "--threads", "8",
                            "--exit-when-idle", "2") for i in range(2)]
@@ -72,7 +72,7 @@ def test_leader_sigkilled_mid_crawl(ens, admin, zk_root, site, start_consumer):
 
 def test_two_of_three_servers_down_longer_than_the_session(ens, admin, zk_root, site,
                                                            start_consumer):
-    urls = articles(site, 1500)
+    urls = articles(site, 2000)
     offer(admin, zk_root, urls)
     runs = [start_consumer(ens.hosts, zk_root, f"c{i}", "--threads", "8",
                            "--exit-when-idle", "2") for i in range(2)]
@@ -121,9 +121,9 @@ def test_frozen_consumer_starts_none_of_the_items_it_held(ens, admin, zk_root,
         offer(admin, zk_root, urls)
         victim, vout, verr = start_consumer(ens.hosts, zk_root, "victim", "--threads", "2",
                                             "--backlog", "10", "--exit-when-idle", "2")
+        wait_for(lambda: written([vout]) >= 4, 60, "the victim under way")
         wait_for(lambda: len(held_leases(admin, zk_root, "victim")) == 12, 60,
                  "the victim holding 2 running + 10 waiting")
-        wait_for(lambda: written([vout]) >= 4, 60, "the victim under way")
         os.kill(victim.pid, signal.SIGSTOP)
         stopped_at = time.monotonic()
         held = held_leases(admin, zk_root, "victim")  # frozen: exactly what it holds
