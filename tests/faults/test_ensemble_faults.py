@@ -23,10 +23,10 @@ import pytest
 
 from tests.conftest import wait_for
 from tests.faults.books import check_books, held_leases
-from tests.faults.conftest import SESSION, heal, new_leader, no_traceback, resumed
+from tests.faults.conftest import SESSION, heal, new_leader, no_traceback, resumed, written
 from tests.faults.netns import Forwarder, Netns, make_netns
 from tests.httpd import TestServer, delayed
-from tests.test_consumer_support import ROOT, offer, records
+from tests.test_consumer_support import ROOT, offer
 from zkcrawl.queue.layout import Layout
 
 pytestmark = [pytest.mark.faults, pytest.mark.ensemble]
@@ -38,11 +38,6 @@ def figure(name: str, **values: object) -> None:
 
 def page(h):  # type: ignore[no-untyped-def]
     return 200, {"Content-Type": "text/html"}, f"<title>T{h.path}</title>".encode()
-
-
-def written(outs: list[Path]) -> int:
-    """Records so far (a line being written right now is not counted)."""
-    return len(records(*outs, strict=False))
 
 
 def articles(site: str, n: int, first: int = 1) -> list[str]:
