@@ -86,6 +86,8 @@ def check_books(zk: ZkClient, root: str, offered: Iterable[str], outs: Sequence[
     assert not stray, f"records of URLs nobody offered: {sorted(stray)[:5]}"
     duplicates = Counter({u: n - 1 for u, n in recorded.items() if n > 1})
     duplicates.update(Counter(u for u in dead if u in recorded))
+    assert all(n == 1 for n in duplicates.values()), \
+        f"recorded three times or more: {duplicates.most_common(3)}"  # one victim, one extra
     unexplained = set(duplicates) - set(explained)
     assert not unexplained, (f"{len(unexplained)} duplicates no victim held at the fault: "
                              f"{sorted(unexplained)[:5]}")

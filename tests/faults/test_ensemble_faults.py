@@ -23,10 +23,10 @@ import pytest
 
 from tests.conftest import wait_for
 from tests.faults.books import check_books, held_leases
-from tests.faults.conftest import SESSION, heal, new_leader, no_traceback, resumed
+from tests.faults.conftest import SESSION, heal, new_leader, no_traceback, resumed, written
 from tests.faults.netns import Forwarder, Netns, make_netns
 from tests.httpd import TestServer, delayed
-from tests.test_consumer_support import ROOT, offer, records
+from tests.test_consumer_support import ROOT, offer
 from zkcrawl.queue.layout import Layout
 
 pytestmark = [pytest.mark.faults, pytest.mark.ensemble]
@@ -40,17 +40,12 @@ def page(h):  # type: ignore[no-untyped-def]
     return 200, {"Content-Type": "text/html"}, f"<title>T{h.path}</title>".encode()
 
 
-def written(outs: list[Path]) -> int:
-    """Records so far (a line being written right now is not counted)."""
-    return len(records(*outs, strict=False))
-
-
 def articles(site: str, n: int, first: int = 1) -> list[str]:
     return [f"{site}/a/{i}.html" for i in range(first, first + n)]
 
 
 def test_leader_sigkilled_mid_crawl(ens, admin, zk_root, site, start_consumer):
-    urls = articles(site, 1500)
+    urls = articles(site, 2000)
     offer(admin, zk_root, urls)
     runs = [start_consumer(ens.hosts, zk_root, f"c{i}", "--threads", "8",
                            "--exit-when-idle", "2") for i in range(2)]
@@ -72,7 +67,7 @@ def test_leader_sigkilled_mid_crawl(ens, admin, zk_root, site, start_consumer):
 
 def test_two_of_three_servers_down_longer_than_the_session(ens, admin, zk_root, site,
                                                            start_consumer):
-    urls = articles(site, 1500)
+    urls = articles(site, 2000)
     offer(admin, zk_root, urls)
     runs = [start_consumer(ens.hosts, zk_root, f"c{i}", "--threads", "8",
                            "--exit-when-idle", "2") for i in range(2)]
@@ -121,9 +116,9 @@ def test_frozen_consumer_starts_none_of_the_items_it_held(ens, admin, zk_root,
         offer(admin, zk_root, urls)
         victim, vout, verr = start_consumer(ens.hosts, zk_root, "victim", "--threads", "2",
                                             "--backlog", "10", "--exit-when-idle", "2")
+        wait_for(lambda: written([vout]) >= 4, 60, "the victim under way")
         wait_for(lambda: len(held_leases(admin, zk_root, "victim")) == 12, 60,
                  "the victim holding 2 running + 10 waiting")
-        wait_for(lambda: written([vout]) >= 4, 60, "the victim under way")
         os.kill(victim.pid, signal.SIGSTOP)
         stopped_at = time.monotonic()
         held = held_leases(admin, zk_root, "victim")  # frozen: exactly what it holds

@@ -154,9 +154,10 @@ def test_soak_50k_items_4_consumers(soak_zk, tmp_path):
     first, last = warm[0], late[-1]
     growth = [round(b - a, 1) for a, b in zip(first.rss, last.rss, strict=True)]
     assert max(growth) < 8.0, (first.rss, last.rss)  # MB; a leak of 100 B/item is 5 MB
+    # Watches come and go as consumers list with one (control, queue, leases: at most 3
+    # each); a leak would pass that bound within the first thousands of items.
     crawling = [s.watches for s in warm]
-    assert 0 < max(crawling) <= 3 * CONSUMERS, crawling
-    assert max(s.watches for s in late) <= max(s.watches for s in warm if s not in late)
+    assert all(0 < w <= 3 * CONSUMERS for w in crawling), crawling
     # Idle at the end (all done, waiting to exit): at most control, queue and leases each.
     idle = [s.watches for s in sampler.samples if s.done >= ITEMS]
     assert all(0 < w <= 3 * CONSUMERS for w in idle), idle
