@@ -75,7 +75,8 @@ dependency_edges() {
   # ZooKeeper tests run with exactly those versions shadowing the installed ones on
   # PYTHONPATH. And zkcrawl/zk/wire.py leans on kazoo internals (KazooClient._call, its
   # serialization structs), so the adapter's contract tests also run against the newest
-  # kazoo published, past our upper bound.
+  # kazoo published, past our upper bound; so does ZkClient.silent_for (two more kazoo
+  # internals: tests/faults/test_silence.py).
   local dir
   dir="$(mktemp -d)"
   "$venv/bin/python" - > "$dir/lowest.txt" <<'PY'
@@ -95,7 +96,7 @@ PY
     >/dev/null
   say "zookeeper adapter against $(ls "$dir/newest" | grep -m1 '^kazoo-.*dist-info')"
   PYTHONPATH="$dir/newest" "$venv/bin/python" -m pytest -q -p no:cacheprovider \
-    tests/test_zk.py tests/test_queue.py tests/test_claimlog.py
+    tests/test_zk.py tests/test_queue.py tests/test_claimlog.py tests/faults/test_silence.py
   rm -rf "$dir"
 }
 

@@ -318,6 +318,9 @@ def test_producer_unit_and_timer() -> None:
     for key, value in HARDENING.items():
         assert _one(unit, "Service", key) == value, key
     assert "Install" not in unit, "the timer is enabled, not the service"
+    # SIGTERM waits for offers in flight (each <= --zk-timeout) and saves --seen.
+    zk_timeout = float(env.get("ZKCRAWL_ZK_TIMEOUT", 10))
+    assert _seconds(_one(unit, "Service", "TimeoutStopSec")) >= zk_timeout + 10
 
     timer = _unit(UNITS["timer"])
     assert _one(timer, "Timer", "OnCalendar") == "hourly"
