@@ -108,9 +108,10 @@ class PostgresSink:
         conn = connect(self.target, "zkcrawl-consumer")
         try:
             create_table(conn, self.target)
-        except psycopg.Error as exc:
+        except psycopg.Error as exc:  # no privilege to create it, say: the operator's to fix
             conn.close()
-            raise SinkUnavailable(f"{self.target.shown}: {first_line(exc)}") from None
+            raise UsageError(f"--out {self.target.shown}: cannot create table "
+                             f"{self.target.table_name}: {first_line(exc)}") from None
         return conn
 
     def _check(self) -> None:
