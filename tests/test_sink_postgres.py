@@ -24,6 +24,7 @@ import signal
 import string
 import subprocess
 import sys
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,7 +36,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from consumer.main import main as consumer_main
-from consumer.sink import Entry, SinkUnavailable, open_sink
+from consumer.sink import Entry, Sink, SinkUnavailable, open_sink
 from consumer.sink_postgres import PostgresSink
 from tests.conftest import wait_for
 from tests.httpd import TestServer, delayed
@@ -190,6 +191,50 @@ def test_one_row_per_item_however_often_delivered(pg_server):
     assert [r[1] for r in rows if r[0] == "qn-0000000001"] == [0]  # the first write stays
     assert ("qn-0000000009", 0, "b.test", {"pipeline": "x"}, "/crawl", "dead") in rows
     assert {r[5] for r in rows if r[0] != "qn-0000000009"} == {"complete"}
+
+
+_ANY = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text()
+                    | st.datetimes() | st.binary() | st.sets(st.integers(), max_size=2),
+                    lambda inner: st.lists(inner, max_size=3)
+                    | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=6)
+
+
+@pytest.fixture(scope="module")
+def hostile_sink(pg_server):
+    url = pg_server.url()
+    sink = PostgresSink(url, "/hostile")
+    yield sink, url
+    sink.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.dictionaries(st.sampled_from([n for n, _ in COLUMNS] + ["x", "y"]), _ANY),
+                min_size=1, max_size=4))
+def test_any_record_is_stored_or_refused_with_a_reason(hostile_sink, pg_server, records):
+    """Records are the page's and the result pipelines': whatever they hold, each one is
+    stored or refused with its reason, and the batch never fails for it."""
+    sink, url = hostile_sink
+    names = [f"qn-{uuid.uuid4().hex}" for _ in records]
+    result = sink.write_batch([Entry(n, 1, r) for n, r in zip(names, records, strict=True)])
+    assert len(result) == len(records) and sink.available
+    assert all(r is None or (isinstance(r, str) and r) for r in result)
+    stored = {i for (i,) in pg_server.query(f"SELECT item FROM {table_of(url)} "
+                                            "WHERE item = ANY(%s)", names)}
+    assert stored == {n for n, r in zip(names, result, strict=True) if r is None}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.dictionaries(st.text(max_size=5), _ANY, max_size=5))
+def test_jsonl_sink_stores_or_refuses_any_record(tmp_path_factory, record):
+    path = tmp_path_factory.mktemp("jsonl") / "o.jsonl"
+    sink = Sink(str(path))
+    try:
+        (why,) = sink.write_batch([Entry("qn-1", 1, record)])
+    finally:
+        sink.close()
+    lines = path.read_bytes().splitlines()
+    assert (why is None and len(lines) == 1 and isinstance(json.loads(lines[0]), dict)) \
+        or (why is not None and why.startswith("not JSON") and lines == [])
 
 
 def test_text_postgresql_cannot_hold_is_made_valid(pg_server):
