@@ -58,6 +58,7 @@ from zkcrawl.errors import UsageError, ZkCrawlError
 from zkcrawl.postgres import (
     COLUMNS,
     KEY,
+    SINK_STATEMENT_TIMEOUT_MS,
     PgTarget,
     connect,
     create_table,
@@ -112,7 +113,7 @@ class PostgresSink:
         self._next_log = 0.0
 
     def _open(self) -> psycopg.Connection[Any]:
-        conn = connect(self.target, "zkcrawl-consumer")
+        conn = connect(self.target, "zkcrawl-consumer", SINK_STATEMENT_TIMEOUT_MS)
         try:
             create_table(conn, self.target)
         except psycopg.Error as exc:  # no privilege to create it, say: the operator's to fix

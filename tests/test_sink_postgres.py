@@ -352,6 +352,27 @@ def test_sigkill_mid_crawl_every_url_has_exactly_one_row(pg_server, zk, zk_hosts
     assert sum(e["count"] for e in duplicates) >= 2, duplicates
 
 
+def test_a_locked_table_is_a_failing_database_until_the_lock_goes(pg_server):
+    """An insert that waits for a lock past statement_timeout (the sink's default is 60 s;
+    this URL sets 0.5 s) is cancelled: unavailable, released; back once the lock goes."""
+    import psycopg
+
+    url = pg_server.url() + "&options=-c%20statement_timeout%3D500"
+    sink = PostgresSink(url, "/r")
+    holder = psycopg.connect(pg_server.conninfo(), autocommit=False)
+    try:
+        holder.execute(f"LOCK TABLE {table_of(url.split('&')[0])} IN ACCESS EXCLUSIVE MODE")
+        with pytest.raises(SinkUnavailable, match="statement timeout"):
+            sink.write_batch([Entry("qn-1", 1, record("http://a.test/"))])
+        assert not sink.available
+        holder.rollback()  # the lock goes
+        wait_for(lambda: sink.between_groups() or sink.available, 20, "reconnected")
+        assert sink.write_batch([Entry("qn-1", 1, record("http://a.test/"))]) == [None]
+    finally:
+        holder.close()
+        sink.close()
+
+
 # -- start-up --------------------------------------------------------------------------------
 
 def run_consumer(argv: list[str]) -> tuple[int, str]:
