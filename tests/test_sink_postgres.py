@@ -1,16 +1,21 @@
 """The PostgreSQL sink (consumer/sink_postgres.py) against a real PostgreSQL server that the
-tests start themselves (zkcrawl/admin/localpg.py), real ZooKeeper, real HTTP servers and real
-consumer processes:
+tests start themselves (zkcrawl/admin/localpg.py, the ``pg_server`` fixture), real
+ZooKeeper, real HTTP servers and real consumer processes:
 
 * the URL is decoded as hostile input (hypothesis): only UsageError, never a password;
+* any record (hypothesis: dates, sets, bytes, NaN, NUL, nesting) is stored or refused with a
+  reason, by the database sink and by the JSON Lines sink alike; rows of a hostile table
+  summarize without failing;
 * one transaction per group, one row per item: a redelivered item hits the unique key;
 * a record the database refuses becomes that item's dead letter with the database's reason,
   the rest of its group is stored;
-* the database stopped mid-crawl: the consumer stops claiming, releases what it holds,
-  reconnects with backoff (bounded log lines) and finishes by itself;
-* SIGKILL mid-crawl, several times: every offered URL has exactly one row (slow);
+* the database stopped mid-crawl, or the table locked past the statement timeout: the
+  consumer stops claiming, releases what it holds, reconnects with backoff (bounded log
+  lines) and finishes by itself;
+* SIGKILL mid-crawl, right after a commit and from outside: every offered URL has exactly
+  one row (slow);
 * start-up: a password in the URL, a table that does not fit: exit 2; no server: exit 75;
-* ``zkcrawl report postgresql://...`` reads the table.
+* ``zkcrawl report postgresql://...`` reads the table; ``zkcrawl demo --out`` writes to it.
 """
 
 from __future__ import annotations
