@@ -45,7 +45,7 @@ import structlog
 
 from zkcrawl.errors import SinkError, UsageError
 from zkcrawl.postgres import is_database_url
-from zkcrawl.textsafe import scrub
+from zkcrawl.textsafe import printable, scrub
 
 __all__ = ["Entry", "Record", "ResultSink", "Sink", "SinkUnavailable", "open_sink"]
 
@@ -187,11 +187,17 @@ class Sink:
             return (_JSON.encode(_clean(record)) + "\n").encode("utf-8")
 
     def write_batch(self, entries: Sequence[Entry]) -> list[str | None]:
-        """Every record in one write and one fsync; none is refused."""
-        for entry in entries:
-            self.write(entry.record)
+        """Every record in one write and one fsync. Only a record that is no JSON at all
+        is refused (a result pipeline put a date or a set in it): its reason, and that
+        item becomes a dead letter; NaN and lone surrogates are cleaned, not refused."""
+        refused: list[str | None] = [None] * len(entries)
+        for i, entry in enumerate(entries):
+            try:
+                self.write(entry.record)
+            except (TypeError, ValueError, RecursionError) as exc:
+                refused[i] = f"not JSON: {printable(str(exc) or type(exc).__name__, 200)}"
         self.sync()
-        return [None] * len(entries)
+        return refused
 
     @property
     def available(self) -> bool:

@@ -38,6 +38,7 @@ connection is never shared.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import re
@@ -57,6 +58,7 @@ from zkcrawl.errors import UsageError, ZkCrawlError
 from zkcrawl.postgres import (
     COLUMNS,
     KEY,
+    SINK_STATEMENT_TIMEOUT_MS,
     PgTarget,
     connect,
     create_table,
@@ -78,7 +80,13 @@ ROWS_PER_INSERT = 500  # rows per INSERT statement (19 parameters each: PostgreS
 REASON_LIMIT = 200  # characters of the database's reason kept for a dead letter
 
 _NAMES = tuple(name for name, _ in COLUMNS)
+_TYPED = tuple((name, kind.removesuffix(" NOT NULL")) for name, kind in COLUMNS)
+#: What each column takes from a record (bool is no number: True is not 1 in a record).
+_ACCEPTS: dict[str, tuple[type, ...]] = {
+    "text": (str,), "integer": (int,), "bigint": (int,), "double precision": (int, float),
+    "timestamptz": (str, datetime)}
 _KNOWN = frozenset(_NAMES)
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 _UNSAFE = re.compile("[\x00\ud800-\udfff]")  # what PostgreSQL text cannot hold
 _FIRST = ("root", "item_created", "host", "outcome", "extra")  # then the record's columns
 _ITEM = len(_FIRST) + _NAMES.index("item")  # the item's place in a row
@@ -105,12 +113,13 @@ class PostgresSink:
         self._next_log = 0.0
 
     def _open(self) -> psycopg.Connection[Any]:
-        conn = connect(self.target, "zkcrawl-consumer")
+        conn = connect(self.target, "zkcrawl-consumer", SINK_STATEMENT_TIMEOUT_MS)
         try:
             create_table(conn, self.target)
-        except psycopg.Error as exc:
+        except psycopg.Error as exc:  # no privilege to create it, say: the operator's to fix
             conn.close()
-            raise SinkUnavailable(f"{self.target.shown}: {first_line(exc)}") from None
+            raise UsageError(f"--out {self.target.shown}: cannot create table "
+                             f"{self.target.table_name}: {first_line(exc)}") from None
         return conn
 
     def _check(self) -> None:
@@ -145,19 +154,22 @@ class PostgresSink:
         conn = self._conn
         if conn is None:
             raise SinkUnavailable(f"{self.describe}: unavailable: {self._why}")
-        rows = [self._row(e) for e in entries]
+        built = [self._row(e) for e in entries]
+        rows = [r for r in built if not isinstance(r, str)]
         try:
             try:
                 inserted = self._insert_all(conn, rows)
-                refused: list[str | None] = [None] * len(rows)
+                sent: list[str | None] = [None] * len(rows)
             except psycopg.Error as exc:
                 if conn.broken or not _record_fault(exc):
                     raise
-                refused, inserted = self._insert_each(conn, rows)
+                sent, inserted = self._insert_each(conn, rows)
         except psycopg.Error as exc:
             self._lost(exc)
             raise SinkUnavailable(f"{self.describe}: {first_line(exc)}") from None
         self._attempts = 0  # written: the next outage starts its backoff afresh
+        answers = iter(sent)
+        refused = [r if isinstance(r, str) else next(answers) for r in built]
         self._count(entries, refused, inserted)
         return refused
 
@@ -175,19 +187,23 @@ class PostgresSink:
         self._up.clear()
 
     # -- writing ----------------------------------------------------------------------------
-    def _row(self, e: Entry) -> list[Any]:
+    def _row(self, e: Entry) -> list[Any] | str:
+        """The row's values, or why the record cannot be one. A record is the pipeline's
+        and the page's (result pipelines may return anything): each value is checked
+        against its column here, so a wrong type is that record's reason, never an error
+        of the batch or a type the server would take for a broken database."""
         rec = e.record
         url = rec.get("url")
         extra = {k: v for k, v in rec.items() if k not in _KNOWN}
-        values: list[Any] = [self.root, datetime.fromtimestamp(e.created_ms / 1000, UTC),
-                             host_of(url) if isinstance(url, str) else None, str(e.outcome),
-                             Jsonb(_clean(extra)) if extra else None]
-        for name in _NAMES:
-            value = e.item if name == "item" else rec.get(name)
-            if name == "fields":
-                values.append(None if value is None else Jsonb(_clean(value)))
-            else:
-                values.append(_clean_text(value) if isinstance(value, str) else value)
+        try:
+            values: list[Any] = [self.root, datetime.fromtimestamp(e.created_ms / 1000, UTC),
+                                 host_of(url) if isinstance(url, str) else None,
+                                 str(e.outcome), _jsonb(extra) if extra else None]
+            for name, kind in _TYPED:
+                value = e.item if name == "item" else rec.get(name)
+                values.append(_value(name, kind, value))
+        except (TypeError, ValueError, RecursionError, OverflowError) as exc:
+            return printable(str(exc) or type(exc).__name__, REASON_LIMIT)
         return values
 
     def _insert_all(self, conn: psycopg.Connection[Any], rows: list[list[Any]]) -> set[str]:
@@ -306,6 +322,27 @@ def _record_fault(exc: psycopg.Error) -> bool:
 def _reason(exc: psycopg.Error) -> str:
     primary = exc.diag.message_primary if exc.sqlstate is not None else None
     return printable(primary or first_line(exc), REASON_LIMIT)
+
+
+def _value(name: str, kind: str, value: Any) -> Any:
+    """``value`` for column ``name`` of type ``kind``; TypeError names what does not fit."""
+    if value is None:
+        return None
+    if kind == "jsonb":
+        return _jsonb(value)
+    if isinstance(value, bool) or not isinstance(value, _ACCEPTS[kind]):
+        raise TypeError(f"{name}: a {type(value).__name__} where {kind} belongs")
+    return _clean_text(value) if isinstance(value, str) else value
+
+
+def _jsonb(value: Any) -> Jsonb:
+    """Serialized here (TypeError/ValueError: not JSON), so the driver sends it as is."""
+    text = _JSON.encode(_clean(value))
+    return Jsonb(text, dumps=_as_is)
+
+
+def _as_is(text: Any) -> str:
+    return str(text)
 
 
 def _clean_text(value: str) -> str:

@@ -71,9 +71,9 @@ need_venv() {
 }
 
 dependency_edges() {
-  # The lower bounds of pyproject.toml are tested, not guessed: the web, queue and
-  # ZooKeeper tests run with exactly those versions shadowing the installed ones on
-  # PYTHONPATH. And zkcrawl/zk/wire.py leans on kazoo internals (KazooClient._call, its
+  # The lower bounds of pyproject.toml are tested, not guessed: the web, queue,
+  # ZooKeeper and PostgreSQL sink tests run with exactly those versions shadowing the
+  # installed ones on PYTHONPATH. And zkcrawl/zk/wire.py leans on kazoo internals (KazooClient._call, its
   # serialization structs), so the adapter's contract tests also run against the newest
   # kazoo published, past our upper bound; so does ZkClient.silent_for (two more kazoo
   # internals: tests/faults/test_silence.py).
@@ -81,9 +81,15 @@ dependency_edges() {
   dir="$(mktemp -d)"
   "$venv/bin/python" - > "$dir/lowest.txt" <<'PY'
 import re, tomllib
-for dep in tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]:
-    name, low = re.match(r"([A-Za-z0-9_.-]+)\s*>=\s*([0-9][^,;\s]*)", dep).groups()
+project = tomllib.load(open("pyproject.toml", "rb"))["project"]
+# The postgres extra too: psycopg[binary] is psycopg plus psycopg-binary of one version
+# (--no-deps installs no extra, so both are named).
+for dep in project["dependencies"] + project["optional-dependencies"]["postgres"]:
+    name, extra, low = re.match(r"([A-Za-z0-9_.-]+)(\[\w+\])?\s*>=\s*([0-9][^,;\s]*)",
+                                dep).groups()
     print(f"{name}=={low}")
+    if extra == "[binary]":
+        print(f"{name}-binary=={low}")
 PY
   say "lowest allowed versions: $(tr '\n' ' ' < "$dir/lowest.txt")"
   "$venv/bin/python" -m pip install -q --no-deps --target "$dir/lowest" -r "$dir/lowest.txt" \
@@ -92,6 +98,8 @@ PY
     tests/test_fetch.py tests/test_ssrf.py tests/test_decode.py tests/test_extract.py \
     tests/test_robots.py tests/test_urls.py tests/test_zk.py tests/test_queue.py \
     tests/test_claimlog.py tests/test_consumer_pipeline.py tests/test_seen.py
+  PYTHONPATH="$dir/lowest" "$venv/bin/python" -m pytest -q -p no:cacheprovider \
+    tests/test_sink_postgres.py -m "not slow"  # the lowest psycopg against a real server
   "$venv/bin/python" -m pip install -q --no-deps --upgrade --target "$dir/newest" kazoo \
     >/dev/null
   say "zookeeper adapter against $(ls "$dir/newest" | grep -m1 '^kazoo-.*dist-info')"

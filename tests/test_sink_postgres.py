@@ -1,16 +1,21 @@
 """The PostgreSQL sink (consumer/sink_postgres.py) against a real PostgreSQL server that the
-tests start themselves (zkcrawl/admin/localpg.py), real ZooKeeper, real HTTP servers and real
-consumer processes:
+tests start themselves (zkcrawl/admin/localpg.py, the ``pg_server`` fixture), real
+ZooKeeper, real HTTP servers and real consumer processes:
 
 * the URL is decoded as hostile input (hypothesis): only UsageError, never a password;
+* any record (hypothesis: dates, sets, bytes, NaN, NUL, nesting) is stored or refused with a
+  reason, by the database sink and by the JSON Lines sink alike; rows of a hostile table
+  summarize without failing;
 * one transaction per group, one row per item: a redelivered item hits the unique key;
 * a record the database refuses becomes that item's dead letter with the database's reason,
   the rest of its group is stored;
-* the database stopped mid-crawl: the consumer stops claiming, releases what it holds,
-  reconnects with backoff (bounded log lines) and finishes by itself;
-* SIGKILL mid-crawl, several times: every offered URL has exactly one row (slow);
+* the database stopped mid-crawl, or the table locked past the statement timeout: the
+  consumer stops claiming, releases what it holds, reconnects with backoff (bounded log
+  lines) and finishes by itself;
+* SIGKILL mid-crawl, right after a commit and from outside: every offered URL has exactly
+  one row (slow);
 * start-up: a password in the URL, a table that does not fit: exit 2; no server: exit 75;
-* ``zkcrawl report postgresql://...`` reads the table.
+* ``zkcrawl report postgresql://...`` reads the table; ``zkcrawl demo --out`` writes to it.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import signal
 import string
 import subprocess
 import sys
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,7 +41,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from consumer.main import main as consumer_main
-from consumer.sink import Entry, SinkUnavailable, open_sink
+from consumer.sink import Entry, Sink, SinkUnavailable, open_sink
 from consumer.sink_postgres import PostgresSink
 from tests.conftest import wait_for
 from tests.httpd import TestServer, delayed
@@ -192,6 +198,50 @@ def test_one_row_per_item_however_often_delivered(pg_server):
     assert {r[5] for r in rows if r[0] != "qn-0000000009"} == {"complete"}
 
 
+_ANY = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text()
+                    | st.datetimes() | st.binary() | st.sets(st.integers(), max_size=2),
+                    lambda inner: st.lists(inner, max_size=3)
+                    | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=6)
+
+
+@pytest.fixture(scope="module")
+def hostile_sink(pg_server):
+    url = pg_server.url()
+    sink = PostgresSink(url, "/hostile")
+    yield sink, url
+    sink.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.dictionaries(st.sampled_from([n for n, _ in COLUMNS] + ["x", "y"]), _ANY),
+                min_size=1, max_size=4))
+def test_any_record_is_stored_or_refused_with_a_reason(hostile_sink, pg_server, records):
+    """Records are the page's and the result pipelines': whatever they hold, each one is
+    stored or refused with its reason, and the batch never fails for it."""
+    sink, url = hostile_sink
+    names = [f"qn-{uuid.uuid4().hex}" for _ in records]
+    result = sink.write_batch([Entry(n, 1, r) for n, r in zip(names, records, strict=True)])
+    assert len(result) == len(records) and sink.available
+    assert all(r is None or (isinstance(r, str) and r) for r in result)
+    stored = {i for (i,) in pg_server.query(f"SELECT item FROM {table_of(url)} "
+                                            "WHERE item = ANY(%s)", names)}
+    assert stored == {n for n, r in zip(names, result, strict=True) if r is None}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.dictionaries(st.text(max_size=5), _ANY, max_size=5))
+def test_jsonl_sink_stores_or_refuses_any_record(tmp_path_factory, record):
+    path = tmp_path_factory.mktemp("jsonl") / "o.jsonl"
+    sink = Sink(str(path))
+    try:
+        (why,) = sink.write_batch([Entry("qn-1", 1, record)])
+    finally:
+        sink.close()
+    lines = path.read_bytes().splitlines()
+    assert (why is None and len(lines) == 1 and isinstance(json.loads(lines[0]), dict)) \
+        or (why is not None and why.startswith("not JSON") and lines == [])
+
+
 def test_text_postgresql_cannot_hold_is_made_valid(pg_server):
     url = pg_server.url()
     sink = PostgresSink(url, "/r")
@@ -305,6 +355,27 @@ def test_sigkill_mid_crawl_every_url_has_exactly_one_row(pg_server, zk, zk_hosts
     duplicates = [e for n in range(len(runs))
                   for e in events(tmp_path / f"err-{n}.log", "sink.duplicate")]
     assert sum(e["count"] for e in duplicates) >= 2, duplicates
+
+
+def test_a_locked_table_is_a_failing_database_until_the_lock_goes(pg_server):
+    """An insert that waits for a lock past statement_timeout (the sink's default is 60 s;
+    this URL sets 0.5 s) is cancelled: unavailable, released; back once the lock goes."""
+    import psycopg
+
+    url = pg_server.url() + "&options=-c%20statement_timeout%3D500"
+    sink = PostgresSink(url, "/r")
+    holder = psycopg.connect(pg_server.conninfo(), autocommit=False)
+    try:
+        holder.execute(f"LOCK TABLE {table_of(url.split('&')[0])} IN ACCESS EXCLUSIVE MODE")
+        with pytest.raises(SinkUnavailable, match="statement timeout"):
+            sink.write_batch([Entry("qn-1", 1, record("http://a.test/"))])
+        assert not sink.available
+        holder.rollback()  # the lock goes
+        wait_for(lambda: sink.between_groups() or sink.available, 20, "reconnected")
+        assert sink.write_batch([Entry("qn-1", 1, record("http://a.test/"))]) == [None]
+    finally:
+        holder.close()
+        sink.close()
 
 
 # -- start-up --------------------------------------------------------------------------------

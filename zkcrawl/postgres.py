@@ -44,6 +44,14 @@ _SECRET_PARAMS = frozenset({"password", "sslpassword"})
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]{0,62}"
 _TABLE = re.compile(rf"{_IDENT}(?:\.{_IDENT})?")
 CONNECT_TIMEOUT_S = 5  # libpq connect_timeout unless the URL sets one
+#: libpq defaults unless the URL sets them: a peer gone without a word (a host powered off,
+#: a partition) is noticed in ~25 s when idle and 30 s with data unacknowledged, instead of
+#: the kernel's hours.
+NETWORK_DEFAULTS = {"keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3,
+                    "tcp_user_timeout": 30_000}
+#: The sink's statements: an insert waiting longer than this for a lock (an ALTER TABLE, a
+#: LOCK held by someone) is cancelled and handled as a failing database.
+SINK_STATEMENT_TIMEOUT_MS = 60_000
 
 #: The columns of a record, in SPEC §4 order, with their SQL types.
 COLUMNS: tuple[tuple[str, str], ...] = (
@@ -124,7 +132,8 @@ def first_line(exc: BaseException, limit: int = 300) -> str:
     return printable(text[0] if text else type(exc).__name__, limit)
 
 
-def connect(target: PgTarget, application_name: str) -> psycopg.Connection[Any]:
+def connect(target: PgTarget, application_name: str, statement_timeout_ms: int = 0
+            ) -> psycopg.Connection[Any]:
     """An autocommit connection (transactions are explicit). Any failure is
     :class:`DatabaseUnavailable` (exit 75), with the server's reason: libpq gives no
     SQLSTATE for a failed connection, and its FATAL lines mix what a restart cures (the
@@ -138,6 +147,9 @@ def connect(target: PgTarget, application_name: str) -> psycopg.Connection[Any]:
         extra["connect_timeout"] = CONNECT_TIMEOUT_S
     if "application_name" not in given:
         extra["application_name"] = application_name
+    extra.update({k: v for k, v in NETWORK_DEFAULTS.items() if k not in given})
+    if statement_timeout_ms and "options" not in given:
+        extra["options"] = f"-c statement_timeout={statement_timeout_ms}"
     try:
         return psycopg.connect(target.conninfo, autocommit=True, **extra)
     except psycopg.Error as exc:
