@@ -76,7 +76,7 @@ log = structlog.get_logger(__name__)
 BACKOFF_FIRST = 0.5  # seconds before the first reconnection attempt, doubled after each
 BACKOFF_CAP = 30.0
 LOG_EVERY = 60.0  # at most one sink.still_down line per this many seconds
-ROWS_PER_INSERT = 500  # rows per INSERT statement (19 parameters each: PostgreSQL takes 65535)
+ROWS_PER_INSERT = 500  # rows per INSERT statement (20 parameters each: PostgreSQL takes 65535)
 REASON_LIMIT = 200  # characters of the database's reason kept for a dead letter
 
 _NAMES = tuple(name for name, _ in COLUMNS)
