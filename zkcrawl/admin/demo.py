@@ -253,6 +253,9 @@ class Tally:
             self.counts[name] += complete.count(b"\n")
         return sum(self.counts.values())
 
+    def close(self) -> None:
+        """Nothing held between two reads of the part files."""
+
 
 class TableTally(Tally):
     """Records written so far per consumer, counted in the results table (the demo's root)."""
@@ -260,6 +263,7 @@ class TableTally(Tally):
     def __init__(self, parts: dict[str, Path], url: str) -> None:
         super().__init__(parts)
         self.target = postgres.parse_url(url)
+        self._conn: Any = None  # one connection for every refresh, made again after a failure
 
     def update(self) -> int:
         from psycopg import sql
@@ -267,14 +271,23 @@ class TableTally(Tally):
         query = sql.SQL("SELECT consumer, count(*) FROM {} WHERE root = %s GROUP BY consumer"
                         ).format(postgres.qualified(self.target))
         try:
-            with postgres.connect(self.target, "zkcrawl-demo") as conn:
-                rows = conn.execute(query, (ROOT,)).fetchall()
+            if self._conn is None:
+                self._conn = postgres.connect(self.target, "zkcrawl-demo")
+            rows = self._conn.execute(query, (ROOT,)).fetchall()
         except Exception:  # a progress count only: the next refresh tries again
+            self.close()
             return sum(self.counts.values())
         for consumer, count in rows:
             if consumer in self.counts:
                 self.counts[consumer] = int(count)
         return sum(self.counts.values())
+
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.close()
+            self._conn = None
 
 
 def prepare_table(url: str) -> None:
@@ -461,7 +474,10 @@ def run_demo(cfg: DemoConfig, display: Display) -> DemoResult:
             display.say(f"crawling {base_url} with {len(parts)} consumers")
             try:
                 tally = TableTally(parts, cfg.out) if cfg.out else Tally(parts)
-                ended = _crawl(zk, children, cfg, tally, display)
+                try:
+                    ended = _crawl(zk, children, cfg, tally, display)
+                finally:
+                    tally.close()
                 producer_exit = children.procs["producer"].returncode
             finally:
                 display.close()
