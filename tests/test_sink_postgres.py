@@ -21,7 +21,6 @@ ZooKeeper, real HTTP servers and real consumer processes:
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import re
@@ -40,7 +39,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consumer.main import main as consumer_main
 from consumer.sink import Entry, Sink, SinkUnavailable, open_sink
 from consumer.sink_postgres import PostgresSink
 from tests.conftest import wait_for
@@ -381,10 +379,13 @@ def test_a_locked_table_is_a_failing_database_until_the_lock_goes(pg_server):
 # -- start-up --------------------------------------------------------------------------------
 
 def run_consumer(argv: list[str]) -> tuple[int, str]:
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err):
-        status = consumer_main(argv, {})
-    return int(status), err.getvalue()
+    """The consumer as a process of its own: its stderr is what a user sees (in this
+    process, log lines of earlier tests' threads could land in a redirected stderr)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ZKCRAWL_", "PG"))}
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.run([sys.executable, "-m", "consumer.main", *argv], env=env,
+                          capture_output=True, text=True, timeout=120)
+    return proc.returncode, proc.stderr
 
 
 def test_a_password_in_the_url_is_refused_and_never_shown(zk_hosts, zk_root):
