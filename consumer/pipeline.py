@@ -89,7 +89,7 @@ def backoff(attempt: int, retry_after: float | None) -> float:
     return min(BACKOFF_CAP, BACKOFF_BASE * 2.0 ** min(max(0, attempt), 32))
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: built per page, frozen __init__ costs ~1 µs
 class Extracted:
     """What a fetched page gives: the record's title and fields, the error (the fetch's, or
     the page processor's ``processor: Type: message``), the links found, skip, and the

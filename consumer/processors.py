@@ -136,7 +136,7 @@ class FieldsProcessor:
         return PageResult(fields=rec.fields, title=rec.title)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: built per page, frozen __init__ costs ~1 µs
 class Processed:
     """What :meth:`Processors.run` made of one page: a result or an error, and its time."""
 

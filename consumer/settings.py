@@ -53,6 +53,9 @@ class ConsumerSettings(CommonSettings, WebOptions):
         zkcrawl-consumer --field "price=//span[@class='price']/text()" --domain-delay 2
         # crawl what is queued, then exit (batch jobs, tests)
         zkcrawl-consumer --out - --exit-when-idle 10 | gzip > results.jsonl.gz
+        # your own code for blog pages, records through your pipeline before the sink
+        zkcrawl-consumer --processor 're:^https://blog.example.com/ myproj.blog:parse' \\
+            --pipeline myproj.pipelines:RequireAuthor
     """
 
     id: str | None = opt(None, "consumer id, unique in the cluster (default: host-pid)",

@@ -68,6 +68,7 @@ from zkcrawl.queue.discovered import DiscoveredWriter, Link, link_depth
 from zkcrawl.queue.layout import Layout
 from zkcrawl.queue.leases import Claimed, LeaseQueue
 from zkcrawl.queue.registry import Registration
+from zkcrawl.textsafe import redact_userinfo
 from zkcrawl.web.urls import host_key
 from zkcrawl.zk.client import ZkClient
 from zkcrawl.zk.types import ZkState
@@ -367,7 +368,8 @@ class Worker:
     def _links(self, tasks: Sequence[Task]) -> None:
         """Committer thread, before completing ``tasks``: the links their page processors
         found go to ``<root>/discovered/`` (at-least-once: never completed without them)."""
-        links = [Link(url, task.claimed.url or "", link_depth(task.claimed))
+        # "from" is the page that linked (credentials never leave the process: redacted).
+        links = [Link(url, redact_userinfo(task.claimed.url or ""), link_depth(task.claimed))
                  for task in tasks if task.outcome is not None
                  for url in task.outcome.links]
         if not links:

@@ -55,6 +55,8 @@ class ProducerSettings(CommonSettings, WebOptions):
             --seen /var/lib/zkcrawl/seen.bloom
         # offer the URLs of a file (one per line; - = stdin), nothing fetched
         zkcrawl-producer --from-file urls.txt --deny '\\.pdf$'
+        # a deep crawl: seed URLs, then the links consumers' --processor code finds
+        zkcrawl-producer --from-file seeds.txt --follow --same-host --max-link-depth 5
     """
 
     start: tuple[str, ...] = opt((), "listing page to start from; repeatable", repeat=True,

@@ -134,3 +134,48 @@ def test_an_item_is_never_completed_before_its_links_are_in_zookeeper(
     # The books: one item, recorded once per crawl (the repeats are the releases), no lease.
     assert {r["url"] for r in records(out)} == {srv.url("/list")}
     assert zk.get_children(f"{zk_root}/leases") == []
+
+
+@pytest.mark.slow
+def test_a_consumer_killed_mid_crawl_loses_no_page_of_a_deep_crawl(
+        zk: ZkClient, zk_hosts: str, zk_root: str, tmp_path: Path):
+    """SIGKILL one of two consumers while the crawl follows links: its leases expire, the
+    other consumer takes its items again; every page is recorded, the only duplicates are
+    pages the killed one recorded without completing (at most its threads + backlog)."""
+    def consumer(name: str) -> subprocess.Popen[bytes]:
+        return spawn(["--zk", zk_hosts, "--root", zk_root, "--out", str(tmp_path / name),
+                      "--id", name, "--threads", "2", "--backlog", "2", "--domain-delay",
+                      "0.05", "--politeness", "local", "--session-timeout", "3",
+                      "--log-format", "json", "--allow-private-addresses",
+                      "--exit-when-idle", "4", "--processor", "tests.plugins.procs:links"],
+                     tmp_path / f"{name}.log")
+
+    with SampleSite(slow_s=0.1) as site:
+        base = site.base_url.rstrip("/")
+        seed = tmp_path / "seed.txt"
+        seed.write_text(f"{base}/\n")
+        victim, survivor = consumer("victim"), consumer("survivor")
+        prod = producer(zk_hosts, zk_root, "--from-file", str(seed), "--follow", "--same-host")
+        try:
+            wait_for(lambda: len(records(tmp_path / "victim", strict=False)) >= 5, 60,
+                     "the victim recorded pages")
+            victim.kill()  # SIGKILL: no release, no completion of what it holds
+            victim.wait()
+            _, err = prod.communicate(timeout=120)
+            assert prod.returncode == 0, err[-2000:]
+            assert survivor.wait(timeout=60) == 0
+        finally:
+            for proc in (prod, victim, survivor):
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+    killed = Counter(r["url"] for r in records(tmp_path / "victim", strict=False))
+    kept = Counter(r["url"] for r in records(tmp_path / "survivor"))
+    expected = {f"{base}/", *(f"{base}/blog/page/{p}" for p in range(1, PAGES + 1)),
+                f"{base}/about.html", *expected_articles(base)}
+    assert set(killed) | set(kept) == expected  # no page lost
+    duplicates = {u for u in expected if killed[u] + kept[u] > 1}
+    assert duplicates <= set(killed) and len(duplicates) <= 2 + 2  # explained, bounded
+    assert all(n == 1 for n in kept.values())
+    for part in ("queue", "leases", "discovered"):
+        assert zk.get_children(f"{zk_root}/{part}") == [], part
