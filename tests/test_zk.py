@@ -10,6 +10,8 @@ per-file-ignores name it).
 from __future__ import annotations
 
 import ast
+import os
+import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -24,8 +26,10 @@ from kazoo.protocol.states import ZnodeStat
 from kazoo.security import OPEN_ACL_UNSAFE
 
 from tests.conftest import wait_for
+from zkcrawl.admin.localzk import ZkServer
 from zkcrawl.zk import (
     BadVersionError,
+    ConnectionLoss,
     NodeExistsError,
     NoNodeError,
     RolledBackError,
@@ -33,6 +37,7 @@ from zkcrawl.zk import (
     ZkClient,
     errors,
 )
+from zkcrawl.zk.client import gather
 from zkcrawl.zk.wire import CreateMany, MultiRead
 
 
@@ -351,3 +356,23 @@ def test_data_and_children_watches(zk: ZkClient, zk_factory: Callable[..., ZkCli
     assert seen[0] == (None, None)  # called at once: no node yet
     assert (b"after", 2) not in seen
     assert [] in kids and ["c"] in kids
+
+
+def test_gather_with_a_timeout_is_bounded_while_zookeeper_is_frozen(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """kazoo keeps a request until the server answers or the connection drops; with a
+    timeout, gather() gives up and raises ConnectionLoss (admin reads, the exporter)."""
+    server = ZkServer(tmp_path_factory.mktemp("frozen"), quick_jit=True).start(wait=60)
+    client = ZkClient(server.hosts, zk_timeout=1.0, session_timeout=30.0).connect()
+    try:
+        assert server.proc is not None
+        os.kill(server.proc.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(ConnectionLoss, match=r"within 0\.5 s"):
+                gather([client.get_async("/"), client.get_async("/zookeeper")], 0.5)
+        finally:
+            os.kill(server.proc.pid, signal.SIGCONT)
+        assert gather([client.get_async("/")], 10.0)[0] is not None  # unfrozen: answers
+    finally:
+        client.close()
+        server.stop()

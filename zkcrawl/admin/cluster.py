@@ -120,7 +120,7 @@ def _children(zk: ZkClient, path: str) -> list[str]:
 def _read_json(zk: ZkClient, base: str, names: Sequence[str]
                ) -> list[tuple[str, dict[str, Any], Stat]]:
     """(name, JSON object or {}, stat) for each node still there, read pipelined."""
-    results = gather([zk.get_async(f"{base}/{n}") for n in names])
+    results = gather([zk.get_async(f"{base}/{n}") for n in names], zk.zk_timeout)
     out = []
     for name, res in zip(names, results, strict=True):
         if isinstance(res, Exception):
@@ -230,7 +230,8 @@ def _leased_items(zk: ZkClient, p: dict[str, str], leases: list[tuple[str, dict[
                   now: float) -> list[dict[str, Any]]:
     """Each lease with its holder, age and the item's URL and host (items read pipelined; an
     item completed meanwhile, or malformed, has no URL)."""
-    reads = gather([zk.get_async(f"{p['queue']}/{name}") for name, _, _ in leases])
+    reads = gather([zk.get_async(f"{p['queue']}/{name}") for name, _, _ in leases],
+                   zk.zk_timeout)
     out = []
     for (name, doc, stat), res in zip(leases, reads, strict=True):
         item = None if isinstance(res, Exception) else wire.decode(bytes(res[0] or b"")).item
@@ -368,7 +369,7 @@ def list_dead(zk: ZkClient, root: str) -> list[DeadLetter]:
     """Every dead letter, oldest first."""
     base = _paths(root)["dead"]
     names = [n for _, n in wire.sort_names(_children(zk, base))]
-    results = gather([zk.get_async(f"{base}/{n}") for n in names])
+    results = gather([zk.get_async(f"{base}/{n}") for n in names], zk.zk_timeout)
     return [_decode_dead(n, bytes(r[0] or b""), r[1])
             for n, r in zip(names, results, strict=True) if not isinstance(r, Exception)]
 
@@ -460,7 +461,7 @@ def _commit_each(zk: ZkClient, builds: Sequence[Callable[[Multi], None]]
         tx = zk.transaction()
         build(tx)
         txs.append(tx.commit_async())
-    return gather(txs)
+    return gather(txs, zk.zk_timeout)
 
 
 def requeue_dead(zk: ZkClient, root: str, letters: Sequence[DeadLetter]) -> Outcome:
@@ -496,7 +497,7 @@ def purge_dead(zk: ZkClient, root: str, letters: Sequence[DeadLetter]) -> Outcom
     """Delete the given dead letters for good."""
     base = _paths(root)["dead"]
     out = Outcome()
-    results = gather([zk.delete_async(f"{base}/{d.id}") for d in letters])
+    results = gather([zk.delete_async(f"{base}/{d.id}") for d in letters], zk.zk_timeout)
     for letter, res in zip(letters, results, strict=True):
         if isinstance(res, NoNodeError):
             out.skipped.append((letter.id, "already gone"))
@@ -512,8 +513,8 @@ def list_queue(zk: ZkClient, root: str, limit: int) -> list[dict[str, Any]]:
     """The first ``limit`` items (what consumers take next), with their lease holder."""
     p = _paths(root)
     names = [n for _, n in wire.sort_names(_children(zk, p["queue"]))][:max(0, limit)]
-    reads = gather([zk.get_async(f"{p['queue']}/{n}") for n in names])
-    leases = gather([zk.get_async(f"{p['leases']}/{n}") for n in names])
+    reads = gather([zk.get_async(f"{p['queue']}/{n}") for n in names], zk.zk_timeout)
+    leases = gather([zk.get_async(f"{p['leases']}/{n}") for n in names], zk.zk_timeout)
     now = time.time()
     out = []
     for name, res, lease in zip(names, reads, leases, strict=True):
@@ -540,7 +541,7 @@ def purge_queue(zk: ZkClient, root: str) -> tuple[int, int]:
     p = _paths(root)
     names = _children(zk, p["queue"])
     leased = set(_children(zk, p["leases"]))
-    results = gather([zk.delete_async(f"{p['queue']}/{n}") for n in names])
+    results = gather([zk.delete_async(f"{p['queue']}/{n}") for n in names], zk.zk_timeout)
     deleted = [n for n, r in zip(names, results, strict=True) if not isinstance(r, Exception)]
     return len(deleted), len(leased.intersection(deleted))
 

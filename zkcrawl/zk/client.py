@@ -34,6 +34,7 @@ from kazoo.security import ACL, Id
 from zkcrawl.errors import ZkUnavailable
 from zkcrawl.zk.errors import (
     AuthFailedError,
+    ConnectionLoss,
     KazooException,
     KazooTimeoutError,
     MarshallingError,
@@ -474,7 +475,7 @@ class ZkClient:
             except (UnimplementedError, MarshallingError):
                 self._multiread = False  # an old server: pipelined gets from now on
         return [r if isinstance(r, Exception) else (r[0] or b"", r[1])
-                for r in gather([self.get_async(p) for p in paths])]
+                for r in gather([self.get_async(p) for p in paths], self.zk_timeout)]
 
     def create_many_async(self, marker: str, prefix: str, datas: Sequence[bytes]
                           ) -> Pending[list[str | Exception]]:
@@ -505,11 +506,19 @@ class ZkClient:
 
 
 def gather(asyncs: Iterable[Pending[T]], timeout: float | None = None) -> list[T | Exception]:
-    """Wait for pipelined requests; each slot is a value or the exception."""
+    """Wait for pipelined requests; each slot is a value or the request's exception.
+    ``timeout`` bounds the whole wait (not each slot): past it this raises ConnectionLoss,
+    as :meth:`ZkClient.answer` does -- kazoo keeps a request made while disconnected until it
+    reconnects. None: wait as long as kazoo does (callers that handle the connection's
+    state themselves)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
     out: list[T | Exception] = []
     for res in asyncs:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
         try:
-            out.append(res.get(timeout=timeout))
+            out.append(res.get(timeout=left))
+        except KazooTimeoutError:  # only with a timeout: the wait, not the request, failed
+            raise ConnectionLoss(f"no answer from ZooKeeper within {timeout:g} s") from None
         except Exception as exc:
             out.append(exc)
     return out
