@@ -9,6 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from zkcrawl.admin.cluster import cluster_status
 from zkcrawl.queue.discovered import (
     NODE_BYTES,
     DiscoveredReader,
@@ -93,6 +94,7 @@ def test_written_links_are_read_back_in_order_then_deleted(zk: ZkClient, zk_root
     zk.create(f"{zk_root}/discovered/dn-", b"\xff junk", sequence=True)  # hostile
     reader = DiscoveredReader(zk, zk_root)
     names = reader.names()
+    assert cluster_status(zk, zk_root)["discovered"] == {"batches": len(names)}
     nodes = reader.read(names)
     good = [link for n in nodes for link in n.decoded.links]
     assert good == [*big, Link("http://h/last", "http://h/a", 2)]
@@ -101,4 +103,5 @@ def test_written_links_are_read_back_in_order_then_deleted(zk: ZkClient, zk_root
     reader.delete(names)
     reader.delete(names)  # already gone: fine
     assert reader.names() == []
+    assert cluster_status(zk, zk_root)["discovered"] == {"batches": 0}
     assert zk.get_children(f"{zk_root}/offers") == []  # no marker left

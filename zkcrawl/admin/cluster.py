@@ -15,6 +15,7 @@ round trips, not one per consumer or lease.
                     "stale", "leases", "control_seen", "acknowledged"}],
      "producers": [{"id", "host", "state", "heartbeat_age_s", ...as published}],
      "dead": {"count"}, "control_pending": [ids that have not acknowledged yet],
+     "discovered": {"batches"},                        # waiting for a --follow producer
      "hosts": {"tracked", "held_back", "longest": [{"host", "next_slot_in_s",
                                                     "leased_items"}]}}
 
@@ -107,7 +108,12 @@ def session(settings: CommonSettings) -> Iterator[ZkClient]:
 def _paths(root: str) -> dict[str, str]:
     layout = Layout.of(root)
     return {k: getattr(layout, k) for k in ("queue", "leases", "consumers", "producers", "dead",
-                                            "control", "hosts")}
+                                            "control", "hosts", "discovered")}
+
+
+def _child_count(zk: ZkClient, path: str) -> int:
+    stat = zk.exists(path)
+    return int(stat.numChildren) if stat is not None else 0
 
 
 def _children(zk: ZkClient, path: str) -> list[str]:
@@ -282,6 +288,9 @@ def cluster_status(zk: ZkClient, root: str, now: float | None = None) -> dict[st
         "consumers": consumers,
         "producers": producers,
         "dead": {"count": len(names["dead"])},
+        # Batches of links found by page processors, waiting for a --follow producer: the
+        # parent's child count (one stat, however many nodes).
+        "discovered": {"batches": _child_count(zk, p["discovered"])},
         "hosts": _hosts(zk, p["hosts"], now, Counter(x["host"] for x in leased if x["host"]),
                         _largest_gap(consumers)),
     }

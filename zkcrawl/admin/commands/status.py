@@ -130,6 +130,9 @@ def render(doc: dict[str, Any], hosts: str) -> str:
              _leases_line(leases),
              f"dead      {doc['dead']['count']} dead letters"
              + ("  (see `zkcrawl dead list`)" if doc["dead"]["count"] else ""),
+             *([f"found     {doc['discovered']['batches']} batches of discovered links "
+                "waiting for a `zkcrawl-producer --follow`"]
+               if doc.get("discovered", {}).get("batches") else []),
              _hosts_line(doc["hosts"]), ""]
     if doc["consumers"]:
         rows = [[c["id"], c["host"], c["state"], c["ok"], c["failed"], c["leases"],
