@@ -21,7 +21,8 @@ Both fetch the same pages (the listings and the articles). Figures:
   out, so the crawl takes at least ``max(L x latency + ceil(per_list / threads) x latency,
   latency + articles x latency / threads)``;
 * ``cpu_ms_per_page`` -- CPU of every process of the case (producer, consumer, ZooKeeper; the
-  naive crawler) from spawn to exit, per page; ``zk_cpu_ms_per_page`` its ZooKeeper part.
+  naive crawler) from spawn to exit, per page; ``zk_cpu_ms_per_page`` its ZooKeeper part
+  (the bench's own server, warmed up first by offering and draining 2,000 items).
 """
 
 from __future__ import annotations
@@ -37,48 +38,15 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import psutil
 import requests
 
 from zkcrawl.bench.crawl import _read_lines, _wait_registered
-from zkcrawl.bench.hosts import env, record_spans, zookeeper
+from zkcrawl.bench.hosts import CpuMeter, env, record_spans, zookeeper
 from zkcrawl.bench.site import start_site, stop_benchsite
 from zkcrawl.zk.client import ZkClient
 
 LISTING_PAGES = 50
 SAMPLE_S = 0.05
-
-
-class CpuMeter:
-    """CPU seconds of a set of processes, sampled until each exits (the last sample of a
-    process is its total: psutil cannot read a reaped child)."""
-
-    def __init__(self) -> None:
-        self.procs: list[psutil.Process] = []
-        self.last: dict[int, float] = {}
-        self.base: dict[int, float] = {}
-
-    def add(self, pid: int, from_now: bool = False) -> None:
-        """Count ``pid``; with ``from_now`` only what it spends from now on."""
-        with contextlib.suppress(psutil.Error):
-            p = psutil.Process(pid)
-            self.procs.append(p)
-            self.base[pid] = _cpu_of(p) if from_now else 0.0
-            self.last[pid] = self.base[pid]
-
-    def sample(self) -> None:
-        for p in self.procs:
-            with contextlib.suppress(psutil.Error):
-                self.last[p.pid] = _cpu_of(p)
-
-    def seconds(self, pid: int | None = None) -> float:
-        pids = [pid] if pid is not None else list(self.last)
-        return sum(self.last[p] - self.base[p] for p in pids if p in self.last)
-
-
-def _cpu_of(p: psutil.Process) -> float:
-    t = p.cpu_times()
-    return float(t.user + t.system + t.children_user + t.children_system)
 
 
 def bound_s(articles: int, pages: int, per_list: int, threads: int, latency_s: float) -> float:
@@ -212,6 +180,25 @@ def _figures(recs: list[dict[str, Any]], stats: dict[str, Any], spawned: float, 
             "cpu_ms_per_page": round(meter.seconds() * 1000 / max(pages, 1), 3)}
 
 
+def _warm_up(zk_hosts: str, n: int = 2000) -> None:
+    """Offer and drain ``n`` items on a fresh server: a JVM just started spends seconds of
+    CPU compiling its hot paths, which would be counted against the first case (a
+    production ensemble is warm)."""
+    from zkcrawl.bench.drain import drain
+    from zkcrawl.queue.items import Item
+    from zkcrawl.queue.leases import LeaseQueue
+
+    zk = ZkClient(zk_hosts, session_timeout=30).connect()
+    root = f"/bench-e2e-warm-{uuid.uuid4().hex[:8]}"
+    try:
+        q = LeaseQueue(zk, root, "warm-up")
+        q.offer_many(Item(url=f"http://127.0.0.1:9/w/{i}", producer="bench") for i in range(n))
+        drain(q, n)
+        zk.delete(root, recursive=True)
+    finally:
+        zk.close()
+
+
 def run_bench(zk_hosts: str | None, articles: int = 2000, threads: int = 32,
               latency_ms: float = 50) -> dict[str, Any]:
     """Both cases in one run: the naive crawler, then zkcrawl, then the naive crawler again
@@ -227,6 +214,8 @@ def run_bench(zk_hosts: str | None, articles: int = 2000, threads: int = 32,
                                    "cpus": os.cpu_count(),
                                    "load_avg_1m": round(os.getloadavg()[0], 2),
                                    "zk_cpu_counted": pid is not None}
+            if server is not None:
+                _warm_up(zkh)
             naive = [case_naive(articles, threads, latency_ms, tmp)]
             out["zkcrawl"] = case_zkcrawl(zkh, pid, articles, threads, latency_ms, tmp)
             naive.append(case_naive(articles, threads, latency_ms, tmp))

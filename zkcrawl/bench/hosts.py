@@ -161,6 +161,38 @@ def record_spans(recs: list[dict[str, Any]]) -> list[tuple[float, float]]:
     return spans
 
 
+class CpuMeter:
+    """CPU seconds of a set of processes, sampled until each exits (the last sample of a
+    process is its total: psutil cannot read a reaped child)."""
+
+    def __init__(self) -> None:
+        self.procs: list[psutil.Process] = []
+        self.last: dict[int, float] = {}
+        self.base: dict[int, float] = {}
+
+    def add(self, pid: int, from_now: bool = False) -> None:
+        """Count ``pid``; with ``from_now`` only what it spends from now on."""
+        with contextlib.suppress(psutil.Error):
+            p = psutil.Process(pid)
+            self.procs.append(p)
+            self.base[pid] = _cpu_of(p) if from_now else 0.0
+            self.last[pid] = self.base[pid]
+
+    def sample(self) -> None:
+        for p in self.procs:
+            with contextlib.suppress(psutil.Error):
+                self.last[p.pid] = _cpu_of(p)
+
+    def seconds(self, pid: int | None = None) -> float:
+        pids = [pid] if pid is not None else list(self.last)
+        return sum(self.last[p] - self.base[p] for p in pids if p in self.last)
+
+
+def _cpu_of(p: psutil.Process) -> float:
+    t = p.cpu_times()
+    return float(t.user + t.system + t.children_user + t.children_system)
+
+
 # -- one case ----------------------------------------------------------------------------
 def case(zk_hosts: str, *, hosts: int, per_host: int, procs: int, politeness: str,
          threads: int, latency_ms: float, delay: float, tmp: Path) -> dict[str, Any]:
@@ -196,8 +228,8 @@ def case(zk_hosts: str, *, hosts: int, per_host: int, procs: int, politeness: st
         finally:
             zk.close()
         probe = Probe(children, outs)
-        after = _run(probe, len(urls), ports,
-                     timeout=60 + per_host * delay * 3 + len(urls) * latency_ms / 1000)
+        after, cpu_s = _run(probe, len(urls), ports,
+                            timeout=60 + per_host * delay * 3 + len(urls) * latency_ms / 1000)
         stats = requests.get(f"{bases[0]}/stats", timeout=10).json()
     finally:
         stop_benchsite(site)
@@ -227,7 +259,7 @@ def case(zk_hosts: str, *, hosts: int, per_host: int, procs: int, politeness: st
         "server_requests": stats["requests"],
         "min_gap_s": round(min(gaps), 4) if gaps else None,
         "hosts_below_delay": sum(1 for g in gaps if g < delay),
-        "cpu_ms_per_page": probe.cpu_ms_per_page(),
+        "cpu_ms_per_page": round(cpu_s * 1000 / (pages - 1), 3) if pages > 1 else None,
         "zk": per_page(before, after, pages)}
     if pol:
         out["politeness_stats"] = {
@@ -239,13 +271,24 @@ def case(zk_hosts: str, *, hosts: int, per_host: int, procs: int, politeness: st
 
 
 def _run(probe: Probe, expected: int, ports: list[int], timeout: float
-         ) -> dict[str, float] | None:
-    """Sample the consumers until they exit; ZooKeeper's counters when the last page is in
-    (the idle seconds before the consumers exit are not counted)."""
+         ) -> tuple[dict[str, float] | None, float]:
+    """Sample the consumers until they exit; returns ZooKeeper's counters when the last page
+    is in (the idle seconds before the consumers exit are not counted) and the consumers' CPU
+    seconds from the first page to the last (a consumer that exited keeps its last sample)."""
     deadline = time.monotonic() + timeout
     after = None
+    meter = CpuMeter()
+    for p in probe.procs:
+        meter.add(p.pid)
+    pages_seen, cpu_first, cpu_last = 0, None, 0.0
     while time.monotonic() < deadline:
-        if probe.sample() >= expected and after is None:
+        meter.sample()
+        pages = probe.sample()
+        if pages and cpu_first is None:
+            cpu_first = meter.seconds()
+        if pages > pages_seen:
+            pages_seen, cpu_last = pages, meter.seconds()
+        if pages >= expected and after is None:
             after = zk_counters(ports)
         if all(p.poll() is not None for p in probe.procs):
             break
@@ -254,7 +297,8 @@ def _run(probe: Probe, expected: int, ports: list[int], timeout: float
         if p.poll() is None:
             p.kill()
         p.wait()
-    return after if after is not None else zk_counters(ports)
+    cpu = cpu_last - cpu_first if cpu_first is not None else 0.0
+    return (after if after is not None else zk_counters(ports)), cpu
 
 
 # -- the bench -----------------------------------------------------------------------------
@@ -269,7 +313,8 @@ def run_bench(zk_hosts: str | None, hosts: int = 500, per_host: int = 10, thread
                                    "latency_ms": latency_ms, "delay": delay,
                                    "cpus": os.cpu_count(),
                                    "load_avg_1m": round(os.getloadavg()[0], 2)}
-            common = {"threads": threads, "latency_ms": latency_ms, "delay": delay, "tmp": tmp}
+            common: dict[str, Any] = {"threads": threads, "latency_ms": latency_ms,
+                                      "delay": delay, "tmp": tmp}
             for key, procs, pol in (("local_1", 1, "local"), ("cluster_1", 1, "cluster"),
                                     ("cluster_4", 4, "cluster"), ("local_4", 4, "local")):
                 out[key] = case(zkh, hosts=hosts, per_host=per_host, procs=procs,
@@ -311,7 +356,7 @@ def render(out: dict[str, Any]) -> str:
         races = (c.get("politeness_stats") or {}).get("races_per_page", "-")
         lines.append(f"{key:<11}{c['pages_per_s']:>9}{c['attainable_pages_per_s']:>9}"
                      f"{c['pct_attainable']:>7}{_s(c['min_gap_s']):>11}"
-                     f"{c['hosts_below_delay']:>8}{c['cpu_ms_per_page']:>11}"
+                     f"{c['hosts_below_delay']:>8}{_s(c['cpu_ms_per_page']):>11}"
                      f"{_s(zk.get('requests_per_page')):>11}{_s(zk.get('writes_per_page')):>11}"
                      f"{races:>10}")
     lines.append("ratios: " + ", ".join(f"{k}={v}" for k, v in out["ratios"].items()))
