@@ -14,12 +14,16 @@ from zkcrawl.errors import ExitStatus, UsageError
 from zkcrawl.settings import CommonSettings, opt
 
 NAME = "bench"
-HELP = "measure the queue, the producer's offers or a whole crawl against baselines"
+HELP = ("measure the queue, the producer's offers, a whole crawl, politeness on many hosts, "
+        "an ensemble or the pipeline end to end against baselines")
 EXAMPLES = """
     zkcrawl bench queue                    # a throwaway local ZooKeeper
     zkcrawl bench queue --zk 127.0.0.1:2181 --root /bench --items 5000
     zkcrawl bench crawl --json > crawl.json
     zkcrawl bench crawl --pg postgresql://crawl@db/bench   # the PostgreSQL cases there
+    zkcrawl bench hosts --site-hosts 500 --domain-delay 1   # politeness on many hosts
+    zkcrawl bench ensemble                 # the queue on a 3-node ensemble on loopback
+    zkcrawl bench e2e                      # producer + consumer vs seed 002's crawler
 """
 
 
