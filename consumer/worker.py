@@ -312,6 +312,7 @@ class Worker:
                 self.backlog.cool(task, due - LEAD)
                 return False
             task.gated = True
+            assert start is not None  # admitted: the start is known
             if (delay := start - time.monotonic()) > 0:
                 time.sleep(delay)  # < EARLY: cheaper than a trip through the heap
         task.timing.started = time.monotonic()

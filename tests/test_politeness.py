@@ -15,6 +15,7 @@ from zkcrawl.politeness.gate import DOWN_BACK_OFF_CAP, EARLY, HostGate, down_bac
 from zkcrawl.politeness.local import (
     MAX_BACK_OFF,
     MAX_CRAWL_DELAY,
+    SLOT_SLACK,
     LocalPoliteness,
     Politeness,
     wait_for_slot,
@@ -230,8 +231,52 @@ def test_gate_over_another_politeness_keeps_a_table_of_this_process() -> None:
     assert slots.delay_for("a.com") == gate.table.delay_for("a.com") == 2.0
     gate.finished("a.com")
     clock.advance(EARLY)
+    # The shared slot (1001.0) comes before this process may start again (2 s after its
+    # last request ended, 1002.0): a start then would be late for the slot -- closer than a
+    # gap to the next consumer's -- so the slot is given up and a new one reserved at 1002.
     slot, due = gate.admit("a.com", None)
-    assert (slot, due) == (1001.0, 1002.0)  # the shared slot, and 2 s after the last ended
+    assert (slot, due) == (None, 1002.0)
+    clock.advance(2.0)
+    slot, due = gate.admit("a.com", slot)  # a new shared slot (1001.0 went unused)
+    assert (slot, due) == (1003.0, 1003.0)
+    clock.advance(1.0)
+    start, due = gate.admit("a.com", slot)
+    assert due is None and start == clock.now  # within the slack of its slot: admitted
+
+
+def test_a_shared_slot_is_used_within_the_slack_or_given_up() -> None:
+    """Cluster slots (SPEC §4: the gap holds cluster-wide): an item that could start only
+    later than SLOT_SLACK after its slot -- every thread busy, or this consumer's previous
+    request still running -- reserves a new slot rather than start late into another
+    consumer's."""
+    clock = FakeClock()
+    slots = LocalPoliteness(1.0, clock=clock)  # stands for the cluster-wide slots
+
+    class Shared:
+        def reserve(self, host: str) -> float:
+            return slots.reserve(host)
+
+        def back_off(self, host: str, seconds: float) -> None:
+            slots.back_off(host, seconds)
+
+        def set_min_delay(self, host: str, seconds: float) -> None:
+            slots.set_min_delay(host, seconds)
+
+    gate = HostGate(Shared(), 1.0, clock=clock)
+    start, due = gate.admit("a.com", None)
+    assert (start, due) == (1000.0, None)
+    gate.finished("a.com")
+    slot, due = gate.admit("a.com", None)  # the next shared slot: 1001.0, queued
+    assert (slot, due) == (1001.0, 1001.0)
+    clock.advance(1.0 + SLOT_SLACK / 2)  # picked up a little late: within the slack
+    start, due = gate.admit("a.com", slot)
+    assert due is None and start == clock.now
+    gate.finished("a.com")
+    slot, due = gate.admit("a.com", None)  # 1002.0
+    clock.advance(1.0 + 3 * SLOT_SLACK)  # every thread was busy: too late for that slot
+    assert gate.admit("a.com", slot) == (None, clock.now)
+    slot, due = gate.admit("a.com", None)  # a new slot: the next free one, 1003.0
+    assert (slot, due) == (1003.0, 1003.0)
 
 
 def test_a_down_host_is_left_alone_longer_after_each_failure_for_all_its_items() -> None:

@@ -65,7 +65,12 @@ from urllib.parse import quote, unquote
 
 import structlog
 
-from zkcrawl.politeness.local import MAX_BACK_OFF, MAX_CRAWL_DELAY, LocalPoliteness
+from zkcrawl.politeness.local import (
+    MAX_BACK_OFF,
+    MAX_CRAWL_DELAY,
+    SLOT_SLACK,
+    LocalPoliteness,
+)
 from zkcrawl.queue import untrusted
 from zkcrawl.queue.layout import Layout
 from zkcrawl.zk import (
@@ -117,6 +122,7 @@ class ClusterPoliteness:
         self._took: OrderedDict[str, float] = OrderedDict()
         self._took_any = 0.0  # a moving mean over every host: for a host not measured yet
         self._handed: dict[str, list[float]] = {}
+        self._latest: OrderedDict[tuple[str, float], float] = OrderedDict()  # see latest()
         self._next: dict[str, _Run] = {}  # reservations waiting for it, per host
         # A waiter's bound: the compare-and-set in flight gives up within its races, each
         # two calls bounded by the client's timeout.
@@ -149,13 +155,29 @@ class ClusterPoliteness:
             self._count("fallbacks")
             return self._local.reserve(host)
         start = run.start + index * run.gap
+        # The run's last slot ends where the node now says (start + size * gap): nobody
+        # else starts before that, so a request of this run may start up to a gap before it.
+        latest = run.start + run.size_written * run.gap - self._gap(host)
+        offset = time.monotonic() - time.time()
+        slot = start + offset
         with self._lock:
             handed = self._handed.setdefault(host, [])
             if len(handed) < _HANDED:
                 handed.append(start)
             if len(self._handed) > _KNOWN:  # hosts whose requests were never reported done
                 del self._handed[next(iter(self._handed))]
-        return time.monotonic() + (start - time.time())
+            self._latest[(host, slot)] = max(slot, latest + offset)
+            if len(self._latest) > _KNOWN:
+                self._latest.popitem(last=False)
+        return slot
+
+    def latest(self, host: str, slot: float) -> float | None:
+        """The latest (monotonic) time the request of ``slot`` -- a value :meth:`reserve`
+        returned for ``host`` -- may start and still come a full gap before any other
+        consumer's slot of the host; None for a slot not reserved here (the local fallback's:
+        only this process is spaced by it)."""
+        with self._lock:
+            return self._latest.pop((host, slot), None)
 
     def request_done(self, host: str) -> None:
         """A request this consumer started for ``host`` is over: its response time (from the
@@ -189,10 +211,12 @@ class ClusterPoliteness:
         gap = self._gap(host)
         with self._lock:
             took = self._took.get(host, self._took_any)
-        # slots a response time apart beyond the gap, as the gate will start them
-        run.gap = gap + took
+        # slots a response time apart beyond the gap, as the gate will start them, and the
+        # slack within which the gate starts a request after its slot (or gives it up)
+        run.gap = gap + took + SLOT_SLACK
         try:
             run.start = self._advance(host, lambda now, free: max(now, free), run.gap * size)
+            run.size_written = size
             self._recovered()
             self._count("reservations", size)
         except BaseException as exc:  # the run's waiters fall back; ZooKeeper trouble or not
@@ -354,6 +378,7 @@ class _Run:
     compare-and-set before it is over), ``done`` when ``start`` or ``error`` is known."""
 
     size: int = 0
+    size_written: int = 0  # slots the compare-and-set reserved (``size`` when it went)
     start: float | None = None
     gap: float = 0.0
     error: BaseException | None = None

@@ -18,11 +18,12 @@ import threading
 import time
 from collections.abc import Callable
 
-from zkcrawl.politeness.local import MAX_CRAWL_DELAY, LocalPoliteness, Politeness
+from zkcrawl.politeness.local import MAX_CRAWL_DELAY, SLOT_SLACK, LocalPoliteness, Politeness
 
 __all__ = ["DOWN_BACK_OFF", "DOWN_BACK_OFF_CAP", "EARLY", "HostGate", "down_back_off"]
 
 EARLY = 0.002  # a slot this close is slept for on the worker thread; farther ones are queued
+_LIMITS = 100_000  # slots waiting in the heap whose latest start is remembered
 HOLD_TICK = 0.5  # longest wait between two looks at a hold (hold_while)
 #: A host that does not answer (refused, unreachable, timeout) is left alone for this long
 #: after its first failure, twice as long after each further one in a row, up to the cap:
@@ -75,6 +76,8 @@ class HostGate:
         self._shared = table is inner  # reservations and the rest in one table, one lock
         self._clock = table.clock
         self._paid = threading.local()
+        self._limits: dict[tuple[str, float], float] = {}  # (host, slot) -> latest start
+        self._limits_lock = threading.Lock()
         self._hold: Callable[[], bool] | None = None
         self._hold_wait: Callable[[float], object] = time.sleep
 
@@ -128,16 +131,40 @@ class HostGate:
             self.table.set_min_delay(host, seconds)
 
     # -- scheduler side -------------------------------------------------------------------
-    def admit(self, host: str, slot: float | None) -> tuple[float, float | None]:
+    def admit(self, host: str, slot: float | None) -> tuple[float | None, float | None]:
         """Decide whether an item for ``host`` may start now.
 
         ``slot`` is the reservation the item already holds (None the first time). Returns
         ``(start, None)`` when it may go -- the caller sleeps until ``start``, at most
-        ``EARLY`` seconds -- or ``(slot, due)``: queue the item until ``due``, keeping ``slot``.
+        ``EARLY`` seconds -- or ``(slot, due)``: queue the item until ``due``, keeping ``slot``
+        (None: the slot passed before the item could start; it reserves a new one then).
+
+        A slot reserved in ZooKeeper is used only until the latest start the cluster
+        politeness gives for it (``latest(host, slot)``: a gap before the next consumer's
+        slot of the host; else :data:`SLOT_SLACK` after the slot): a later start -- this
+        consumer's previous request to the host still running, or every thread busy -- would
+        reach the server early for the other consumer.
         """
-        if slot is None and not self._shared:
+        if self._shared:
+            return self._admitted(host, *self.table.admit(host, slot, EARLY))
+        if slot is None:
             slot = self.inner.reserve(host)
-        start, due = self.table.admit(host, slot, EARLY)
+            latest = getattr(self.inner, "latest", None)
+            limit = latest(host, slot) if latest is not None else None
+            with self._limits_lock:
+                self._limits[(host, slot)] = slot + SLOT_SLACK if limit is None else limit
+                if len(self._limits) > _LIMITS:  # items dropped from the heap meanwhile
+                    del self._limits[next(iter(self._limits))]
+        with self._limits_lock:
+            limit = self._limits.get((host, slot), slot + SLOT_SLACK)
+        start, due = self.table.admit(host, slot, EARLY, max(0.0, limit - slot))
+        if due is None or start is None:
+            with self._limits_lock:
+                self._limits.pop((host, slot), None)  # started, or given up
+        return self._admitted(host, start, due)
+
+    def _admitted(self, host: str, start: float | None, due: float | None
+                  ) -> tuple[float | None, float | None]:
         if due is None:
             self._paid.host = host
         return start, due

@@ -30,8 +30,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-__all__ = ["MAX_BACK_OFF", "MAX_CRAWL_DELAY", "HostState", "LocalPoliteness", "Politeness",
-           "wait_for_slot"]
+__all__ = ["MAX_BACK_OFF", "MAX_CRAWL_DELAY", "SLOT_SLACK", "HostState", "LocalPoliteness",
+           "Politeness", "wait_for_slot"]
 
 #: The longest gap between two requests to one host that a robots.txt ``Crawl-delay`` can
 #: ask for. 30 s is what the consumer has always enforced (its gate clamped there before any
@@ -45,6 +45,11 @@ MAX_CRAWL_DELAY = 30.0
 #: 120 s in the consumer), so this is reached by direct callers only. A host slot read from
 #: ZooKeeper further ahead than this is not believed either (cluster ``MAX_AHEAD``).
 MAX_BACK_OFF = 3600.0
+#: A request whose slot was reserved elsewhere (cluster politeness: slots of other consumers
+#: come a gap after it) starts within this many seconds of its slot, or gives the slot up and
+#: reserves another: a late start would come closer than a gap to the next consumer's slot.
+#: The cluster's slots are this much longer than the gap, so the two hold together.
+SLOT_SLACK = 0.02
 
 
 @runtime_checkable
@@ -189,8 +194,8 @@ class LocalPoliteness:
                 h.gap = None
 
     # -- requests as the server sees them (zkcrawl.politeness.gate.HostGate) ---------------
-    def admit(self, host: str, slot: float | None, early: float
-              ) -> tuple[float, float | None]:
+    def admit(self, host: str, slot: float | None, early: float, late: float = math.inf
+              ) -> tuple[float | None, float | None]:
         """May a request to ``host`` start now? ``slot``: the reservation the caller holds
         (None: reserve one here, in the same lock). The request may start when its slot has
         come, a gap has passed since the last request's start *and end*, no back-off holds
@@ -198,7 +203,9 @@ class LocalPoliteness:
 
         Returns ``(start, None)`` when it may: it is counted in flight from ``start`` (at most
         ``early`` seconds away) until :meth:`finished`; or ``(slot, due)``: ask again at
-        ``due`` with that ``slot``."""
+        ``due`` with that ``slot``; or ``(None, due)`` when the request could start only more
+        than ``late`` seconds after ``slot`` (a slot reserved elsewhere, which then has
+        passed): ask again at ``due`` with a new reservation."""
         with self._lock:
             now = self._clock()
             h = self._hosts.get(host)
@@ -213,9 +220,11 @@ class LocalPoliteness:
                 # One request at a time to a polite host: the gap counts from its end, which
                 # is at least a gap from now.
                 due = max(due, now + gap)
+            start = max(now, due)
+            if start > slot + late:
+                return None, start
             if due - now > early:
                 return slot, due
-            start = max(now, due)
             h.last = start
             h.busy += 1
             if len(self._hosts) > self._prune_at:
