@@ -47,7 +47,9 @@ def test_one_case_keeps_the_books(zk_hosts: str, tmp_path: Path) -> None:
     assert out["pages"] == out["expected"] == out["unique_urls"] == 6
     assert out["server_requests"] == 6 and out["errors"] == 0 and out["exit_codes"] == [0, 0]
     assert out["min_gap_s"] is not None and out["min_gap_s"] > 0
-    assert out["cpu_ms_per_page"] > 0  # first to last page; an exited consumer still counts
+    # first to last page; an exited consumer still counts. >= 0: a run this small can fit
+    # between two samples (psutil's CPU times move in clock ticks)
+    assert out["cpu_ms_per_page"] is not None and out["cpu_ms_per_page"] >= 0
     assert out["pct_attainable"] > 0 and out["attainable_pages_per_s"] > 0
     pol = out["politeness_stats"]  # one reservation per page, all through ZooKeeper
     assert pol["reservations"] == 6 and pol["fallbacks"] == 0

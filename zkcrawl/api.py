@@ -10,24 +10,34 @@ code must be importable by the process, which is what lets a cluster of consumer
 
 from __future__ import annotations
 
+import importlib
 import os
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 
 from zkcrawl.errors import ExitStatus
 
 __all__ = ["run_consumer", "run_producer"]
 
+_IMPORTING = threading.Lock()
+
+
+def _main(module: str) -> Callable[[list[str], Mapping[str, str]], ExitStatus]:
+    """``module``'s ``main``, imported on first use -- one thread at a time: a producer and a
+    consumer started in two threads at once would import the same modules concurrently,
+    which CPython can report as an import deadlock (``_DeadlockError``, seen in CI)."""
+    with _IMPORTING:
+        main: Callable[[list[str], Mapping[str, str]], ExitStatus] = importlib.import_module(
+            module).main
+    return main
+
 
 def run_consumer(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ExitStatus:
     """``zkcrawl-consumer ARGV`` in this process (``env``: the environment variables read,
     default ``os.environ``)."""
-    from consumer.main import main  # the consumer package is only needed here
-
-    return main(list(argv), os.environ if env is None else env)
+    return _main("consumer.main")(list(argv), os.environ if env is None else env)
 
 
 def run_producer(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ExitStatus:
     """``zkcrawl-producer ARGV`` in this process."""
-    from producer.main import main
-
-    return main(list(argv), os.environ if env is None else env)
+    return _main("producer.main")(list(argv), os.environ if env is None else env)

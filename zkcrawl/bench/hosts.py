@@ -379,15 +379,17 @@ def run_ensemble(n: int = 20_000, procs: tuple[int, ...] = (1, 2, 4)) -> dict[st
         for s in ens.servers:
             s.quick_jit, s.heap_mb = False, 512
         ens.start(wait=90)
+        zk = ZkClient(ens.hosts, session_timeout=30)
         try:
+            zk.connect()
             ports = [s.port for s in ens.servers]
             pids = [psutil.Process(s.proc.pid) for s in ens.servers if s.proc is not None]
             out: dict[str, Any] = {"n": n, "servers": 3, "cpus": os.cpu_count(),
                                    "load_avg_1m": round(os.getloadavg()[0], 2)}
-            bench_procs(ens.hosts, min(n, 2000), 1)  # warm-up: the servers' JIT
+            bench_procs(zk, min(n, 2000), 1)  # warm-up: the servers' JIT
             for p in procs:
                 before, cpu0, t0 = zk_counters(ports), _cpu(pids), time.monotonic()
-                res = bench_procs(ens.hosts, n, p)
+                res = bench_procs(zk, n, p)
                 after, cpu1, t1 = zk_counters(ports), _cpu(pids), time.monotonic()
                 span = res["items"] / res["items_per_s"] if res["items_per_s"] else 0.0
                 if before and after:
@@ -403,6 +405,7 @@ def run_ensemble(n: int = 20_000, procs: tuple[int, ...] = (1, 2, 4)) -> dict[st
                 res["drain_s"] = round(span, 2)
                 out[f"alo_{p}proc"] = res
         finally:
+            zk.close()
             ens.stop()
     return out
 
