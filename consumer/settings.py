@@ -88,7 +88,8 @@ class ConsumerSettings(CommonSettings, WebOptions):
                         "(delete on take, lossy)", choices=(AT_LEAST_ONCE, AT_MOST_ONCE),
                         group=DELIVERY)
     exit_when_idle: float | None = opt(None, "exit 0 after S seconds with nothing in flight "
-                                       "and nothing claimable (default: run forever)",
+                                       "and no item in the queue, claimable or leased "
+                                       "(default: run forever)",
                                        metavar="S", group=OPERATIONS)
     metrics_port: int = opt(0, "serve Prometheus /metrics, /livez and /readyz (/healthz) on "
                             "this port (0 = off)", metavar="P", group=OPERATIONS)

@@ -70,6 +70,7 @@ from zkcrawl.queue.leases import Claimed, LeaseQueue
 from zkcrawl.queue.registry import Registration
 from zkcrawl.textsafe import redact_userinfo
 from zkcrawl.web.urls import host_key
+from zkcrawl.zk import KazooException, KazooTimeoutError
 from zkcrawl.zk.client import ZkClient
 from zkcrawl.zk.types import ZkState
 
@@ -261,8 +262,20 @@ class Worker:
         elif self._idle_since is None:
             self._idle_since = now
         elif now - self._idle_since >= self.s.exit_when_idle:
+            if not self._queue_empty():
+                # SPEC §4: idle means the queue held no item at all. Items leased by a
+                # consumer that died keep us until its session expires and they come back.
+                self._idle_since = now
+                return
             log.info("consumer.idle_exit", consumer=self.id, idle_s=self.s.exit_when_idle)
             self._stop_claiming = True
+
+    def _queue_empty(self) -> bool:
+        """No item in the queue, claimable or leased (one stat of the parent)."""
+        try:
+            return self.queue.depth() == 0
+        except (KazooException, KazooTimeoutError):
+            return False  # cannot tell: not idle
 
     def schedule(self, claimed: Sequence[Claimed]) -> None:
         """Hand claimed items to the pool through the capped backlog."""

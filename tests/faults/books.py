@@ -80,8 +80,12 @@ def check_books(zk: ZkClient, root: str, offered: Iterable[str], outs: Sequence[
     dead = _dead_urls(zk, layout)
     got = set(recorded) | set(dead)
     lost = set(want) - got
-    assert not lost, f"{len(lost)} offered URLs have neither record nor dead letter: " \
-                     f"{sorted(lost)[:5]}"
+    if lost:  # left in the queue (a consumer quit too early) or gone (a real loss)?
+        left = zk.get_children(layout.queue) if zk.exists(layout.queue) else []
+        leases = zk.get_children(layout.leases) if zk.exists(layout.leases) else []
+        raise AssertionError(f"{len(lost)} offered URLs have neither record nor dead letter: "
+                             f"{sorted(lost)[:5]}; {len(left)} items still in the queue "
+                             f"({sorted(left)[:5]}), {len(leases)} leases")
     stray = got - set(want)
     assert not stray, f"records of URLs nobody offered: {sorted(stray)[:5]}"
     duplicates = Counter({u: n - 1 for u, n in recorded.items() if n > 1})

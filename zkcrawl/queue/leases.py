@@ -140,6 +140,11 @@ class LeaseQueue:
         self._own: deque[Cand] = deque()
         self._steal: deque[Cand] = deque()
         self._steal_fresh = False
+        # Candidates whose lease transaction met a ConnectionLoss that outlasted the wait in
+        # _recover_leases: the transaction may still be applied (kazoo resends what it had
+        # not sent; a quorum may commit what it had logged) and leave leases of this session
+        # that nobody tracks. Checked once connected again (_recover_uncertain).
+        self._uncertain: list[Cand] = []
         self._changed = threading.Event()
         self._connected = threading.Event()
         self._lost_flag = threading.Event()
@@ -250,6 +255,8 @@ class LeaseQueue:
             if not self._connected.wait(_remaining(deadline)):
                 return []
             try:
+                if self._uncertain and (got := self._recover_uncertain(max_items)):
+                    return got
                 got = self._claim_cached(max_items)
                 if got:
                     return got
@@ -413,8 +420,13 @@ class LeaseQueue:
         return won
 
     def _recover_leases(self, cands: list[Cand]) -> list[tuple[Cand, ReadResult]]:
-        """ConnectionLoss mid-claim: keep the leases the server did give us."""
+        """ConnectionLoss mid-claim: keep the leases the server did give us. Not connected
+        again within ``--zk-timeout``: the batch is remembered as uncertain and checked by
+        the first claim once connected (else a lease created later would be held by this
+        live session with nobody working on it, and no other consumer could take it)."""
         if not self._connected.wait(self.zk.zk_timeout):
+            with self._lock:
+                self._uncertain.extend(cands)
             return []
         session = self.zk.session_id
         stats = gather([self.zk.exists_async(f"{self.lease_path}/{n}") for _, n in cands])
@@ -423,6 +435,25 @@ class LeaseQueue:
                 and st.ephemeralOwner == session]
         datas = self.zk.get_many([f"{self.queue_path}/{n}" for _, n in mine])
         return list(zip(mine, datas, strict=True))
+
+    def _recover_uncertain(self, max_items: int) -> list[Claimed]:
+        """The uncertain batches' leases this session holds after all, adopted as claimed
+        (at most ``max_items``: the rest are released, the caller's capacity holds)."""
+        with self._lock:
+            cands, self._uncertain = self._uncertain, []
+        try:
+            got = self._hold(self._recover_leases(cands), self.zk.session_id)
+        except (ConnectionLoss, SessionExpiredError):
+            with self._lock:
+                self._uncertain[:0] = cands  # still not sure: next round
+            raise
+        if got:
+            log.info("queue.leases_recovered", items=len(got),
+                     note="a claim whose answer was lost in an outage did go through")
+        if len(got) > max_items:
+            self.release(got[max_items:])
+            got = got[:max_items]
+        return got
 
     def _hold(self, won: list[tuple[Cand, ReadResult]], session: int | None) -> list[Claimed]:
         out = []
