@@ -3,6 +3,7 @@ on demand, a fresh root path per test, and the server log shown when a test fail
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 import uuid
@@ -51,6 +52,17 @@ def zk_factory(zk_hosts: str) -> Iterator[Callable[..., ZkClient]]:
     yield make
     for client in made:
         client.close()
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Processes a test started: killed (SIGKILL) if it failed half-way."""
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
 
 
 @pytest.fixture

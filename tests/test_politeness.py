@@ -209,21 +209,27 @@ def test_gate_keeps_its_state_in_the_local_table_one_lock_one_copy() -> None:
     assert pol.reserve("c.com") == clock.now + MAX_BACK_OFF
 
 
+class Shared:
+    """Stands for the cluster-wide slots (a fake for a pure unit: the gate's side only)."""
+
+    def __init__(self, slots: LocalPoliteness) -> None:
+        self.slots = slots
+
+    def reserve(self, host: str) -> float:
+        return self.slots.reserve(host)
+
+    def back_off(self, host: str, seconds: float) -> None:
+        self.slots.back_off(host, seconds)
+
+    def set_min_delay(self, host: str, seconds: float) -> None:
+        self.slots.set_min_delay(host, seconds)
+
+
 def test_gate_over_another_politeness_keeps_a_table_of_this_process() -> None:
     clock = FakeClock()
     slots = LocalPoliteness(0.5, clock=clock)  # stands for the cluster-wide slots
 
-    class Shared:
-        def reserve(self, host: str) -> float:
-            return slots.reserve(host)
-
-        def back_off(self, host: str, seconds: float) -> None:
-            slots.back_off(host, seconds)
-
-        def set_min_delay(self, host: str, seconds: float) -> None:
-            slots.set_min_delay(host, seconds)
-
-    gate = HostGate(Shared(), 0.5, clock=clock)
+    gate = HostGate(Shared(slots), 0.5, clock=clock)
     assert gate.table is not slots and gate.table.clock is clock
     assert gate.admit("a.com", None) == (1000.0, None)
     assert slots.reserve("a.com") == 1000.5  # the shared slots were reserved from
@@ -252,17 +258,7 @@ def test_a_shared_slot_is_used_within_the_slack_or_given_up() -> None:
     clock = FakeClock()
     slots = LocalPoliteness(1.0, clock=clock)  # stands for the cluster-wide slots
 
-    class Shared:
-        def reserve(self, host: str) -> float:
-            return slots.reserve(host)
-
-        def back_off(self, host: str, seconds: float) -> None:
-            slots.back_off(host, seconds)
-
-        def set_min_delay(self, host: str, seconds: float) -> None:
-            slots.set_min_delay(host, seconds)
-
-    gate = HostGate(Shared(), 1.0, clock=clock)
+    gate = HostGate(Shared(slots), 1.0, clock=clock)
     start, due = gate.admit("a.com", None)
     assert (start, due) == (1000.0, None)
     gate.finished("a.com")

@@ -30,7 +30,6 @@ import subprocess
 import sys
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -86,16 +85,6 @@ def record(url: str, **extra: Any) -> dict[str, Any]:
             "fetched_at": "2026-01-01T00:00:00.000Z", "queue_ms": 1.0, "dispatch_ms": 0.5,
             "wait_ms": 0.1, "process_ms": 20.0, "error": None, **extra}
 
-
-@pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Consumer processes to kill if a test fails half-way."""
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
 
 
 def spawn_module(module: str, args: list[str], err: Path) -> subprocess.Popen[bytes]:

@@ -86,16 +86,6 @@ def site() -> Iterator[str]:
     stop_benchsite(proc)
 
 
-@pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Processes a test started: killed (SIGKILL) if it failed half-way."""
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-
 
 @pytest.fixture
 def start_consumer(procs: list[subprocess.Popen[bytes]], tmp_path: Path

@@ -46,6 +46,7 @@ import psutil
 
 from zkcrawl import postgres
 from zkcrawl.admin.localzk import ZkServer
+from zkcrawl.bench.naive import seed_supervisor
 from zkcrawl.bench.site import start_benchsite, stop_benchsite
 from zkcrawl.queue import control
 from zkcrawl.queue.items import Item
@@ -53,7 +54,6 @@ from zkcrawl.queue.layout import Layout
 from zkcrawl.queue.leases import LeaseQueue
 from zkcrawl.zk.client import ZkClient
 
-SLEEP_TIME = 1  # the seed's supervisor period
 SAMPLE_S = 0.05
 _ROOT = Path(__file__).resolve().parents[2]
 
@@ -82,17 +82,9 @@ def naive_crawl(urls: list[str], max_threads: int, out: str) -> None:
                 sink.write(json.dumps({"url": url, "title": title, "start": started,
                                        "end": time.time()}) + "\n")
 
-    threads: list[threading.Thread] = []
-    while threads or crawl_queue:
-        for thread in list(threads):
-            if not thread.is_alive():
-                threads.remove(thread)  # remove the stopped threads
-        while len(threads) < max_threads and crawl_queue:
-            thread = threading.Thread(target=process_queue, daemon=True)
-            thread.start()
-            threads.append(thread)
-        time.sleep(SLEEP_TIME)
+    seed_supervisor(process_queue, crawl_queue, max_threads)
     sink.close()
+
 
 
 # -- child process sampling ---------------------------------------------------------------

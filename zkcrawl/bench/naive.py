@@ -27,6 +27,7 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Callable
 from urllib.parse import urljoin, urlsplit
 
 SLEEP_TIME = 1  # the seed's supervisor period
@@ -88,6 +89,16 @@ def threaded_crawler(seed_url: str, link_regex: str, max_threads: int, out: str,
                 sink.write(json.dumps({"url": url, "title": title, "start": started,
                                        "end": time.time()}) + "\n")
 
+    seed_supervisor(process_queue, crawl_queue, max_threads)
+    sink.close()
+    return done[0]
+
+
+def seed_supervisor(process_queue: Callable[[], None], crawl_queue: list[str],
+                    max_threads: int) -> None:
+    """The seeds' main loop (here and in the crawl bench's baseline): while threads run or
+    URLs wait, drop the stopped threads, top them up to ``max_threads``, sleep
+    :data:`SLEEP_TIME`."""
     threads: list[threading.Thread] = []
     while threads or crawl_queue:
         for thread in list(threads):
@@ -98,8 +109,6 @@ def threaded_crawler(seed_url: str, link_regex: str, max_threads: int, out: str,
             thread.start()
             threads.append(thread)
         time.sleep(SLEEP_TIME)
-    sink.close()
-    return done[0]
 
 
 if __name__ == "__main__":
