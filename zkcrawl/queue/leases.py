@@ -287,7 +287,8 @@ class LeaseQueue:
             # After the leases (one session: in this order on the server), so every item
             # unleased in that listing has its holder's death in this one.
             self.zk.get_children_async(self.claims_path),
-        ])
+        ], self.zk.zk_timeout)  # bounded: listed just as the connection dropped, these wait
+        # for a reconnect, and the claim loop must stay free to act on a SIGTERM
         self.stats.listings += 1
         self.stats.requests += 1
         if isinstance(q_res, NoNodeError):
@@ -429,11 +430,17 @@ class LeaseQueue:
                 self._uncertain.extend(cands)
             return []
         session = self.zk.session_id
-        stats = gather([self.zk.exists_async(f"{self.lease_path}/{n}") for _, n in cands])
-        mine = [c for c, st in zip(cands, stats, strict=True)
-                if st is not None and not isinstance(st, Exception)
-                and st.ephemeralOwner == session]
-        datas = self.zk.get_many([f"{self.queue_path}/{n}" for _, n in mine])
+        try:
+            stats = gather([self.zk.exists_async(f"{self.lease_path}/{n}") for _, n in cands],
+                           self.zk.zk_timeout)
+            mine = [c for c, st in zip(cands, stats, strict=True)
+                    if st is not None and not isinstance(st, Exception)
+                    and st.ephemeralOwner == session]
+            datas = self.zk.get_many([f"{self.queue_path}/{n}" for _, n in mine])
+        except ConnectionLoss:  # gone again before the answer: still uncertain
+            with self._lock:
+                self._uncertain.extend(cands)
+            return []
         return list(zip(mine, datas, strict=True))
 
     def _recover_uncertain(self, max_items: int) -> list[Claimed]:
@@ -441,12 +448,7 @@ class LeaseQueue:
         (at most ``max_items``: the rest are released, the caller's capacity holds)."""
         with self._lock:
             cands, self._uncertain = self._uncertain, []
-        try:
-            got = self._hold(self._recover_leases(cands), self.zk.session_id)
-        except (ConnectionLoss, SessionExpiredError):
-            with self._lock:
-                self._uncertain[:0] = cands  # still not sure: next round
-            raise
+        got = self._hold(self._recover_leases(cands), self.zk.session_id)
         if got:
             log.info("queue.leases_recovered", items=len(got),
                      note="a claim whose answer was lost in an outage did go through")
