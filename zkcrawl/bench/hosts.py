@@ -18,7 +18,8 @@ root, starts its consumers paused, resumes them once all are registered, and mea
   transaction counts once, a conditional write that failed counts too) between the resume and
   the last record, summed over the servers;
 * client CPU per page (psutil on the consumer processes, first to last page);
-* ``races`` / ``writes`` / ``fallbacks`` of the cluster politeness, from each consumer's
+* ``races`` / ``writes`` / ``fallbacks`` / ``moves`` (turns written again because their
+  write was answered late) of the cluster politeness, from each consumer's
   ``politeness.stats`` log event: compare-and-sets lost to another consumer per page is the
   contention.
 
@@ -266,6 +267,7 @@ def case(zk_hosts: str, *, hosts: int, per_host: int, procs: int, politeness: st
             "reservations": sum(e.get("reservations", 0) for e in pol),
             "writes": sum(e.get("writes", 0) for e in pol), "races": races,
             "fallbacks": sum(e.get("fallbacks", 0) for e in pol),
+            "moves": sum(e.get("moves", 0) for e in pol),
             "races_per_page": round(races / max(pages, 1), 3)}
     return out
 

@@ -11,29 +11,27 @@ Why not a kazoo recipe: a lock per host would cost a lock znode and a watch per 
 lock holder that dies would stall the host for a session timeout; a slot is one read and one
 conditional write, and nothing is held while the request runs.
 
-Round trips, measured (``zkcrawl bench hosts``, README "Scale"):
+How the consumer uses it (:class:`~zkcrawl.politeness.gate.HostGate`): **a turn taken
+now**, never a slot booked ahead. When this process's own table lets a request start (the gap
+since its last request here, back-offs), :meth:`ClusterPoliteness.take_turn` reads the node
+(or goes by the version it wrote last), and if the time there has come writes
+``start + gap + took + slack`` conditionally and starts: ``took`` is the host's response time
+here (reported through :meth:`ClusterPoliteness.request_done`; the mean over all hosts for a
+host not measured yet), because this consumer's next request to the host waits a gap from
+the *end* of this one, and another consumer's must not arrive sooner. If another consumer's
+turn holds the host, nothing is written and the request waits until that turn ends.
+Measured (``zkcrawl bench hosts``, README "Scale") against the slots booked ahead that came
+before: a booked slot had to be used within a few ms of its time (the next consumer's came a
+gap after it), and an item picked up late gave the whole slot up -- 4 % of the pages with 4
+consumers on 500 hosts, a second of the host each; a turn taken now is never given up.
 
-* **Runs of slots.** Reservations for one host made by threads of this process while a
-  compare-and-set for that host is in flight wait for it and are then served together by
-  the next one: one write reserves ``k`` consecutive slots (``start, start + gap, ...``), as
-  ``k`` single reservations in a row would. Only slots that callers asked for are reserved,
-  so nothing is held back from other consumers. With 4 consumers on 5 hosts this turned
-  3 lost races and 5.3 ZooKeeper writes per page into a fraction of one.
-* **Slots as long as the gate makes them.** Within a consumer the
-  :class:`~zkcrawl.politeness.gate.HostGate` counts the gap from the *end* of the previous
-  request, so a consumer holding consecutive slots of a host started each one a response time
-  after its slot, and the slot after them, another consumer's, came early (measured: 0.73 to
-  0.89 s between arrivals at ``--domain-delay 1``, 4 consumers on 5 hosts). So a consumer's
-  slot of a host lasts the gap plus the host's last response time here (told by the gate
-  through :meth:`ClusterPoliteness.request_done`; for a host not measured yet, the mean
-  over all hosts): the slots say when the requests will really start, and the next
-  consumer's comes a gap after the last one's start at least. Not covered: the slots a
-  consumer reserves before it has seen any response at all (the first burst of a crawl).
-* **The last version written.** Each process remembers the value and version of the host
-  nodes it wrote last (a bounded LRU) and writes the next run conditionally on that version
-  without reading first: a host only this consumer crawls costs one round trip per run, not
-  two. When another consumer wrote meanwhile the write fails (BadVersion), the node is read
-  and the compare-and-set goes on as before.
+Round trips: a host only this consumer crawls costs one conditional write per request (the
+version written last is tried without a read; when another consumer wrote meanwhile the
+write fails -- counted as a race -- and the node is read). A node that holds another
+consumer's turn is read, not written. :meth:`ClusterPoliteness.reserve` (the Fetcher's own
+requests: robots.txt, a redirect to the same host) books the host's next slot ahead, and
+reservations of one host made by threads of this process while a compare-and-set for it is
+in flight are served together by the next one (**runs of slots**: one write for ``k``).
 
 Limits, by design:
 
@@ -56,6 +54,7 @@ Limits, by design:
 from __future__ import annotations
 
 import math
+import random
 import threading
 import time
 from collections import OrderedDict
@@ -66,6 +65,7 @@ from urllib.parse import quote, unquote
 import structlog
 
 from zkcrawl.politeness.local import (
+    EARLY,
     MAX_BACK_OFF,
     MAX_CRAWL_DELAY,
     SLOT_SLACK,
@@ -91,6 +91,9 @@ _RACES = 32  # lost compare-and-sets before this reservation settles for the loc
 _KNOWN = 10_000  # host nodes whose last written (value, version) this process remembers
 _HANDED = 256  # slots of one host remembered until their request is done
 _PRUNE_CHUNK = 500
+_LEAD_CAP = 0.1  # the longest a turn is planned ahead for its write's round trip
+_HERD_SPREAD = 0.01  # seconds over which consumers waiting for one host's turn wake up
+_MOVES = 2  # writes that move a turn whose answer came late, before it is left to run out
 MAX_AHEAD = MAX_BACK_OFF  # a host slot further ahead is not believed
 _ZK_TROUBLE = (KazooException, KazooTimeoutError, OSError)
 
@@ -114,15 +117,15 @@ class ClusterPoliteness:
         self._stop = threading.Event()
         #: reservations served, conditional writes that took, compare-and-sets lost to another
         #: writer, reservations served by the local fallback; logged by :meth:`stop`
-        self.counts = {"reservations": 0, "writes": 0, "races": 0, "fallbacks": 0}
+        self.counts = {"reservations": 0, "writes": 0, "races": 0, "fallbacks": 0, "moves": 0}
         self._known: OrderedDict[str, tuple[float, int]] = OrderedDict()
         self._running: set[str] = set()  # hosts with a compare-and-set in flight
         # per host: the response time of its last request here, and the slots handed out
         # (Unix time) whose request has not been reported done
         self._took: OrderedDict[str, float] = OrderedDict()
         self._took_any = 0.0  # a moving mean over every host: for a host not measured yet
-        self._handed: dict[str, list[float]] = {}
-        self._latest: OrderedDict[tuple[str, float], float] = OrderedDict()  # see latest()
+        self._starts: OrderedDict[str, float] = OrderedDict()  # latest start handed out
+        self._rtt = 0.0  # a moving mean of a turn's write round trip: turns start that late
         self._next: dict[str, _Run] = {}  # reservations waiting for it, per host
         # A waiter's bound: the compare-and-set in flight gives up within its races, each
         # two calls bounded by the client's timeout.
@@ -155,46 +158,121 @@ class ClusterPoliteness:
             self._count("fallbacks")
             return self._local.reserve(host)
         start = run.start + index * run.gap
-        # The run's last slot ends where the node now says (start + size * gap): nobody
-        # else starts before that, so a request of this run may start up to a gap before it.
-        latest = run.start + run.size_written * run.gap - self._gap(host)
-        offset = time.monotonic() - time.time()
-        slot = start + offset
-        with self._lock:
-            handed = self._handed.setdefault(host, [])
-            if len(handed) < _HANDED:
-                handed.append(start)
-            if len(self._handed) > _KNOWN:  # hosts whose requests were never reported done
-                del self._handed[next(iter(self._handed))]
-            self._latest[(host, slot)] = max(slot, latest + offset)
-            if len(self._latest) > _KNOWN:
-                self._latest.popitem(last=False)
-        return slot
+        self._started(host, start)
+        return start + time.monotonic() - time.time()
 
-    def latest(self, host: str, slot: float) -> float | None:
-        """The latest (monotonic) time the request of ``slot`` -- a value :meth:`reserve`
-        returned for ``host`` -- may start and still come a full gap before any other
-        consumer's slot of the host; None for a slot not reserved here (the local fallback's:
-        only this process is spaced by it)."""
+    def take_turn(self, host: str) -> tuple[float | None, float | None]:
+        """The host's turn for a request starting *now*, if no other consumer holds it.
+
+        ``(start, None)``: this consumer holds the host from ``start`` (monotonic, at most the
+        client's round trip away; the caller waits for it) for a gap plus the host's response
+        time here plus :data:`SLOT_SLACK` -- written to the host's node before this returns.
+        ``(None, due)``: another consumer's turn (or a back-off) holds the host until ``due``;
+        nothing was written: ask again then. Without ZooKeeper: ``(now, None)``, the local gap
+        only (logged once per outage).
+
+        Nothing is reserved ahead, so no turn is ever given up: a request that starts late
+        (every thread busy, a slow wake-up, this consumer's previous request still running)
+        only asks later. When the write's own answer came too late to start within the turn
+        (a gap before the next consumer's earliest start), the turn is moved to *now* by a
+        second write conditional on this one's version -- nobody else writes a node whose
+        time is still ahead, so it holds unless a back-off came in between.
+        """
+        path = f"{self.path}/{quote(host, safe='')}"
+        gap = self._gap(host)
         with self._lock:
-            return self._latest.pop((host, slot), None)
+            length = gap + self._took.get(host, self._took_any) + SLOT_SLACK
+        try:
+            turn = self._turn(path, length, gap)
+        except _ZK_TROUBLE as exc:
+            self._fall_back(exc)
+            self._count("fallbacks")
+            return time.monotonic(), None
+        self._recovered()
+        offset = time.monotonic() - time.time()
+        start, due = turn
+        if start is None:
+            return None, (due or 0.0) + offset
+        self._count("reservations")
+        self._started(host, start)
+        return start + offset, None
+
+    def _turn(self, path: str, length: float, gap: float) -> tuple[float | None, float | None]:
+        """:meth:`take_turn` in Unix time: one compare-and-set; if its answer came too late
+        to start within the turn, up to :data:`_MOVES` more that move it to *now*."""
+        moves = 0
+        for _ in range(_RACES):
+            moving = moves > 0
+            known = self._recall(path)  # our own last write, if nobody wrote since
+            if known is not None and known[0] > time.time() + EARLY and not moving:
+                return None, known[0]  # our own turn (or a hop's slot) still holds the host
+            free, version = known if known is not None else self._read(path)
+            now = time.time()
+            if free > now + EARLY and not moving:
+                # Another consumer's turn. Everyone waiting for it would read and write the
+                # node the moment it ends, and all but one write would fail: each waits a
+                # few random milliseconds more, and the first one's write is usually seen.
+                return None, free + random.uniform(0.0, _HERD_SPREAD)
+            with self._lock:
+                lead = self._rtt  # the write's round trip, as lately measured: start then
+            start = now + lead if moving else max(now + lead, free)
+            after = start + length
+            try:
+                written = self._write(path, after, version)
+            except (BadVersionError, NodeExistsError, NoNodeError):
+                self._forget(path)
+                self._count("races")
+                moves = 0  # a back-off or another consumer came in between: as new
+                continue
+            answered = time.time()
+            with self._lock:
+                self._rtt = min(_LEAD_CAP, 0.7 * self._rtt + 0.3 * (answered - now))
+            self._remember(path, (after, written))
+            if answered <= after - gap:
+                return max(start, answered), None
+            if moves == _MOVES:  # our own turn holds the host: nobody starts before it ends
+                return None, after
+            moves += 1
+            self._count("moves")
+        raise KazooException(f"{_RACES} lost races for {path}")
+
+    def _read(self, path: str) -> tuple[float, int | None]:
+        try:
+            data, stat = self.zk.get(path)
+        except NoNodeError:
+            return -math.inf, None
+        return _time(data, path, stat), stat.version
+
+    def _write(self, path: str, after: float, version: int | None) -> int:
+        """Write the node's next free time conditionally (create when ``version`` is None);
+        returns the new version."""
+        value = f"{after:.6f}".encode()
+        if version is None:
+            self.zk.create(path, value)
+            written = 0
+        else:
+            written = self.zk.set(path, value, version=version).version
+        self._count("writes")
+        return written
+
+    def _started(self, host: str, start: float) -> None:
+        with self._lock:
+            self._starts[host] = start
+            self._starts.move_to_end(host)
+            if len(self._starts) > _KNOWN:  # hosts whose requests were never reported done
+                self._starts.popitem(last=False)
 
     def request_done(self, host: str) -> None:
-        """A request this consumer started for ``host`` is over: its response time (from the
-        latest slot handed out that has come, so a late start counts as response time: the
-        estimate errs long) spaces this consumer's next slots of the host."""
+        """A request this consumer started for ``host`` is over: the time since the latest
+        turn or slot of the host that has come (a late start counts as response time: the
+        estimate errs long) lengthens this consumer's next turns of the host."""
         now = time.time()
         with self._lock:
-            handed = self._handed.get(host)
-            if not handed:
+            start = self._starts.get(host)
+            if start is None or start > now:
                 return
-            came = [s for s in handed if s <= now]
-            if not came:
-                return
-            took = min(now - max(came), self.max_delay)
-            self._handed[host] = [s for s in handed if s > now]
-            if not self._handed[host]:
-                del self._handed[host]
+            del self._starts[host]
+            took = min(now - start, self.max_delay)
             self._took[host] = took
             self._took_any = took if not self._took_any else 0.9 * self._took_any + 0.1 * took
             self._took.move_to_end(host)
@@ -326,29 +404,13 @@ class ClusterPoliteness:
         """Compare-and-set the host's time to ``start_of(now, current) + gap``; returns the
         start. ``start_of`` is ``(now, current) -> start``."""
         path = f"{self.path}/{quote(host, safe='')}"
-        zk = self.zk
         for _ in range(_RACES):
-            known = self._recall(path)
-            if known is not None:  # what we wrote last: try it without reading first
-                free, version = known
-            else:
-                try:
-                    data, stat = zk.get(path)
-                    free, version = _time(data, path, stat), stat.version
-                except NoNodeError:
-                    free, version = -math.inf, None
-            now = time.time()
-            start = start_of(now, free)
+            known = self._recall(path)  # what we wrote last: try it without reading first
+            free, version = known if known is not None else self._read(path)
+            start = start_of(time.time(), free)
             after = max(start + gap, free)
-            value = f"{after:.6f}".encode()
             try:
-                if version is None:
-                    zk.create(path, value)
-                    written = 0
-                else:
-                    written = zk.set(path, value, version=version).version
-                self._count("writes")
-                self._remember(path, (after, written))
+                self._remember(path, (after, self._write(path, after, version)))
                 return float(start)
             except (BadVersionError, NodeExistsError, NoNodeError):
                 self._forget(path)

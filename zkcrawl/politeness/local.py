@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-__all__ = ["MAX_BACK_OFF", "MAX_CRAWL_DELAY", "SLOT_SLACK", "HostState", "LocalPoliteness",
+__all__ = ["EARLY", "MAX_BACK_OFF", "MAX_CRAWL_DELAY", "SLOT_SLACK", "HostState", "LocalPoliteness",
            "Politeness", "wait_for_slot"]
 
 #: The longest gap between two requests to one host that a robots.txt ``Crawl-delay`` can
@@ -45,10 +45,12 @@ MAX_CRAWL_DELAY = 30.0
 #: 120 s in the consumer), so this is reached by direct callers only. A host slot read from
 #: ZooKeeper further ahead than this is not believed either (cluster ``MAX_AHEAD``).
 MAX_BACK_OFF = 3600.0
-#: A request whose slot was reserved elsewhere (cluster politeness: slots of other consumers
-#: come a gap after it) starts within this many seconds of its slot, or gives the slot up and
-#: reserves another: a late start would come closer than a gap to the next consumer's slot.
-#: The cluster's slots are this much longer than the gap, so the two hold together.
+#: A request whose time is this close is slept for on the worker thread; farther ones wait in
+#: the scheduler's heap (consumer gate), and a cluster turn is taken this early at most.
+EARLY = 0.002
+#: A cluster turn (:meth:`zkcrawl.politeness.cluster.ClusterPoliteness.take_turn`) lasts the
+#: gap, plus the host's response time here, plus this: the margin within which the request
+#: starts after the turn's write was answered -- later, and the turn is moved to *now* first.
 SLOT_SLACK = 0.02
 
 
@@ -76,13 +78,14 @@ class Politeness(Protocol):
 class HostState:
     """What this process knows about one host (a row of :class:`LocalPoliteness`'s table)."""
 
-    __slots__ = ("busy", "cool", "down", "gap", "last", "next_free")
+    __slots__ = ("busy", "cool", "down", "gap", "last", "next_free", "undo")
 
     def __init__(self) -> None:
         self.next_free = -math.inf  # earliest start of the host's next reserved slot
         self.gap: float | None = None  # the host's own gap when above the default
         self.cool = -math.inf  # back-off deadline: nothing starts before it
         self.last = -math.inf  # start, then end, of the latest request (the gate's)
+        self.undo = -math.inf  # ``last`` before the latest admission (for a withdrawal)
         self.busy = 0  # requests in flight (the gate's)
         self.down = 0  # requests in a row that got no answer (refused, unreachable, timeout)
 
@@ -194,7 +197,7 @@ class LocalPoliteness:
                 h.gap = None
 
     # -- requests as the server sees them (zkcrawl.politeness.gate.HostGate) ---------------
-    def admit(self, host: str, slot: float | None, early: float, late: float = math.inf
+    def admit(self, host: str, slot: float | None, early: float
               ) -> tuple[float | None, float | None]:
         """May a request to ``host`` start now? ``slot``: the reservation the caller holds
         (None: reserve one here, in the same lock). The request may start when its slot has
@@ -202,10 +205,8 @@ class LocalPoliteness:
         and -- for a host with a gap -- no other request to it is in flight.
 
         Returns ``(start, None)`` when it may: it is counted in flight from ``start`` (at most
-        ``early`` seconds away) until :meth:`finished`; or ``(slot, due)``: ask again at
-        ``due`` with that ``slot``; or ``(None, due)`` when the request could start only more
-        than ``late`` seconds after ``slot`` (a slot reserved elsewhere, which then has
-        passed): ask again at ``due`` with a new reservation."""
+        ``early`` seconds away) until :meth:`finished` (or :meth:`withdraw`); or
+        ``(slot, due)``: ask again at ``due`` with that ``slot``."""
         with self._lock:
             now = self._clock()
             h = self._hosts.get(host)
@@ -220,16 +221,27 @@ class LocalPoliteness:
                 # One request at a time to a polite host: the gap counts from its end, which
                 # is at least a gap from now.
                 due = max(due, now + gap)
-            start = max(now, due)
-            if start > slot + late:
-                return None, start
             if due - now > early:
                 return slot, due
-            h.last = start
+            start = max(now, due)
+            h.undo, h.last = h.last, start
             h.busy += 1
             if len(self._hosts) > self._prune_at:
                 self._prune(now)
             return start, None
+
+    def withdraw(self, host: str, start: float) -> None:
+        """The request admitted at ``start`` will not be made after all (the cluster's turn
+        was another consumer's): not in flight, and the host's last request is the one
+        before it again."""
+        with self._lock:
+            h = self._hosts.get(host)
+            if h is None:
+                return
+            if h.last == start:
+                h.last = h.undo
+            if h.busy > 0:
+                h.busy -= 1
 
     def started(self, host: str, start: float) -> None:
         """A request to ``host`` reserved elsewhere (the fetcher's own) starts at ``start``."""
