@@ -11,12 +11,22 @@ round, waits :data:`COMMIT_WINDOW` for a group to gather, then
    one transaction for PostgreSQL. The sink answers per record: stored (durable), or
    refused with a reason (a constraint or type error in the database), which turns that
    item into a dead letter with the reason; the rest of the group is unaffected;
-2. tells the caller the group is durable (``durable(settles)``, once per item: the consumer
-   logs ``item.done``/``item.failed`` there, so a done line always has its record stored);
-   then hands it to ``before_settle(tokens)``, once per item (the consumer writes the links
-   its page processors found to ``<root>/discovered/`` there: in ZooKeeper before the items
-   that found them are completed);
-3. only then settles the group in ZooKeeper: completions in batched transactions
+2. hands the group to ``before_settle(tokens)`` (the consumer writes the links its page
+   processors found to ``<root>/discovered/`` there: in ZooKeeper before the items that
+   found them are completed). An item the chain or the sink failed is not handed over: its
+   links are not followed. When ZooKeeper **refuses** the links
+   (:class:`~zkcrawl.queue.discovered.LinksRefused`: NoAuth on ``<root>/discovered``...),
+   the items are handed over again one by one to find whose links were refused: those
+   count a **failed attempt** (retried with ``discovered links not writable: <error>``, a
+   dead letter with that reason after ``--max-attempts``), the others go on -- one
+   ``consumer.links_refused`` warning per group. Their records are stored already and
+   stay; each retry fetches and records the page again (up to ``--max-attempts`` records
+   of it, bounded), as a refusal does not change until an operator fixes the ACL and
+   requeues the dead letters (``zkcrawl dead requeue --error 'discovered links*'``);
+3. tells the caller the group is durable (``durable(settles)``, once per item, with the kind
+   and error it is settled with: the consumer logs ``item.done``/``item.failed`` there, so a
+   done line always has its record stored);
+4. only then settles the group in ZooKeeper: completions in batched transactions
    (:meth:`~zkcrawl.queue.leases.LeaseQueue.complete`), then each retry, dead letter or
    release.
 
@@ -28,8 +38,9 @@ server reconnects there (with backoff), while the idle committer polls every 0.5
 So an item is never deleted from the queue before its record is stored; a crash between
 the two leaves a record whose item is taken again (at-least-once: a duplicate line in a
 file, the same unique key in a database -- effectively once). While ZooKeeper is suspended
-the group is kept (order unchanged, records not written twice) and retried once
-reconnected; a sink failure hands the group back to be released (``failed``).
+(an outage, not a refusal) the group is kept (order unchanged, records not written twice,
+its items told durable at once) and retried once reconnected; a sink failure hands the
+group back to be released (``failed``).
 """
 
 from __future__ import annotations
@@ -45,7 +56,8 @@ import structlog
 from consumer.pipeline import COMPLETE, DEAD, RETRY, OutcomeKind
 from consumer.results import ResultChain
 from consumer.sink import Entry, Record, ResultSink
-from zkcrawl.errors import SinkError, ZkCrawlError
+from zkcrawl.errors import SinkError
+from zkcrawl.queue.discovered import LinksRefused
 from zkcrawl.queue.leases import Claimed, LeaseQueue, QueueSuspended
 
 __all__ = ["COMMIT_WINDOW", "GroupCommit", "Settle"]
@@ -54,6 +66,7 @@ __all__ = ["COMMIT_WINDOW", "GroupCommit", "Settle"]
 log = structlog.get_logger(__name__)
 
 COMMIT_WINDOW = 0.01  # seconds a finished item may wait for others to be committed with it
+LINKS_REFUSED = "discovered links not writable"  # the reason's prefix (retry, dead letter)
 
 T = TypeVar("T")  # the caller's handle on an item (the Worker's Task)
 
@@ -71,7 +84,7 @@ class Settle(Generic[T]):
     record: Record | None
     token: T
     written: bool = False  # stored and announced (a group retried after SUSPENDED)
-    prepared: bool = False  # before_settle() succeeded for it already
+    prepared: bool = False  # before_settle() done with it (succeeded, or not to be asked)
 
 
 class GroupCommit(Generic[T]):
@@ -159,13 +172,12 @@ class GroupCommit(Generic[T]):
             return
         for s in fresh:
             s.written = True
-        if fresh and self._durable is not None:
-            try:
-                self._durable(fresh)
-            except Exception:  # a logging problem must not stop completions
-                log.exception("consumer.durable_callback_failed", items=len(fresh))
         try:
-            self._prepare(group)
+            try:
+                self._prepare(group)  # a refusal turns items into retries here
+            finally:  # suspended too: told now, not after the outage (nor never, if closing);
+                # so an item refused only after the outage was told "done" (logs, metrics).
+                self._announce(fresh)
             self._apply(group)
         except QueueSuspended:
             if self._closed:
@@ -173,13 +185,16 @@ class GroupCommit(Generic[T]):
             with self._cond:
                 self._pending[:0] = group  # retried once reconnected, order kept
             self.queue.wait_connected(0.5)
-        except ZkCrawlError as exc:  # refused (discovered links not writable): release
-            log.warning("consumer.commit_refused", items=len(group), error=str(exc)[:300],
-                        note="released: crawled again, never completed without their links")
-            self._failed(None, [s.token for s in group])
         except Exception:  # never let the committer die: completions would stop for good
             log.exception("consumer.commit_failed", items=len(group))
             self._failed(None, [s.token for s in group])
+
+    def _announce(self, fresh: list[Settle[T]]) -> None:
+        if fresh and self._durable is not None:
+            try:
+                self._durable(fresh)
+            except Exception:  # a logging problem must not stop completions
+                log.exception("consumer.durable_callback_failed", items=len(fresh))
 
     def write(self, group: list[Settle[T]]) -> None:
         """The records of this group -> :meth:`ResultSink.write_batch` -> per-item results.
@@ -200,6 +215,7 @@ class GroupCommit(Generic[T]):
                 log.warning("item.refused_by_sink", item=s.claimed.name, url=s.claimed.url,
                             reason=reason)
                 s.kind, s.error, s.record = DEAD, f"sink: {reason}", None
+                s.prepared = True  # a dead letter: its links are not followed
 
     def _chain(self, batch: list[tuple[Settle[T], Record]]) -> list[tuple[Settle[T], Record]]:
         """The group's records through the ``--pipeline`` chain (consumer/results.py): the
@@ -219,6 +235,7 @@ class GroupCommit(Generic[T]):
             else:
                 log.warning("pipeline.failed", item=s.claimed.name, url=s.claimed.url,
                             error=out.error, attempt=s.claimed.attempt)
+                s.prepared = True  # failed: its links are not followed (a retry finds them)
                 if s.claimed.attempt + 1 < self.max_attempts:
                     s.kind, s.error, s.record = RETRY, out.error, None
                 else:
@@ -228,13 +245,55 @@ class GroupCommit(Generic[T]):
         return kept
 
     def _prepare(self, group: list[Settle[T]]) -> None:
-        """``before_settle`` for the items not prepared yet (QueueSuspended: kept, asked
-        again with the group once reconnected)."""
+        """``before_settle`` for the items not prepared yet, in one call. Refused
+        (:class:`LinksRefused`): asked again item by item (:meth:`_prepare_each`).
+        QueueSuspended: raised, the items not prepared are asked again with the group once
+        reconnected."""
         todo = [s for s in group if not s.prepared]
-        if todo and self._before_settle is not None:
+        if not todo or self._before_settle is None:
+            return
+        try:
             self._before_settle([s.token for s in todo])
+        except LinksRefused:
+            self._prepare_each(todo)
+            return
         for s in todo:
             s.prepared = True
+
+    def _prepare_each(self, todo: list[Settle[T]]) -> None:
+        """One ``before_settle`` per item: an item without links costs nothing and goes on
+        (the ones whose links went in before the refusal are written again: duplicates the
+        producer's seen state drops); an item whose links are refused counts a failed
+        attempt. One warning for the group, whatever the number of items."""
+        assert self._before_settle is not None
+        refused: list[tuple[Settle[T], LinksRefused]] = []
+        try:
+            for s in todo:
+                try:
+                    self._before_settle([s.token])
+                except LinksRefused as exc:
+                    refused.append((s, exc))
+                    self._refuse(s, f"{LINKS_REFUSED}: {exc.cause}")
+                s.prepared = True
+        finally:  # suspended half-way: the refusals so far are logged all the same
+            if refused:
+                _, first = refused[0]
+                log.warning("consumer.links_refused", items=len(refused), group=len(todo),
+                            retried=sum(s.kind == RETRY for s, _ in refused),
+                            dead=sum(s.kind == DEAD for s, _ in refused),
+                            reason=f"{LINKS_REFUSED}: {first.cause}", error=str(first)[:300],
+                            note="failed attempts, dead letters after --max-attempts: make "
+                                 "<root>/discovered writable (its ACL), then requeue them")
+
+    def _refuse(self, s: Settle[T], reason: str) -> None:
+        """A failed attempt of ``s``: retried with ``reason``, a dead letter after
+        ``--max-attempts`` (an item failed already keeps its own outcome and reason)."""
+        if s.kind != COMPLETE:
+            return
+        if s.claimed.attempt + 1 < self.max_attempts:
+            s.kind, s.error = RETRY, reason
+        else:
+            s.kind, s.error = DEAD, reason
 
     def _apply(self, group: list[Settle[T]]) -> None:
         done = [s for s in group if s.kind == COMPLETE and self._live(s.token)]

@@ -117,10 +117,13 @@ def test_an_item_is_never_completed_before_its_links_are_in_zookeeper(
     with TestServer({"/list": html(page)}) as srv:
         offer(zk, zk_root, [srv.url("/list")])
         out = tmp_path / "o.jsonl"
+        # Attempts to spare: each refusal is one (tests/test_discovered_refused.py: the
+        # dead letters once they run out).
         run = Running(settings_for(zk_hosts, zk_root, out, "--threads", "2",
+                                   "--max-attempts", "1000",
                                    "--processor", "tests.plugins.procs:links"))
         try:
-            # Recorded (durable first), refused links: released, crawled again, not completed.
+            # Recorded (durable first), refused links: retried, crawled again, not completed.
             wait_for(lambda: len(records(out)) >= 2, 30, "the page crawled twice")
             assert len(zk.get_children(f"{zk_root}/queue")) == 1
             zk.delete(f"{zk_root}/discovered")  # writable again: the next try completes it
@@ -131,9 +134,10 @@ def test_an_item_is_never_completed_before_its_links_are_in_zookeeper(
     links = [link for n in nodes.read(nodes.names()) for link in n.decoded.links]
     assert {(link.url, link.source, link.depth) for link in links} == {
         (srv.url("/a"), srv.url("/list"), 1), ("https://other.example/b", srv.url("/list"), 1)}
-    # The books: one item, recorded once per crawl (the repeats are the releases), no lease.
+    # The books: one item, recorded once per crawl (the repeats are the retries), no lease.
     assert {r["url"] for r in records(out)} == {srv.url("/list")}
     assert zk.get_children(f"{zk_root}/leases") == []
+    assert zk.get_children(f"{zk_root}/dead") == []
 
 
 @pytest.mark.slow

@@ -20,6 +20,12 @@ Guarantees:
   ``<root>/offers/<token>`` (as offers do); after ConnectionLoss the writer asks whether the
   marker exists before it writes again, so no double batch while the session lives. After a
   session loss it writes again: a possible duplicate batch, harmless (seen state).
+* **an outage is not a refusal**: ZooKeeper away for ``--zk-timeout`` is
+  :class:`~zkcrawl.queue.offers.QueueSuspended` (the committer keeps the group and asks
+  again); ZooKeeper *answering no* -- NoAuth on ``<root>/discovered`` (an ACL these
+  credentials may not create under), a node in the way -- is :class:`LinksRefused`, naming
+  the server's error (``cause``), never retried here: waiting changes nothing, so the
+  committer counts it as a failed attempt of the items whose links these were.
 * **untrusted on the way back**: :func:`decode` never raises; a node that is not such an
   object, or larger than :data:`NODE_BYTES`, is one ``discovered.malformed`` warning and is
   skipped (deleted by the drainer, never retried forever); entries that are not a link (no
@@ -44,10 +50,19 @@ from zkcrawl.queue.items import sort_names
 from zkcrawl.queue.layout import DISCOVERED_PREFIX, Layout
 from zkcrawl.queue.offers import MAX_TX_BYTES, QueueSuspended
 from zkcrawl.queue.untrusted import NODE_LIMIT, URL_LIMIT
-from zkcrawl.zk import ConnectionLoss, NoNodeError, SessionExpiredError, ZkClient, tx_ok
+from zkcrawl.zk import (
+    ConnectionLoss,
+    NoNodeError,
+    RolledBackError,
+    RuntimeInconsistency,
+    SessionExpiredError,
+    ZkClient,
+    tx_ok,
+)
+from zkcrawl.zk.client import ZkAccessDenied
 
 __all__ = ["MAX_DEPTH", "NODE_BYTES", "Decoded", "DiscoveredReader", "DiscoveredWriter",
-           "Link", "decode", "encode", "link_depth"]
+           "Link", "LinksRefused", "decode", "encode", "link_depth"]
 
 log = get_logger(__name__)
 
@@ -153,6 +168,16 @@ def link_depth(claimed: Claimed) -> int:
     return depth + 1
 
 
+class LinksRefused(ZkCrawlError):
+    """ZooKeeper refused to store discovered links (not a connection problem). ``cause``:
+    the server's error, as its class name (``NoAuthError``); the message has the details
+    (for NoAuth: the path, the identity and the node's ACL)."""
+
+    def __init__(self, cause: str, detail: str) -> None:
+        super().__init__(f"writing discovered links failed: {detail}")
+        self.cause = cause
+
+
 class DiscoveredWriter:
     """The consumer side: :meth:`write` a group's links, protected, before its completion."""
 
@@ -161,15 +186,23 @@ class DiscoveredWriter:
         self.layout = Layout.of(root)
         self.consumer = consumer_id
         self.prefix = f"{self.layout.discovered}/{DISCOVERED_PREFIX}"
-        zk.ensure_path(self.layout.discovered)
-        zk.ensure_path(self.layout.offers)
+        self._ensure_paths()
         self.nodes = 0  # nodes written (for tests and stats)
+
+    def _ensure_paths(self) -> None:
+        try:
+            self.zk.ensure_path(self.layout.discovered)
+            self.zk.ensure_path(self.layout.offers)
+        except ZkAccessDenied as exc:  # the root's ACL: a refusal like any other
+            raise LinksRefused("NoAuthError", str(exc)) from None
 
     def write(self, links: Sequence[Link]) -> int:
         """Commit ``links``; returns the nodes created. Raises :class:`QueueSuspended` when
         ZooKeeper stays away for ``--zk-timeout`` (the caller keeps the group and asks
-        again), :class:`ZkCrawlError` when ZooKeeper refuses the write (the caller releases
-        the items: they are crawled again, never completed without their links)."""
+        again), :class:`LinksRefused` when ZooKeeper refuses the write (the caller retries
+        the items, a dead letter after ``--max-attempts``: never completed without their
+        links). Links of several transactions: those committed before a refusal stay (a
+        second write of them is a duplicate the producer's seen state drops)."""
         if not links:
             return 0
         created = 0
@@ -198,15 +231,14 @@ class DiscoveredWriter:
             if tx_ok(results):
                 self.zk.delete_async(marker)
                 return len(chunk)
-            if any(isinstance(r, NoNodeError) for r in results):
-                self.zk.ensure_path(self.layout.discovered)  # removed by an admin meanwhile
-                self.zk.ensure_path(self.layout.offers)
+            cause = _cause(results)
+            if isinstance(cause, NoNodeError):
+                self._ensure_paths()  # removed by an admin meanwhile
                 continue
             # Not a connection problem (NoAuth, a node in the way...): the caller must not
-            # wait for a reconnection that changes nothing -- it releases the items instead.
-            first = next(r for r in results if isinstance(r, Exception))
-            raise ZkCrawlError(f"writing discovered links failed: {first!r}")
-        raise ZkCrawlError("writing discovered links failed after 5 attempts")
+            # wait for a reconnection that changes nothing -- it retries the items instead.
+            raise LinksRefused(type(cause).__name__, f"{cause!r} under {self.prefix}")
+        raise LinksRefused("NoNodeError", f"{self.layout.discovered} removed 5 times in a row")
 
     def _wait_connected(self, started: float) -> bool:
         # Bounded: --zk-timeout from the first try, as offers.
@@ -215,6 +247,14 @@ class DiscoveredWriter:
                 return True
             time.sleep(0.05)
         return self.zk.connected
+
+
+def _cause(results: Sequence[object]) -> Exception:
+    """The error of the op that failed a transaction: the ops before it come back as
+    ``RolledBackError`` (the marker's create, first), those after as ``RuntimeInconsistency``."""
+    errors = [r for r in results if isinstance(r, Exception)]
+    return next((e for e in errors if not isinstance(e, RolledBackError | RuntimeInconsistency)),
+                errors[0])
 
 
 def _transactions(nodes: list[bytes]) -> Iterable[list[bytes]]:
