@@ -258,11 +258,17 @@ class Backlog:
             backlog = sum(1 for t in self._tasks.values() if t.state in _UNSTARTED)
             return self._running, backlog, len(self._tasks)
 
-    def wait_empty(self, deadline: float, stop: Callable[[], bool], tick: float) -> None:
+    def wait_empty(self, deadline: float, stop: Callable[[], bool], tick: float,
+                   settling_left: Callable[[], bool] = lambda: False) -> None:
         """Wait until nothing is held, ``stop()`` is true (checked every ``tick``) or the
-        monotonic ``deadline``."""
+        monotonic ``deadline``. While ``settling_left()`` is true (ZooKeeper away: no
+        completion can go through before it is back) tasks SETTLING are not waited for, only
+        the ones on a pool thread."""
         with self._capacity:
             while self._tasks and not stop():
+                if not self._running and settling_left() and all(
+                        t.state is SETTLING for t in self._tasks.values()):
+                    return
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return

@@ -477,7 +477,10 @@ class Worker:
                  reason="sink failure" if self._failure else "stop")
         self._release(self.backlog.held(READY, COOLING))
         grace = 0.0 if self._failure is not None else self.s.grace
-        self.backlog.wait_empty(time.monotonic() + grace, self._forced, TICK)
+        # With ZooKeeper away, the grace is for the running fetches only: the completions
+        # wait for it in the committer, which close() bounds by --zk-timeout.
+        self.backlog.wait_empty(time.monotonic() + grace, self._forced, TICK,
+                                settling_left=lambda: self._away_since is not None)
         self._release(self.backlog.held(RUNNING, READY, COOLING))
         self.pipeline.fetcher.close()
         self._committer.close(1.0 if self._force else self.s.zk_timeout)

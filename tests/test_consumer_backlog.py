@@ -187,3 +187,28 @@ def test_wait_empty_and_close():
     b.close()
     assert b.take(0.1) is t  # what is READY still comes out ...
     assert b.take(5.0) is None and not b.release_due(never, 5.0)  # ... then none, at once
+
+
+def test_wait_empty_leaves_settling_tasks_to_the_committer_while_zookeeper_is_away():
+    """Stopping with ZooKeeper away: the grace is for fetches on a pool thread; a task
+    SETTLING can be completed only once ZooKeeper is back, which the committer waits for."""
+    b = Backlog(3)
+    running, settling = task(1), task(2)
+    b.put([running, settling])
+    assert b.take(0.1) is running and b.take(0.1) is settling
+    assert b.settle(settling)
+    b.task_done()  # the settling task's pool thread let go of it
+    away = threading.Event()
+    away.set()
+    t0 = time.monotonic()
+    b.wait_empty(time.monotonic() + 0.2, never, 0.02, settling_left=away.is_set)
+    assert time.monotonic() - t0 >= 0.19  # a fetch still runs: its grace is waited
+    assert b.settle(running)
+    b.task_done()
+    t0 = time.monotonic()
+    b.wait_empty(time.monotonic() + 5, never, 0.02, settling_left=away.is_set)
+    assert time.monotonic() - t0 < 1.0  # only settling tasks left, ZooKeeper away: go on
+    away.clear()  # connected: the completions will go through, so they are waited for
+    t0 = time.monotonic()
+    b.wait_empty(time.monotonic() + 0.2, never, 0.02, settling_left=away.is_set)
+    assert time.monotonic() - t0 >= 0.19
