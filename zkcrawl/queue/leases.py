@@ -58,6 +58,27 @@ completion would race the new holder) and reports them through :meth:`drain_lost
 already written for them stays written, so such items may appear twice in the results
 -- the documented at-least-once duplicate. The client carries on with a new session.
 Kazoo callbacks only set flags here: they never block.
+
+Every wait on ZooKeeper is bounded by ``--zk-timeout``
+------------------------------------------------------
+kazoo keeps a request made while disconnected until it reconnects, and a frozen server
+answers nothing until it resumes: an unbounded wait could hang a claim, a completion or a
+release for as long as the ensemble is away (and a SIGTERM with it). So every synchronous
+call and every pipelined wait here (:func:`~zkcrawl.zk.client.gather` with a timeout) gives
+up after ``--zk-timeout``. What a wait cut short means is decided per call, and always
+keeps the delivery contract (SPEC §3):
+
+* a **lease** transaction whose answer was lost may have committed: its batch is checked at
+  once if connected, else marked *uncertain* and adopted by the first claim once connected
+  (``queue.leases_recovered``), so no lease of this session is left with nobody on it;
+* a **completion** (or retry, dead letter) whose answer was lost is neither done nor lost:
+  :class:`QueueSuspended`, the items stay held, and the caller's retry once connected finds
+  each item gone (done, counted once) or completes it;
+* a **release** cut short is harmless and never raises: the items are forgotten here, their
+  leases go with the session if it ends, and if it lives on the claim loop deletes those
+  it still holds once connected (``queue.release_deferred``);
+* an **at-most-once take** whose answer was lost takes nothing: what its deletes removed
+  is lost -- the mode's documented loss at a failure.
 """
 
 from __future__ import annotations
@@ -68,7 +89,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeVar
 
 from zkcrawl.errors import UsageError
 from zkcrawl.logs import get_logger
@@ -106,6 +127,7 @@ from zkcrawl.zk import (
 
 log = get_logger(__name__)
 
+T = TypeVar("T")
 Cand: TypeAlias = tuple[int, str]  # (sequence number, item name)
 Build: TypeAlias = Callable[[Multi, Claimed], None]  # adds an outcome's ops for one item
 
@@ -145,6 +167,9 @@ class LeaseQueue:
         # not sent; a quorum may commit what it had logged) and leave leases of this session
         # that nobody tracks. Checked once connected again (_recover_uncertain).
         self._uncertain: list[Cand] = []
+        # Leases whose release was cut short (name -> session): deleted by the claim loop
+        # once connected, if that session still holds them (_finish_releases).
+        self._unreleased: dict[str, int | None] = {}
         self._changed = threading.Event()
         self._connected = threading.Event()
         self._lost_flag = threading.Event()
@@ -255,6 +280,8 @@ class LeaseQueue:
             if not self._connected.wait(_remaining(deadline)):
                 return []
             try:
+                if self._unreleased:
+                    self._finish_releases()
                 if self._uncertain and (got := self._recover_uncertain(max_items)):
                     return got
                 got = self._claim_cached(max_items)
@@ -269,7 +296,12 @@ class LeaseQueue:
                 if self._own or self._steal:
                     continue
             except (ConnectionLoss, SessionExpiredError):
-                continue  # the state listener has the story; loop re-checks
+                # The state listener has the story; the loop re-checks. A wait cut short
+                # while the connection still looks up (a frozen server) must not keep the
+                # claim past its own deadline: each try costs up to --zk-timeout.
+                if deadline is not None and time.monotonic() >= deadline:
+                    return []
+                continue
             remaining = _remaining(deadline)
             if remaining is not None and remaining <= 0:
                 return []
@@ -412,8 +444,18 @@ class LeaseQueue:
             if self._leased(cands, record, results):
                 return cands
         self.stats.wasted += 1
+        return self._lease_each(cands, body)
+
+    def _lease_each(self, cands: list[Cand], body: bytes) -> list[Cand]:
+        """One lease transaction per item, pipelined, waited for at most ``--zk-timeout``.
+
+        An answer that did not come (no answer in time, or the connection dropped under
+        it) raises ConnectionLoss: those leases may exist or not, so none is counted won
+        here; :meth:`_lease` hands the whole batch to :meth:`_recover_leases`, which keeps
+        the ones this session got or marks the batch uncertain."""
         txs = [(c, *self._lease_tx([c], body)) for c in cands]
-        singles = gather([tx.commit_async() for _, tx, _ in txs])
+        singles = _answered(gather([tx.commit_async() for _, tx, _ in txs],
+                                   self.zk.zk_timeout))
         won = [c for (c, _, record), r in zip(txs, singles, strict=True)
                if self._leased([c], record, r)]
         self.stats.requests += len(cands)
@@ -481,7 +523,22 @@ class LeaseQueue:
                        deaths=deaths)
 
     def _take(self, cands: list[Cand]) -> list[Claimed]:
-        """At-most-once: read, then delete; whoever deletes first owns the item."""
+        """At-most-once: read, then delete; whoever deletes first owns the item.
+
+        Each wait is bounded by ``--zk-timeout``. A take whose answer was lost (none in
+        time, or the connection dropped) takes nothing: the items its deletes removed are
+        lost -- at-most-once's documented loss at a failure (SPEC §3) -- and the others stay
+        queued for anyone. It returns ``[]`` rather than raising, so a claim keeps the
+        items its earlier batches took (deleted already: raising would lose them too)."""
+        try:
+            return self._take_batch(cands)
+        except (ConnectionLoss, SessionExpiredError) as exc:
+            log.warning("queue.take_uncertain", items=len(cands), error=type(exc).__name__,
+                        consumer=self.consumer_id,
+                        note="at-most-once: items this take deleted are lost")
+            return []
+
+    def _take_batch(self, cands: list[Cand]) -> list[Claimed]:
         paths = [f"{self.queue_path}/{n}" for _, n in cands]
         reads = self.zk.get_many(paths)
         live = [(c, r) for c, r in zip(cands, reads, strict=True)
@@ -494,9 +551,17 @@ class LeaseQueue:
             won = live
         else:
             self.stats.wasted += 1
-            dels = gather([self.zk.delete_async(f"{self.queue_path}/{c[1]}") for c, _ in live])
-            won = [lr for lr, d in zip(live, dels, strict=True) if not isinstance(d, Exception)]
+            won = self._take_each(live)
         return [self._claimed(seq, name, r, None) for (seq, name), r in won]
+
+    def _take_each(self, live: list[tuple[Cand, tuple[bytes, Stat]]]
+                   ) -> list[tuple[Cand, tuple[bytes, Stat]]]:
+        """One delete per item, pipelined, waited for at most ``--zk-timeout`` (past it:
+        ConnectionLoss). An item is won only on a delete answered: one whose answer was
+        lost counts as not taken (lost if it was applied: at-most-once)."""
+        dels = gather([self.zk.delete_async(f"{self.queue_path}/{c[1]}") for c, _ in live],
+                      self.zk.zk_timeout)
+        return [lr for lr, d in zip(live, dels, strict=True) if not isinstance(d, Exception)]
 
     # -- outcomes --------------------------------------------------------
     def _owned(self, claimed: Sequence[Claimed]) -> tuple[list[Claimed], list[Claimed]]:
@@ -521,7 +586,13 @@ class LeaseQueue:
             self._claimlog.settled(gone)
 
     def _run_per_item(self, mine: list[Claimed], build: Build) -> CompleteResult:
-        """Commit one transaction for all, falling back to one per item."""
+        """Commit one transaction for all, falling back to one per item.
+
+        Every wait is bounded by ``--zk-timeout``. An answer lost (none in time, or the
+        connection dropped) raises :class:`QueueSuspended` and forgets nothing: an item
+        whose completion may or may not have been applied is neither counted done nor
+        given up. The caller retries once connected: an item completed meanwhile is found
+        gone and counted done then, once; one not completed is completed then."""
         done: list[Claimed] = []
         lost: list[Claimed] = []
         for i in range(0, len(mine), self.complete_batch):
@@ -534,18 +605,25 @@ class LeaseQueue:
                 if tx_ok(results):
                     done.extend(chunk)
                     continue
-                singles: list[Pending[list[TxResult]]] = []
-                for c in chunk:
-                    one = self.zk.transaction()
-                    build(one, c)
-                    singles.append(one.commit_async())
-                for c, res in zip(chunk, gather(singles), strict=True):
-                    (done if self._settled(c, res) else lost).append(c)
+                for c, settled in zip(chunk, self._complete_each(chunk, build), strict=True):
+                    (done if settled else lost).append(c)
             except (ConnectionLoss, SessionExpiredError):
                 # Nothing forgotten: a retry finds completed items gone and counts them done.
                 raise QueueSuspended("connection lost while completing: held") from None
         self._forget(done + lost)
         return CompleteResult(done, lost)
+
+    def _complete_each(self, chunk: list[Claimed], build: Build) -> list[bool]:
+        """One transaction per item, pipelined, waited for at most ``--zk-timeout``;
+        per item: settled, or lost to us (:meth:`_settled`). An answer that did not come
+        raises ConnectionLoss (SessionExpiredError): the caller suspends."""
+        singles: list[Pending[list[TxResult]]] = []
+        for c in chunk:
+            one = self.zk.transaction()
+            build(one, c)
+            singles.append(one.commit_async())
+        results = _answered(gather(singles, self.zk.zk_timeout))
+        return [self._settled(c, res) for c, res in zip(chunk, results, strict=True)]
 
     def _settled(self, c: Claimed, res: list[TxResult] | Exception) -> bool:
         """Per-item outcome of a failed transaction ending in [delete item, delete lease].
@@ -580,18 +658,78 @@ class LeaseQueue:
         return CompleteResult(res.done, res.lost + not_held)
 
     def release(self, claimed: Sequence[Claimed]) -> None:
-        """Give items back: claimable by anyone at once (at-most-once: re-offered)."""
+        """Give items back: claimable by anyone at once (at-most-once: re-offered).
+
+        At-least-once: waits at most ``--zk-timeout`` and never raises for the connection.
+        A release cut short -- not connected, no answer in time, or the connection dropped
+        under a delete -- is harmless: the items are forgotten here all the same (nobody
+        works on them); their leases go with the session if it ends, and if it lives on,
+        the claim loop deletes the ones it still holds once connected
+        (:meth:`_finish_releases`). Until then those items wait, as they would for a
+        holder that lost its connection."""
         if not claimed:
             return
         if self.delivery == AT_MOST_ONCE:
             self.offer_many([c.item for c in claimed if c.item])
             return
-        mine, _ = self._owned(claimed)
-        if self._claimlog is not None:  # first out of the records: not a death if we die now
-            self._claimlog.released([c.name for c in mine])
-        dels = gather([self.zk.delete_async(f"{self.lease_path}/{c.name}") for c in mine])
-        del dels
+        self._check_session()
+        with self._lock:
+            mine = [c for c in claimed if self._held.get(c.name) is c]
+        unsure = self._drop_leases(mine) if self._connected.is_set() else mine
         self._forget(mine)
+        if unsure:
+            with self._lock:
+                self._unreleased.update((c.name, c.session) for c in unsure)
+            log.warning("queue.release_deferred", items=len(unsure), consumer=self.consumer_id,
+                        note="released once connected again, or gone with the session")
+
+    def _drop_leases(self, mine: list[Claimed]) -> list[Claimed]:
+        """Delete the leases of ``mine`` within ``--zk-timeout``; returns those whose
+        delete may not have been applied."""
+        deadline = time.monotonic() + self.zk.zk_timeout
+        try:
+            if self._claimlog is not None:  # first out of the records: not a death if we die now
+                self._claimlog.released([c.name for c in mine])
+            dels = gather([self.zk.delete_async(f"{self.lease_path}/{c.name}") for c in mine],
+                          _remaining(deadline))
+        except SessionExpiredError:
+            return []  # the leases went with the session
+        except ConnectionLoss:
+            return mine
+        return [c for c, d in zip(mine, dels, strict=True) if isinstance(d, ConnectionLoss)]
+
+    def _finish_releases(self) -> None:
+        """Delete the leases whose release was cut short, if this session still holds them
+        and no claim took the item again since. Runs in the claim loop, never beside a
+        claim of this queue: a lease it is creating is not in ``_held`` yet. Bounded by
+        ``--zk-timeout`` per wait; cut short again, they stay for the next round and the
+        ConnectionLoss goes to the claim loop (which keeps its deadline)."""
+        session = self.zk.session_id
+        with self._lock:
+            names = [n for n, s in self._unreleased.items()
+                     if s == session and n not in self._held]
+            self._unreleased.clear()
+        try:
+            stats = gather([self.zk.exists_async(f"{self.lease_path}/{n}") for n in names],
+                           self.zk.zk_timeout)
+            ours = [n for n, st in zip(names, stats, strict=True)
+                    if not isinstance(st, Exception) and st is not None
+                    and st.ephemeralOwner == session]
+            unsure = [n for n, st in zip(names, stats, strict=True)
+                      if isinstance(st, ConnectionLoss)]
+            dels = gather([self.zk.delete_async(f"{self.lease_path}/{n}") for n in ours],
+                          self.zk.zk_timeout)
+            unsure += [n for n, d in zip(ours, dels, strict=True)
+                       if isinstance(d, ConnectionLoss)]
+        except ConnectionLoss:
+            with self._lock:
+                self._unreleased.update((n, session) for n in names)
+            raise
+        with self._lock:
+            self._unreleased.update((n, session) for n in unsure)
+        if len(unsure) < len(names):
+            log.info("queue.releases_finished", items=len(names) - len(unsure),
+                     consumer=self.consumer_id)
 
     def retry(self, c: Claimed, error: str) -> CompleteResult:
         """Re-offer at the tail with ``attempt + 1``; old item and lease go in the same tx.
@@ -658,6 +796,16 @@ def _first_error(results: Sequence[TxResult]) -> int | None:
         if isinstance(r, Exception) and not isinstance(r, RolledBackError | RuntimeInconsistency):
             return i
     return None
+
+
+def _answered(results: list[T | Exception]) -> list[T | Exception]:
+    """``results`` of pipelined requests -- unless one's answer was lost with the connection
+    (ConnectionLoss, SessionExpiredError): then that error is raised, since the request may
+    or may not have been applied, and the caller decides what that uncertainty means."""
+    for res in results:
+        if isinstance(res, ConnectionLoss | SessionExpiredError):
+            raise res
+    return results
 
 
 def _remaining(deadline: float | None) -> float | None:
