@@ -301,3 +301,28 @@ def test_at_most_once_take_cut_short_keeps_the_claims_earlier_batches(server, cl
     # loss at a failure (names[5:7]); names[4] and the rest stay queued for anyone.
     assert queued(admin, zk_root) == {names[4], names[7], names[8]}
     assert leases(admin, zk_root) == {}
+
+
+def test_path_making_calls_end_in_time_against_a_frozen_server(server, clients, zk_root):
+    """``ensure_path`` and ``create(makepath=True)`` -- which ``zkcrawl pause``/``resume``
+    use through ``control.set_state`` -- wait at most --zk-timeout per try (kazoo's own
+    versions wait for the server however long it takes)."""
+    from zkcrawl.queue import control
+
+    zk = clients(BOUND)
+    assert server.proc is not None
+    os.kill(server.proc.pid, signal.SIGSTOP)
+    try:
+        for call in (lambda: zk.ensure_path(f"{zk_root}/a/b"),
+                     lambda: zk.create(f"{zk_root}/c/d", b"x", makepath=True),
+                     lambda: control.set_state(zk, zk_root, control.PAUSED)):
+            t0 = time.monotonic()
+            with pytest.raises(ConnectionLoss):
+                call()
+            # ensure_path: the command-retry policy's tries, within its deadline
+            assert time.monotonic() - t0 < 3 * BOUND + SLACK
+    finally:
+        thaw(server)
+    answering(zk)
+    zk.ensure_path(f"{zk_root}/a/b")
+    assert zk.create(f"{zk_root}/e/f", b"x", makepath=True) == f"{zk_root}/e/f"

@@ -28,7 +28,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
-from kazoo.retry import KazooRetry
+from kazoo.retry import KazooRetry, RetryFailedError
 from kazoo.security import ACL, Id
 
 from zkcrawl.errors import ZkUnavailable
@@ -339,8 +339,17 @@ class ZkClient:
         return result
 
     def ensure_path(self, path: str) -> None:
+        """Create ``path`` and its parents where missing. Each try waits at most
+        ``--zk-timeout`` (kazoo's own ``ensure_path`` waits for a reconnect however long it
+        takes), tried again by the bounded command-retry policy."""
+        def once() -> None:
+            self.answer(self._kazoo.ensure_path_async(path))
+
         try:
-            self._kazoo.retry(self._kazoo.ensure_path, path)
+            self._kazoo.retry(once)
+        except RetryFailedError:
+            raise ConnectionLoss(f"no answer from ZooKeeper within the retries of "
+                                 f"{max(self.zk_timeout, 2.0):g} s") from None
         except NoAuthError:
             raise self._denied("create", path) from None
 
@@ -432,11 +441,8 @@ class ZkClient:
                sequence: bool = False, makepath: bool = False) -> str:
         """Create the node; returns its path (with the sequence number, if sequential)."""
         try:
-            if makepath:  # kazoo's own loop of creates (each bounded by its retry policy)
-                return str(self._kazoo.create(path, value, ephemeral=ephemeral,
-                                              sequence=sequence, makepath=True))
             pending: Pending[str] = self._kazoo.create_async(
-                path, value, ephemeral=ephemeral, sequence=sequence)
+                path, value, ephemeral=ephemeral, sequence=sequence, makepath=makepath)
             return str(self.answer(pending))
         except NoAuthError:
             raise self._denied("create", path) from None
