@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from tests.conftest import wait_for
-from zkcrawl.politeness.cluster import ClusterPoliteness
+from zkcrawl.politeness.cluster import _HERD_SPREAD, ClusterPoliteness
 from zkcrawl.politeness.local import SLOT_SLACK
 from zkcrawl.zk.client import ZkClient
 
@@ -31,7 +31,8 @@ def test_a_host_held_by_another_consumer_waits_for_its_turn_to_end_without_a_wri
     assert ends - time.time() == pytest.approx(0.3 + SLOT_SLACK, abs=0.05)
     turn, due = b.take_turn(HOST)
     assert turn is None and due is not None
-    assert due - start == pytest.approx(0.3 + SLOT_SLACK, abs=0.01)  # a's turn, converted
+    # a's turn (converted to this clock, 2 ms), and a few random ms so that waiters spread
+    assert 0.3 + SLOT_SLACK - 0.002 <= due - start <= 0.3 + SLOT_SLACK + _HERD_SPREAD + 0.002
     assert b.counts["writes"] == 0 and b.counts["reservations"] == 0
     wait_for(lambda: time.monotonic() >= due, timeout=5, what="a's turn to end")
     second, wait = b.take_turn(HOST)
@@ -79,7 +80,8 @@ def test_a_turn_whose_write_was_answered_too_late_is_moved_to_now(
     a.late = 0.1  # later than the turn's slack: a start now would crowd the next consumer
     start, due = a.take_turn(HOST)
     assert due is None and start is not None
-    assert a.counts["moves"] == 1 and a.counts["writes"] == 2
+    # moved (once; twice if the machine is loaded enough to make the next answer late too)
+    assert a.counts["moves"] >= 1 and a.counts["writes"] == a.counts["moves"] + 1
     # the turn was written again from when the request can really start
     assert node_time(zk, zk_root) - (start + time.time() - time.monotonic()) >= 0.2
 
