@@ -37,8 +37,13 @@ Limits, by design:
 
 * the gap is measured in wall-clock time across machines, so it holds up to their clock skew
   (keep NTP running; a skew of a few ms is nothing next to a 1 s gap);
-* it separates the *starts* of requests: one that opens a new connection reaches the server a
-  few ms after it started, so the server may see a gap that much shorter. (Within a consumer,
+* it separates the *starts* of requests, lengthened by this consumer's last response time
+  from the host: a request that opens a new connection reaches the server later than it
+  started, and the next consumer's comes a gap after that as long as its response time covers
+  the delay. Before this process has seen any response (its first requests) a turn is the
+  gap plus :data:`~zkcrawl.politeness.local.SLOT_SLACK` only; then both requests usually open
+  a new connection, and the server sees a gap shorter than the delay only if this one's
+  connection took 20 ms longer than the other's. (Within a consumer,
   :class:`zkcrawl.politeness.gate.HostGate` also counts the gap from the end of the previous
   request.)
 * a robots.txt ``Crawl-delay`` is known to each consumer from its own robots.txt cache (they all
