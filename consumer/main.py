@@ -80,6 +80,8 @@ def open_consumer(settings: ConsumerSettings, sink: ResultSink,
         queue = LeaseQueue(zk, settings.root, consumer_id, delivery=settings.delivery)
         fetch_settings = settings.fetch_settings()
         inner = politeness = _politeness(settings, zk)
+        if isinstance(politeness, ClusterPoliteness):
+            metrics.count_politeness(politeness.snapshot)
         gate = HostGate(inner, settings.domain_delay, CRAWL_DELAY_CAP)
         pipeline = Pipeline(Fetcher(fetch_settings, gate, http=settings.http), gate, fields,
                             consumer_id, settings.max_attempts, processors)

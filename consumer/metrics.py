@@ -51,11 +51,12 @@ import selectors
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
@@ -140,6 +141,30 @@ def unready_starting() -> tuple[bool, dict[str, Any]]:
     return False, {"state": "starting"}
 
 
+class _PolitenessCounts:
+    """``zkcrawl_consumer_politeness_total{event}``: the cluster politeness's own counters,
+    read at scrape time (nothing while the politeness is per consumer)."""
+
+    EVENTS = ("reservations", "writes", "races", "moves", "fallbacks")
+
+    def __init__(self) -> None:
+        self.counts: Callable[[], Mapping[str, int]] | None = None
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        if self.counts is None:
+            return
+        family = CounterMetricFamily(
+            "zkcrawl_consumer_politeness", "Cluster politeness, by event: turns and slots "
+            "taken (reservations), conditional writes of <root>/hosts that took (writes), "
+            "compare-and-sets lost to another consumer (races), turns written again because "
+            "their write was answered late (moves), requests spaced by this consumer's own "
+            "gap while ZooKeeper was away (fallbacks)", labels=["event"])
+        counts = self.counts()
+        for event in self.EVENTS:
+            family.add_metric([event], float(counts.get(event, 0)))
+        yield family
+
+
 class Metrics:
     """The consumer's instruments in their own registry."""
 
@@ -178,6 +203,8 @@ class Metrics:
                            "(connected to ZooKeeper and claiming, or paused)", registry=r)
         self._ready_probe: Health = unready_starting
         self.ready.set_function(self._is_ready)
+        self._politeness = _PolitenessCounts()
+        r.register(self._politeness)
         self._by_outcome: dict[tuple[str, str, bool], Any] = {}
         self._reasons: set[str] = set()
         self._lock = threading.Lock()  # workers observe concurrently: one reason set
@@ -188,6 +215,11 @@ class Metrics:
             self.zk_state.labels(state=s).set(1 if s == state else 0)
         if state in ZK_STATES:
             self.zk_transitions.labels(state=state).inc()
+
+    def count_politeness(self, counts: Callable[[], Mapping[str, int]]) -> None:
+        """From now on ``zkcrawl_consumer_politeness_total`` reads ``counts()`` at scrape
+        time (:meth:`zkcrawl.politeness.cluster.ClusterPoliteness.snapshot`)."""
+        self._politeness.counts = counts
 
     def set_ready_probe(self, probe: Health) -> None:
         """What ``zkcrawl_consumer_ready`` asks at scrape time (the ``/readyz`` probe)."""

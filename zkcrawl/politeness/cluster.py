@@ -368,6 +368,11 @@ class ClusterPoliteness:
         threading.Thread(target=loop, name="host-pruner", daemon=True).start()
         return self
 
+    def snapshot(self) -> dict[str, int]:
+        """The counts since start (a copy): reservations, writes, races, moves, fallbacks."""
+        with self._lock:
+            return dict(self.counts)
+
     def stop(self) -> None:
         """Stop pruning; log ``politeness.stats`` (the counts since start)."""
         self._stop.set()
