@@ -153,7 +153,9 @@ def exported(zk_hosts, tmp_path_factory) -> set[str]:
     with TestServer({"/ok": page, "/missing": (404, {"Content-Type": "text/html"}, b"no")}
                     ) as srv, ZkClient(zk_hosts).connect() as zk:
         offer(zk, root, [srv.url("/ok"), srv.url("/missing")])
-        run = Running(settings_for(zk_hosts, root, out, "--metrics-port", str(port)))
+        # a small cluster-wide gap: the politeness counters are exported too
+        run = Running(settings_for(zk_hosts, root, out, "--metrics-port", str(port),
+                                   "--domain-delay", "0.01", "--politeness", "cluster"))
         try:
             def scrape() -> str:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
@@ -192,7 +194,8 @@ def test_dashboard_covers_what_an_operator_looks_at():
                    "zkcrawl_consumer_queue_seconds_bucket", "zkcrawl_consumer_dispatch_seconds",
                    "zkcrawl_consumer_wait_seconds", "zkcrawl_consumer_process_seconds",
                    "zkcrawl_cluster_queue_depth", "zkcrawl_cluster_queue_oldest_age_seconds",
-                   "zkcrawl_cluster_leases", "zkcrawl_cluster_dead_letters"):
+                   "zkcrawl_cluster_leases", "zkcrawl_cluster_dead_letters",
+                   "zkcrawl_consumer_politeness_total"):
         assert needle in exprs, needle
     rows = [p for p in dash["panels"] if p["type"] == "row"]
     assert any(r.get("repeat") == "pod" for r in rows), "per-consumer rows"
