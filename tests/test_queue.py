@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -154,6 +155,44 @@ def test_offer_batches_and_protected_retry_finds_committed_batch(zk, zk_root):
     assert found is not None and len(found) == 1
     assert q._find_committed(f"{zk_root}/offers/{'u' * 32}", "u" * 32, 1) is None
     assert q.depth() == 51
+
+
+def test_a_lost_offer_is_checked_again_when_the_connection_goes_while_checking(
+        zk, zk_root, monkeypatch):
+    """An offer's answer lost (the leader killed), and the connection lost again while asking
+    whether it committed (CI: the fault test's second kill point): asked again once
+    connected -- a batch that committed is found by its marker, not sent twice; one that did
+    not is sent again. (The losses are injected; the server and the transactions are real.)"""
+    from zkcrawl.zk import ConnectionLoss
+
+    q = LeaseQueue(zk, zk_root, "p", offer_batch=10)
+    offers = q._offers
+    real = offers.find_committed
+    drops = iter([True, False, True, False])
+
+    def flaky(marker: str, token: str, n: int) -> list[str] | None:
+        if next(drops):
+            raise ConnectionLoss("the connection went again")
+        return real(marker, token, n)
+
+    monkeypatch.setattr(offers, "find_committed", flaky)
+
+    def lost() -> Any:
+        pending = zk._kazoo.handler.async_result()
+        pending.set_exception(ConnectionLoss("answer lost"))
+        return pending
+
+    # committed before the answer was lost: found, not re-sent
+    token = "c" * 32
+    chunk = [Item(url=f"http://127.0.0.1/lost/{i}").encode(batch=token) for i in range(3)]
+    committed = offers._offer_async(token, chunk)
+    assert len(zk.answer(committed)) == 4  # marker + 3 items
+    assert len(offers._offer_result(token, chunk, lost())) == 3
+    # not committed: sent again, once
+    token = "n" * 32
+    chunk = [Item(url=f"http://127.0.0.1/again/{i}").encode(batch=token) for i in range(2)]
+    assert len(offers._offer_result(token, chunk, lost())) == 2
+    assert q.depth() == 5
 
 
 def test_delivery_and_run_state_are_str_enums(zk, zk_root):

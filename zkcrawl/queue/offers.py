@@ -36,6 +36,7 @@ from zkcrawl.zk import (
 )
 
 MAX_TX_BYTES = 256 * 1024  # far below ZooKeeper's 1 MB jute.maxbuffer per request
+_RECHECK_PAUSE = 0.05  # seconds between two asks whether a lost offer committed
 
 log = get_logger(__name__)
 
@@ -184,12 +185,7 @@ class BatchOffers:
                 results = self.zk.answer(pending)
             except (ConnectionLoss, SessionExpiredError) as exc:
                 log.warning("queue.offer_retry", error=type(exc).__name__, attempt=attempt)
-                # --zk-timeout in all, counted from the first try: a stop while ZooKeeper
-                # is away ends within it (SPEC §4), whatever the answer timeout used.
-                left = self.zk.zk_timeout - (time.monotonic() - started)
-                if not self._connected.wait(max(0.0, left)):
-                    raise QueueSuspended("ZooKeeper unreachable while offering") from None
-                committed = self.find_committed(marker, token, len(chunk))
+                committed = self._after_loss(marker, token, len(chunk), started)
                 if committed is not None:
                     return committed
                 pending = self._offer_async(token, chunk)
@@ -206,6 +202,25 @@ class BatchOffers:
             first = next(r for r in results if isinstance(r, Exception))
             raise ZkCrawlError(f"offer failed: {first!r}")
         raise ZkCrawlError("offer failed after 5 attempts")
+
+    def _after_loss(self, marker: str, token: str, n: int, started: float
+                    ) -> list[str] | None:
+        """An offer's answer was lost: once connected, did it commit? (:meth:`find_committed`;
+        None: it did not, send it again). The connection may go again while asking -- the
+        leader killed twice in a row, or the connected flag not cleared yet when the lost
+        answer came -- and then it is asked again. --zk-timeout in all, counted from the
+        offer's first try: a stop while ZooKeeper is away ends within it (SPEC §4)."""
+        while True:
+            left = self.zk.zk_timeout - (time.monotonic() - started)
+            if left <= 0 or not self._connected.wait(left):
+                raise QueueSuspended("ZooKeeper unreachable while offering")
+            try:
+                return self.find_committed(marker, token, n)
+            except (ConnectionLoss, SessionExpiredError) as exc:
+                log.warning("queue.offer_check_retry", error=type(exc).__name__)
+                # the flag may still say "connected" for a moment: a short pause, not a
+                # tight loop (bounded by the deadline above)
+                time.sleep(min(_RECHECK_PAUSE, max(0.0, left)))
 
     def find_committed(self, marker: str, token: str, n: int) -> list[str] | None:
         """After ConnectionLoss: did the transaction commit? Exact while the session lives."""
