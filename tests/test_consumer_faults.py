@@ -99,26 +99,15 @@ def own_zk(tmp_path: Path) -> Iterator[ZkServer]:
     server.stop()
 
 
-@pytest.fixture
-def stopped(request: pytest.FixtureRequest) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Consumer processes to kill if a test fails half-way."""
-    procs: list[subprocess.Popen[bytes]] = []
-    yield procs
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-
-
 # -- health: /livez, /readyz (/healthz), zk.suspended / zk.reconnected ----------------------
 
-def test_livez_never_depends_on_zookeeper_readyz_does(own_zk, tmp_path, stopped):
+def test_livez_never_depends_on_zookeeper_readyz_does(own_zk, tmp_path, procs):
     port, out, err = free_port(), tmp_path / "o.jsonl", tmp_path / "err.log"
     with TestServer({"/h/*": page}) as srv:
         # Started while its ZooKeeper is down: alive (the port listens), not ready, trying.
         proc = spawn(args(own_zk.hosts, "/h", out, "--metrics-port", str(port),
                           "--zk-timeout", "60", "--session-timeout", "20"), err)
-        stopped.append(proc)
+        procs.append(proc)
         wait_for(lambda: get(port, "/livez")[0] == 200, what="/livez while connecting")
         status, body = get(port, "/readyz")
         assert status == 503 and json.loads(body)["state"] == "starting"
@@ -218,7 +207,7 @@ def test_metrics_server_threads_stay_bounded(zk, zk_hosts, zk_root, tmp_path):
 
 # -- SIGHUP: reopen --out --------------------------------------------------------------
 
-def test_sighup_reopens_out_nothing_lost_or_split(zk, zk_hosts, zk_root, tmp_path, stopped):
+def test_sighup_reopens_out_nothing_lost_or_split(zk, zk_hosts, zk_root, tmp_path, procs):
     out, err = tmp_path / "o.jsonl", tmp_path / "err.log"
     rotated = tmp_path / "o.jsonl.1"
     with TestServer({"/r/*": delayed(0.01, page)}) as srv:
@@ -226,7 +215,7 @@ def test_sighup_reopens_out_nothing_lost_or_split(zk, zk_hosts, zk_root, tmp_pat
         offer(zk, zk_root, first)
         proc = spawn(args(zk_hosts, zk_root, out, "--no-robots", "--threads", "4",
                           "--session-timeout", "4"), err)
-        stopped.append(proc)
+        procs.append(proc)
         # While it writes, a group may be half on disk: the waits read leniently, the
         # final check strictly.
         wait_for(lambda: len(records(out, strict=False)) >= 20, what="records under way")
@@ -330,7 +319,7 @@ def test_item_done_follows_the_records_on_a_real_full_disk(zk, zk_hosts, zk_root
 # -- pause: no new request more than 1 s after `zkcrawl pause` returned ----------------
 
 @pytest.mark.parametrize("delay", ["0", "0.3"])  # 0.3: later items of a host are cooled
-def test_pause_starts_no_request_after_one_second(zk, zk_hosts, zk_root, tmp_path, stopped,
+def test_pause_starts_no_request_after_one_second(zk, zk_hosts, zk_root, tmp_path, procs,
                                                   capsys, delay):
     out, err = tmp_path / "o.jsonl", tmp_path / "err.log"
     # a: robots.txt at once, every page a slow redirect (the hop is a new request);
@@ -348,7 +337,7 @@ def test_pause_starts_no_request_after_one_second(zk, zk_hosts, zk_root, tmp_pat
         proc = spawn(args(zk_hosts, zk_root, out, "--threads", "4", "--backlog", "8",
                           "--domain-delay", delay, "--politeness", "local",
                           "--session-timeout", "4"), err)
-        stopped.append(proc)
+        procs.append(proc)
         a.wait_for_requests(1, path="/r/0", timeout=30)
         b.wait_for_requests(1, path="/robots.txt", timeout=30)
         c.wait_for_requests(1, path="/robots.txt", timeout=30)
