@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import wait_for
 from zkcrawl.politeness.cluster import _HERD_SPREAD, ClusterPoliteness
@@ -95,3 +97,30 @@ def test_without_zookeeper_a_turn_is_the_local_gap_only(
     client.close()
     start, due = p.take_turn(HOST)
     assert due is None and start is not None and p.counts["fallbacks"] == 1
+
+
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.one_of(st.binary(max_size=80), st.just(b"1e300"), st.just(b"nan"),
+                      st.just(b"-inf"), st.just(b"9" * 64), st.just(b"x" * 70_000)))
+def test_a_host_node_anyone_wrote_never_breaks_a_turn(
+        zk: ZkClient, zk_factory: Callable[..., ZkClient], zk_root: str, data: bytes) -> None:
+    """SPEC §2: the host node is untrusted. Whatever it holds, a turn is taken now (not a
+    time: overwritten) or waited for at most MAX_AHEAD -- never an exception or a wait
+    beyond it."""
+    from zkcrawl.politeness.cluster import MAX_AHEAD
+
+    path = f"{zk_root}/hosts/{HOST.replace(':', '%3A')}"
+    zk.ensure_path(f"{zk_root}/hosts")
+    if zk.exists(path) is None:
+        zk.create(path, data)
+    else:
+        zk.set(path, data)
+    pol = ClusterPoliteness(zk_factory(), zk_root, 0.05)
+    start, due = pol.take_turn(HOST)
+    now = time.monotonic()
+    if start is not None:
+        assert due is None and start - now < 0.2 and pol.counts["fallbacks"] == 0
+        assert float(zk.get(path)[0]) > time.time()  # the turn is written over it
+    else:
+        assert due is not None and now < due <= now + MAX_AHEAD + 1
