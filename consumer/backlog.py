@@ -32,6 +32,9 @@ Guarantees:
   sat in a deque is skipped there, never handed out.
 * **Every wait is bounded** by its ``timeout``: flags set by a signal handler (which must not
   take this lock to notify) are seen within it.
+* **Per host**: :meth:`~Backlog.host_load` counts a host's tasks that still need the host
+  (READY, COOLING, RUNNING) -- what the worker caps so that no host fills the table
+  (:class:`~consumer.parking.Parking`).
 
 One lock guards the table, the two deques, the heap and the running count; three conditions
 share it: ``work`` (a task became READY), ``cooled`` (the heap changed, or the cluster was
@@ -87,6 +90,7 @@ class Task:
     gated: bool = False  # admitted by the HostGate: the fetch holds the host's turn
     cooled_at: float = 0.0
     outcome: Outcome | None = None  # what processing decided, once handed to the committer
+    load_key: str = ""  # the host it was counted under in Backlog.host_load (host may change)
 
     @property
     def name(self) -> str:
@@ -109,6 +113,7 @@ class Backlog:
         self._seq = itertools.count()
         self._running = 0
         self._closed = False
+        self._per_host: dict[str, int] = {}  # tasks READY, COOLING or RUNNING, per host
 
     def __len__(self) -> int:
         """Tasks held (leases), in any state but GONE."""
@@ -139,7 +144,22 @@ class Backlog:
             for t in tasks:
                 self._tasks[t.name] = t
                 self._ready.append(t)
+                t.load_key = t.host
+                self._per_host[t.host] = self._per_host.get(t.host, 0) + 1
             self._work.notify(len(tasks))
+
+    def host_load(self, host: str) -> int:
+        """Tasks of ``host`` that still need it: READY, COOLING or RUNNING (a lock-free read
+        of one counter: the claim loop's estimate, exact once it has the lock)."""
+        return self._per_host.get(host, 0)
+
+    def _unload(self, task: Task) -> None:
+        """``task`` stops needing its host (settling, or gone before it settled)."""
+        n = self._per_host.get(task.load_key, 0) - 1
+        if n > 0:
+            self._per_host[task.load_key] = n
+        else:
+            self._per_host.pop(task.load_key, None)
 
     # -- pool threads ---------------------------------------------------------------------
     def take(self, timeout: float) -> Task | None:
@@ -183,6 +203,8 @@ class Backlog:
         with self._lock:
             if task.state is GONE:
                 return False
+            if task.state is not SETTLING:
+                self._unload(task)
             task.state = SETTLING
             return True
 
@@ -241,6 +263,8 @@ class Backlog:
         return dropped
 
     def _gone(self, task: Task) -> None:
+        if task.state is not SETTLING and task.state is not GONE:
+            self._unload(task)
         task.state = GONE
         if self._tasks.get(task.name) is task:  # not a newer claim of the same item
             del self._tasks[task.name]

@@ -54,11 +54,12 @@ from typing import Generic, TypeVar
 import structlog
 
 from consumer.pipeline import COMPLETE, DEAD, RETRY, OutcomeKind
+from consumer.queue_seam import WorkerQueue
 from consumer.results import ResultChain
 from consumer.sink import Entry, Record, ResultSink
 from zkcrawl.errors import SinkError
 from zkcrawl.queue.discovered import LinksRefused
-from zkcrawl.queue.leases import Claimed, LeaseQueue, QueueSuspended
+from zkcrawl.queue.leases import Claimed, QueueSuspended
 
 __all__ = ["COMMIT_WINDOW", "GroupCommit", "Settle"]
 
@@ -100,7 +101,7 @@ class GroupCommit(Generic[T]):
     kept and retried once reconnected.
     """
 
-    def __init__(self, sink: ResultSink, queue: LeaseQueue, *, live: Callable[[T], bool],
+    def __init__(self, sink: ResultSink, queue: WorkerQueue, *, live: Callable[[T], bool],
                  settled: Callable[[list[T]], None],
                  failed: Callable[[SinkError | None, list[T]], None],
                  durable: Callable[[list[Settle[T]]], None] | None = None,
@@ -124,7 +125,8 @@ class GroupCommit(Generic[T]):
     def put(self, item: Settle[T]) -> None:
         with self._cond:
             self._pending.append(item)
-            self._cond.notify()
+            if len(self._pending) == 1:  # the committer waits only while nothing is pending
+                self._cond.notify()
 
     @property
     def pending(self) -> int:
@@ -236,7 +238,7 @@ class GroupCommit(Generic[T]):
                 log.warning("pipeline.failed", item=s.claimed.name, url=s.claimed.url,
                             error=out.error, attempt=s.claimed.attempt)
                 s.prepared = True  # failed: its links are not followed (a retry finds them)
-                if s.claimed.attempt + 1 < self.max_attempts:
+                if s.claimed.may_retry(self.max_attempts):
                     s.kind, s.error, s.record = RETRY, out.error, None
                 else:
                     s.kind, s.error = DEAD, out.error
@@ -290,7 +292,7 @@ class GroupCommit(Generic[T]):
         ``--max-attempts`` (an item failed already keeps its own outcome and reason)."""
         if s.kind != COMPLETE:
             return
-        if s.claimed.attempt + 1 < self.max_attempts:
+        if s.claimed.may_retry(self.max_attempts):
             s.kind, s.error = RETRY, reason
         else:
             s.kind, s.error = DEAD, reason

@@ -15,24 +15,28 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import signal
 import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 
+from consumer.extract_pool import extraction
 from consumer.metrics import Metrics, MetricsServer
+from consumer.owned_queue import OwnedQueue
+from consumer.ownership import Ownership, recorded_partitions
 from consumer.pipeline import Pipeline
-from consumer.processors import FieldsProcessor, Processors, parse_routes
+from consumer.processors import ArticleProcessor, FieldsProcessor, Processors, parse_routes
+from consumer.queue_seam import WorkerQueue
 from consumer.results import ResultChain
 from consumer.settings import CRAWL_DELAY_CAP, ConsumerSettings
 from consumer.sink import ResultSink, open_sink
 from consumer.worker import Worker
 from zkcrawl.errors import ExitStatus
-from zkcrawl.politeness.cluster import ClusterPoliteness
+from zkcrawl.logs import get_logger
 from zkcrawl.politeness.gate import HostGate
-from zkcrawl.politeness.local import LocalPoliteness, Politeness
-from zkcrawl.queue.leases import LeaseQueue
+from zkcrawl.politeness.local import LocalPoliteness
 from zkcrawl.queue.registry import default_id
 from zkcrawl.runner import connect, guarded, setup_logging
 from zkcrawl.settings import ArgumentParser, add_options, parse
@@ -42,6 +46,7 @@ from zkcrawl.web.fetch import Fetcher
 from zkcrawl.zk.client import ZkClient
 
 PROG = "zkcrawl-consumer"
+log = get_logger(__name__)
 
 
 def build_parser() -> ArgumentParser:
@@ -57,47 +62,42 @@ def open_consumer(settings: ConsumerSettings, sink: ResultSink,
                   extensions: Extensions | None = None) -> Iterator[Worker]:
     """Connect and assemble a consumer; closing ends the ZooKeeper session (any lease still
     held vanishes with it) and closes the ``--pipeline`` chain. Tests drive the yielded
-    Worker directly. ``extensions``: the processors and pipelines already loaded."""
+    Worker directly. ``extensions``: the processors and pipelines already loaded.
+
+    The process's parts start in the order below and close in the reverse one (an
+    :class:`~contextlib.ExitStack`): the ``--pipeline`` chain, the metrics server, the
+    ZooKeeper session, the queue, the politeness; the Worker's own parts start and stop
+    inside (:mod:`consumer.components`)."""
     fields = parse_field_specs(settings.field)
     processors, results = extensions or load_extensions(settings)
-    results.open()  # before ZooKeeper is asked anything; a failure is one line (exit 2)
     metrics = Metrics()
-    server: MetricsServer | None = None
-    if settings.metrics_port:  # before connecting: alive (/livez) while waiting for ZooKeeper
-        server = MetricsServer(metrics, port=settings.metrics_port,
-                               host=settings.metrics_host).start()
-    try:
-        zk = connect(settings)  # kazoo's per-attempt warnings are held back by ZkClient
-    except BaseException:
-        results.close()
-        if server is not None:
-            server.stop()
-        raise
-    queue: LeaseQueue | None = None
-    politeness: Politeness | None = None
-    try:
+    with contextlib.ExitStack() as parts:
+        results.open()  # before ZooKeeper is asked anything; a failure is one line (exit 2)
+        parts.callback(results.close)  # the committer has stopped: no process() call runs
+        server: MetricsServer | None = None
+        if settings.metrics_port:  # before connecting: alive (/livez) while waiting for ZK
+            server = MetricsServer(metrics, port=settings.metrics_port,
+                                   host=settings.metrics_host).start()
+            parts.callback(server.stop)
+        zk = connect(settings, writes=True)  # ZkClient holds kazoo's warnings back
+        parts.callback(zk.close)
         consumer_id = settings.id or default_id()
-        queue = LeaseQueue(zk, settings.root, consumer_id, delivery=settings.delivery)
+        ownership = _ownership(settings, zk, consumer_id)
+        queue = _queue(settings, zk, consumer_id, ownership)
+        parts.callback(queue.close)
         fetch_settings = settings.fetch_settings()
-        inner = politeness = _politeness(settings, zk)
-        if isinstance(politeness, ClusterPoliteness):
-            metrics.count_politeness(politeness.snapshot)
-        gate = HostGate(inner, settings.domain_delay, CRAWL_DELAY_CAP)
+        gate = HostGate(_politeness(settings), settings.domain_delay, CRAWL_DELAY_CAP)
+        ownership.keep_holds(gate)  # a back-off in force survives a hand-over (SPEC §3)
         pipeline = Pipeline(Fetcher(fetch_settings, gate, http=settings.http), gate, fields,
-                            consumer_id, settings.max_attempts, processors)
-        worker = Worker(settings, zk, queue, pipeline, sink, metrics, consumer_id, results)
+                            consumer_id, settings.max_attempts, processors,
+                            settings.link_bounds(zk))
+        metrics.count_ownership(ownership.snapshot)
+        worker = Worker(settings, zk, queue, pipeline, sink, metrics, consumer_id, results,
+                        ownership=ownership)
+        _cap_hosts(queue, worker)
         if server is not None:
             server.set_probes(worker.liveness, worker.readiness)
         yield worker
-    finally:
-        results.close()  # the committer has stopped: no process() call is running
-        if isinstance(politeness, ClusterPoliteness):
-            politeness.stop()
-        if server is not None:
-            server.stop()
-        if queue is not None:
-            queue.close()
-        zk.close()
 
 
 Extensions = tuple[Processors, ResultChain]
@@ -106,18 +106,54 @@ Extensions = tuple[Processors, ResultChain]
 def load_extensions(settings: ConsumerSettings) -> Extensions:
     """The page processors (--processor, [processors]) and the --pipeline chain, loaded
     (classes instantiated) once; a bad one is a UsageError."""
-    processors = Processors(parse_routes(settings.processor, settings.processors),
-                            FieldsProcessor(parse_field_specs(settings.field)))
+    fields = parse_field_specs(settings.field)
+    default = ArticleProcessor(fields) if settings.extract == "article" else FieldsProcessor(
+        fields)
+    processors = Processors(parse_routes(settings.processor, settings.processors), default)
     return processors, ResultChain.load(settings.pipeline)
 
 
-def _politeness(settings: ConsumerSettings, zk: ZkClient) -> Politeness:
-    # --domain-delay 0 asks for no gap: nothing to share, no ZooKeeper round trip per page
-    # (Crawl-delay and Retry-After are then honoured per consumer). Crawl-delay is capped
-    # once, at CRAWL_DELAY_CAP (zkcrawl.politeness.MAX_CRAWL_DELAY), by every layer.
-    if settings.politeness == "cluster" and settings.domain_delay > 0:
-        return ClusterPoliteness(zk, settings.root, settings.domain_delay,
-                                 max_delay=CRAWL_DELAY_CAP).start_pruning()
+def _ownership(settings: ConsumerSettings, zk: ZkClient, consumer_id: str) -> Ownership:
+    """Hosts have owners (SPEC §3, consumer.ownership): this consumer's share of the
+    partitions. ``--politeness cluster`` and ``local`` name the modes before owners: they
+    mean owner now, said once."""
+    if settings.politeness != "owner":
+        log.warning("consumer.politeness_replaced", given=settings.politeness, now="owner",
+                    note="every host has one owner, which keeps its gap in memory: "
+                         "--politeness cluster and local are accepted and mean owner")
+    return Ownership(zk, settings.root, consumer_id, settings.domain_delay,
+                     partitions=recorded_partitions(zk, settings.root, settings.partitions))
+
+
+def _queue(settings: ConsumerSettings, zk: ZkClient, consumer_id: str,
+           ownership: Ownership) -> WorkerQueue:
+    """The partitions this consumer owns (consumer.owned_queue), the worker's queue seam
+    (consumer.queue_seam)."""
+    return OwnedQueue(zk, settings.root, consumer_id, ownership, settings.max_attempts,
+                      delivery=settings.delivery)
+
+
+OWNER_HORIZON_S = 0.5  # seconds of a host's gap an owner holds in its table
+
+
+def _cap_hosts(queue: object, worker: Worker) -> None:
+    """The owned queue hands out no more of a host than half a second of its gap (at least
+    one item, at most a quarter of the worker's table, consumer.parking's bound): the rest
+    stay in ZooKeeper, unmarked -- with ``--delivery at-most-once`` too, whose items cannot
+    be given back once taken. An owner's hosts are its own, so a short horizon is enough to
+    keep each at its pace, and the table holds as many hosts as it can. No gap
+    (--domain-delay 0), no cap: the worker's capacity bounds what it takes."""
+    gap = worker.s.domain_delay
+    if isinstance(queue, OwnedQueue) and gap > 0:
+        cap = max(1, min(math.ceil(OWNER_HORIZON_S / gap), worker.s.capacity // 4))
+        load = worker.backlog.host_load
+        queue.host_room = lambda host: cap - load(host)
+
+
+def _politeness(settings: ConsumerSettings) -> LocalPoliteness:
+    """The owner's per-host table, in memory: the gap, Crawl-delay (capped once, at
+    CRAWL_DELAY_CAP, zkcrawl.politeness.MAX_CRAWL_DELAY), Retry-After, the back-off. Only
+    this consumer fetches its hosts, so no ZooKeeper write per request."""
     return LocalPoliteness(settings.domain_delay, max_delay=CRAWL_DELAY_CAP)
 
 
@@ -130,14 +166,28 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ExitStatu
         extensions = load_extensions(settings)
         setup_logging(settings)
         sink = open_sink(settings.out, settings.root)
+        lingering: list[StopSignals] = []  # past the run: the teardown absorbs late signals
         try:
-            with reopen_on_sighup(sink), open_consumer(settings, sink, extensions) as worker, \
-                    StopSignals(worker.request_stop):
+            with reopen_on_sighup(sink), extraction(settings.extract, settings.extract_workers), \
+                    open_consumer(settings, sink, extensions) as worker, \
+                    _stop_signals(worker, lingering):
                 return worker.run()
         finally:
+            for signals in lingering:
+                signals.restore()
             sink.close()
 
     return guarded(PROG, work)
+
+
+def _stop_signals(worker: Worker, lingering: list[StopSignals]) -> StopSignals:
+    """First signal drains, second stops now (zkcrawl.signals); after the run, a signal that
+    comes during the teardown (closing the queue and the session, bounded by --zk-timeout)
+    is counted, not acted on: a second SIGTERM that arrives as the drain ends still exits 0
+    (CI: it came after the run, met the default action, and the process died with -15)."""
+    signals = StopSignals(worker.request_stop, linger=True)
+    lingering.append(signals)
+    return signals
 
 
 @contextlib.contextmanager

@@ -17,12 +17,12 @@ so a probe against it would always pass. This module serves the registry with a 
   (a PodDisruptionBudget counts unready pods as unavailable) for no fault of the pods.
 * anything else -- 404.
 
-The server is served from the ``metrics`` thread with bounded resources: an accepted
-connection costs no thread until its request arrives (idle ones wait in a selector, at most
-:data:`MAX_WAITING`, the oldest closed first, each for at most :data:`READ_TIMEOUT`), at most
-:data:`MAX_HANDLERS` requests are handled at once (a connection beyond that is closed at
-once), and every read and write has :data:`READ_TIMEOUT`. So a hundred idle or trickling
-clients cost a hundred sockets and at most 16 threads, and a probe still gets its answer.
+The server is :mod:`zkcrawl.httpserve`'s event loop on the ``metrics`` thread: no thread per
+request, a total deadline per connection (``REQUEST_TIMEOUT`` for the request, as much for
+the answer, whatever a client trickles), at most ``MAX_OPEN`` connections (the oldest shed).
+So any number of idle or trickling clients cost at most ``MAX_OPEN`` sockets and no thread,
+and a probe still gets its answer (issue #27: 200 trickling connections, every probe
+answered; the thread-per-request server before it answered 0 of 15 behind 16).
 
 The registry is per consumer instance (not the process-global default), so tests can run
 several consumers in one process. Besides the consumer's instruments it carries the standard
@@ -43,26 +43,22 @@ named ``fetch_seconds`` up to 0.1.0, which said less than it measured).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import platform
 import re
-import selectors
-import socket
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from zkcrawl.errors import UsageError
+from zkcrawl.httpserve import Answer, EventServer
 from zkcrawl.settings import version
 
 # Seconds; fetches of a latency-bound site sit around 0.05-2 s, dispatch well under 10 ms.
@@ -125,10 +121,6 @@ class Exposition(Protocol):
 #: A probe: ``(ok, detail)``; ``detail`` goes into the JSON body.
 Health = Callable[[], tuple[bool, dict[str, Any]]]
 
-READ_TIMEOUT = 5.0  # seconds a connection may take to send its request (and to read ours)
-MAX_HANDLERS = 16  # requests handled at once; a connection beyond that is closed at once
-MAX_WAITING = 64  # accepted connections waiting for their first byte; the oldest goes first
-POLL = 0.2  # the server loop's longest wait: reaction time to stop()
 
 
 def alive_starting() -> tuple[bool, dict[str, Any]]:
@@ -141,28 +133,45 @@ def unready_starting() -> tuple[bool, dict[str, Any]]:
     return False, {"state": "starting"}
 
 
-class _PolitenessCounts:
-    """``zkcrawl_consumer_politeness_total{event}``: the cluster politeness's own counters,
-    read at scrape time (nothing while the politeness is per consumer)."""
-
-    EVENTS = ("reservations", "writes", "races", "moves", "fallbacks")
+class _OwnershipFigures:
+    """``zkcrawl_consumer_partitions_owned``, ``zkcrawl_consumer_members_seen``,
+    ``zkcrawl_consumer_handovers_total``, ``_rebalances_total``, ``_partitions_taken_total``,
+    ``_holds_inherited_total``, ``_states_ignored_total``, ``zkcrawl_consumer_hosts_active``
+    and ``_hosts_backed_off`` (hosts have owners, :mod:`consumer.ownership`), read at
+    scrape time; nothing before :meth:`Metrics.count_ownership`."""
 
     def __init__(self) -> None:
-        self.counts: Callable[[], Mapping[str, int]] | None = None
+        self.snapshot: Callable[[], Mapping[str, int]] | None = None
 
-    def collect(self) -> Iterator[CounterMetricFamily]:
-        if self.counts is None:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        if self.snapshot is None:
             return
-        family = CounterMetricFamily(
-            "zkcrawl_consumer_politeness", "Cluster politeness, by event: turns and slots "
-            "taken (reservations), conditional writes of <root>/hosts that took (writes), "
-            "compare-and-sets lost to another consumer (races), turns written again because "
-            "their write was answered late (moves), requests spaced by this consumer's own "
-            "gap while ZooKeeper was away (fallbacks)", labels=["event"])
-        counts = self.counts()
-        for event in self.EVENTS:
-            family.add_metric([event], float(counts.get(event, 0)))
-        yield family
+        snap = self.snapshot()
+        yield GaugeMetricFamily("zkcrawl_consumer_partitions_owned", "Partitions (and so "
+                                "hosts) this consumer owns now", value=snap.get("partitions", 0))
+        yield GaugeMetricFamily("zkcrawl_consumer_members_seen", "Live consumers in the "
+                                "member list the ownership was computed from",
+                                value=snap.get("members", 0))
+        yield CounterMetricFamily("zkcrawl_consumer_handovers", "Partitions gained or lost "
+                                  "after the first assignment (a consumer joined or left)",
+                                  value=snap.get("handovers", 0))
+        for name, key, what in (
+                ("rebalances", "rebalances", "Changes of the owned partitions after the "
+                 "first assignment"),
+                ("partitions_taken", "partitions_taken", "Owner nodes taken (a hand-over "
+                 "done here)"),
+                ("holds_inherited", "holds_inherited", "Hosts held on a take by the back-off "
+                 "their previous owner checkpointed"),
+                ("states_ignored", "states_ignored", "Takes whose partition host state did "
+                 "not decode (ignored, with a warning)")):
+            yield CounterMetricFamily(f"zkcrawl_consumer_{name}", what,
+                                      value=snap.get(key, 0))
+        yield GaugeMetricFamily("zkcrawl_consumer_hosts_active", "Hosts with items not done "
+                                "in this consumer's partitions", value=snap.get("hosts_active", 0))
+        yield GaugeMetricFamily("zkcrawl_consumer_hosts_backed_off", "Hosts of this "
+                                "consumer's partitions under a Retry-After or down-host "
+                                "back-off (kept for a hand-over)",
+                                value=snap.get("hosts_backed_off", 0))
 
 
 class Metrics:
@@ -203,8 +212,8 @@ class Metrics:
                            "(connected to ZooKeeper and claiming, or paused)", registry=r)
         self._ready_probe: Health = unready_starting
         self.ready.set_function(self._is_ready)
-        self._politeness = _PolitenessCounts()
-        r.register(self._politeness)
+        self._ownership = _OwnershipFigures()
+        r.register(self._ownership)
         self._by_outcome: dict[tuple[str, str, bool], Any] = {}
         self._reasons: set[str] = set()
         self._lock = threading.Lock()  # workers observe concurrently: one reason set
@@ -216,10 +225,10 @@ class Metrics:
         if state in ZK_STATES:
             self.zk_transitions.labels(state=state).inc()
 
-    def count_politeness(self, counts: Callable[[], Mapping[str, int]]) -> None:
-        """From now on ``zkcrawl_consumer_politeness_total`` reads ``counts()`` at scrape
-        time (:meth:`zkcrawl.politeness.cluster.ClusterPoliteness.snapshot`)."""
-        self._politeness.counts = counts
+    def count_ownership(self, snapshot: Callable[[], Mapping[str, int]]) -> None:
+        """From now on the ownership figures read ``snapshot()`` at scrape time
+        (:meth:`consumer.ownership.Ownership.snapshot`)."""
+        self._ownership.snapshot = snapshot
 
     def set_ready_probe(self, probe: Health) -> None:
         """What ``zkcrawl_consumer_ready`` asks at scrape time (the ``/readyz`` probe)."""
@@ -255,166 +264,59 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    timeout = READ_TIMEOUT  # StreamRequestHandler puts it on the socket: reads and writes
-
-    def log_message(self, format: str, *args: Any) -> None:  # scrapes are not news
-        pass
-
-    def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
-        if path == "/metrics":
-            self._send(200, CONTENT_TYPE_LATEST, self.server.metrics.exposition())
-        elif path == "/livez":
-            self._probe(self.server.live)
-        elif path in ("/readyz", "/healthz"):
-            self._probe(self.server.ready)
-        else:
-            self._send(404, "text/plain",
-                       b"not found: try /metrics, /livez, /readyz or /healthz\n")
-
-    def _probe(self, probe: Health) -> None:
-        try:
-            ok, detail = probe()
-        except Exception as exc:  # a probe that breaks says "no", it does not hang up
-            ok, detail = False, {"error": type(exc).__name__}
-        body = json.dumps({"status": "ok" if ok else "unavailable", **detail}).encode()
-        self._send(200 if ok else 503, "application/json", body + b"\n")
-
-    def _send(self, status: int, ctype: str, body: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-
-class _Server(HTTPServer):
-    """Binds and listens (and carries what handlers read); :class:`MetricsServer` runs the
-    loop, not ``serve_forever``."""
-
-    allow_reuse_address = True
-    metrics: Exposition
-    live: Health
-    ready: Health
-
-
 class MetricsServer:
-    """``/metrics``, ``/livez``, ``/readyz`` (``/healthz``) on a background thread, with
-    bounded threads and timeouts (module docstring). Until :meth:`set_probes`, the probes say
-    alive and not ready (:func:`alive_starting`, :func:`unready_starting`)."""
+    """``/metrics``, ``/livez``, ``/readyz`` (``/healthz``) on a background thread: the
+    one-thread event loop of :mod:`zkcrawl.httpserve` (module docstring). Until
+    :meth:`set_probes`, the probes say alive and not ready (:func:`alive_starting`,
+    :func:`unready_starting`)."""
 
     def __init__(self, metrics: Exposition, ready: Health = unready_starting, port: int = 0,
                  host: str = "127.0.0.1", live: Health = alive_starting,
                  flag: str = "--metrics-port") -> None:
+        self.metrics = metrics
+        self.live, self.ready = live, ready
         try:
-            self._httpd = _Server((host, port), _Handler, bind_and_activate=True)
+            self._server = EventServer(host, port, self._respond, name="metrics")
         except (OSError, OverflowError) as exc:  # taken, not an address, port past 65535
             detail = getattr(exc, "strerror", None) or exc
             raise UsageError(f"{flag} {port}: cannot listen on {host}: {detail}") from None
-        self._httpd.metrics = metrics
         self.set_probes(live, ready)
-        self.port = int(self._httpd.server_address[1])
-        self._slots = threading.BoundedSemaphore(MAX_HANDLERS)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, name="metrics", daemon=True)
+        self.port = self._server.port
 
     def set_metrics(self, metrics: Exposition) -> None:
         """What ``/metrics`` serves from now on."""
-        self._httpd.metrics = metrics
+        self.metrics = metrics
+        self.set_probes(self.live, self.ready)
 
     def set_probes(self, live: Health, ready: Health) -> None:
         """What ``/livez`` and ``/readyz`` ask from now on (and the consumer's
         ``zkcrawl_consumer_ready`` gauge, so alerts see what the kubelet sees)."""
-        self._httpd.live = live
-        self._httpd.ready = ready
-        if isinstance(self._httpd.metrics, Metrics):
-            self._httpd.metrics.set_ready_probe(ready)
+        self.live, self.ready = live, ready
+        if isinstance(self.metrics, Metrics):
+            self.metrics.set_ready_probe(ready)
 
     def start(self) -> MetricsServer:
-        self._thread.start()
+        self._server.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(2)
-        self._httpd.server_close()
+        self._server.stop()
 
-    # -- the metrics thread ---------------------------------------------------------------
-    def _serve(self) -> None:
-        listener = self._httpd.socket
-        listener.setblocking(False)
-        waiting: dict[socket.socket, float] = {}  # accepted, no byte yet: oldest first
-        with selectors.DefaultSelector() as sel:
-            sel.register(listener, selectors.EVENT_READ, None)
-            try:
-                while not self._stop.is_set():
-                    for key, _ in sel.select(POLL):
-                        if key.data is None:
-                            self._accept(listener, sel, waiting)
-                        else:
-                            conn = key.fileobj
-                            assert isinstance(conn, socket.socket)
-                            sel.unregister(conn)
-                            del waiting[conn]
-                            self._dispatch(conn, key.data)
-                    now = time.monotonic()
-                    for conn, deadline in list(waiting.items()):
-                        if deadline > now:
-                            break  # in accept order: the rest are younger
-                        self._drop(conn, sel, waiting)
-            finally:
-                for conn in list(waiting):
-                    self._drop(conn, sel, waiting)
-
-    def _accept(self, listener: socket.socket, sel: selectors.BaseSelector,
-                waiting: dict[socket.socket, float]) -> None:
-        while True:
-            try:
-                conn, addr = listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:  # EMFILE and the like: try again at the next round
-                return
-            if len(waiting) >= MAX_WAITING:
-                self._drop(next(iter(waiting)), sel, waiting)
-            conn.setblocking(False)
-            waiting[conn] = time.monotonic() + READ_TIMEOUT
-            sel.register(conn, selectors.EVENT_READ, addr)
-
-    def _dispatch(self, conn: socket.socket, addr: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            _close(conn)  # MAX_HANDLERS busy: no queue, no thread
-            return
-        conn.setblocking(True)
-        try:
-            threading.Thread(target=self._handle, args=(conn, addr), name="metrics-request",
-                             daemon=True).start()
-        except RuntimeError:  # can't start new thread
-            self._slots.release()
-            _close(conn)
-
-    def _handle(self, conn: socket.socket, addr: Any) -> None:
-        try:
-            _Handler(conn, addr, self._httpd)
-        except Exception:  # a client that hangs up or times out: nothing to say
-            pass
-        finally:
-            _close(conn)
-            self._slots.release()
-
-    @staticmethod
-    def _drop(conn: socket.socket, sel: selectors.BaseSelector,
-              waiting: dict[socket.socket, float]) -> None:
-        sel.unregister(conn)
-        del waiting[conn]
-        _close(conn)
+    def _respond(self, path: str) -> Answer:
+        """The server thread: probes read flags, the exposition formats counters."""
+        if path == "/metrics":
+            return 200, CONTENT_TYPE_LATEST, self.metrics.exposition()
+        if path == "/livez":
+            return _probe(self.live)
+        if path in ("/readyz", "/healthz"):
+            return _probe(self.ready)
+        return 404, "text/plain", b"not found: try /metrics, /livez, /readyz or /healthz\n"
 
 
-def _close(conn: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        conn.shutdown(socket.SHUT_RDWR)
-    with contextlib.suppress(OSError):
-        conn.close()
+def _probe(probe: Health) -> Answer:
+    try:
+        ok, detail = probe()
+    except Exception as exc:  # a probe that breaks says "no", it does not hang up
+        ok, detail = False, {"error": type(exc).__name__}
+    body = json.dumps({"status": "ok" if ok else "unavailable", **detail}).encode()
+    return (200 if ok else 503), "application/json", body + b"\n"

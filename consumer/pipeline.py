@@ -15,7 +15,27 @@ The outcome rules are SPEC §3's:
   (:meth:`~zkcrawl.politeness.gate.HostGate.host_down`), shared by all its items; after
   ``--max-attempts`` tries a record with the error and a *dead* letter;
 * a malformed item: a record with the reason and a *dead* letter at once;
+* ``blocked-address`` (the address guard refused the URL): a configuration matter, not the
+  page's (SPEC §3) -- a record and a *dead* letter at once, so that
+  ``zkcrawl dead requeue --error blocked-address`` undoes it once the consumer runs with
+  ``--allow-private-addresses``; the first one of each host is one ``address.blocked``
+  warning naming that flag;
 * the fetch was cancelled by our own shutdown: *release* (not the item's fault).
+
+Attempts mean fetches (issue #26): an item's ``attempt`` counts its failed tries *and* the
+claims whose holder died (SPEC §3); every record also says which is which -- ``fetches``
+(the requests made for it, this one included) and ``holder_deaths`` -- so ``attempt 3``
+reads ``3 (2 fetched, 1 holder died)``. A retry carries the deaths so far in the item's
+``meta.holder_deaths`` (read back as untrusted: a non-negative int no larger than
+``attempt``, else 0).
+
+Re-crawls (issue #23): an item whose ``meta.recrawl`` is an object is fetched with the
+validators it holds (:class:`~zkcrawl.web.validators.Validators`: ``If-None-Match``,
+``If-Modified-Since``); a 304 completes with a record ``changed: false``, ``bytes: 0`` and no
+extraction; a body is compared by :func:`~zkcrawl.web.validators.content_signature` with the
+previous one (``changed`` absent when nothing was known before, SPEC §4). Such an item's
+outcome also carries a :class:`~zkcrawl.queue.fetched.Fetched` report (``Outcome.fetched``)
+that the committer hands to ``<root>/fetched/``'s writer.
 
 :class:`~zkcrawl.politeness.gate.HostGate` is the politeness front the pipeline reports to
 (``finished``, ``back_off``, ``set_min_delay``); it lives with the rest of politeness in
@@ -24,6 +44,8 @@ The outcome rules are SPEC §3's:
 
 from __future__ import annotations
 
+import dataclasses
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,14 +54,29 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
-from consumer.processors import Processors
+import structlog
+
+from consumer.processors import FieldWatch, Processors
 from consumer.timing import ItemTiming
+from zkcrawl.backoff import HOST_RETRY
 from zkcrawl.page import Page
 from zkcrawl.politeness.gate import HostGate
+from zkcrawl.queue.claims import ABANDONED, DEATHS_META
+from zkcrawl.queue.discovered import LinkBounds
+from zkcrawl.queue.fetched import Fetched
 from zkcrawl.queue.leases import Claimed
 from zkcrawl.textsafe import redact_userinfo
+from zkcrawl.web.addresses import BLOCKED_ADDRESS
 from zkcrawl.web.fetch import Fetcher, FetchResult
 from zkcrawl.web.urls import host_of
+from zkcrawl.web.validators import (
+    Validators,
+    clean_etag,
+    clean_last_modified,
+    content_signature,
+)
+
+log = structlog.get_logger(__name__)
 
 
 class OutcomeKind(StrEnum):
@@ -57,10 +94,8 @@ RETRY = OutcomeKind.RETRY
 DEAD = OutcomeKind.DEAD
 RELEASE = OutcomeKind.RELEASE
 
-BACKOFF_BASE = 1.0  # seconds; doubled per failed attempt
-BACKOFF_CAP = 60.0
-ABANDONED = "abandoned"  # SPEC §3: --max-attempts holders died with it
 _NO_ANSWER = frozenset({"connection", "timeout"})  # the host is down (or unreachable)
+BLOCKED_HOSTS_KEPT = 10_000  # hosts remembered as warned about (bounded: a hostile frontier)
 
 
 @dataclass
@@ -74,19 +109,24 @@ class Outcome:
     status: int | None = None
     links: tuple[str, ...] = ()  # found by a page processor: to <root>/discovered/
     skipped: bool = False  # the processor asked for no record (completed all the same)
+    fetched: Fetched | None = None  # a re-crawl item's report: to <root>/fetched/
+
+
+_SECOND: tuple[int, str] = (-1, "")  # the last whole second iso_now formatted, and its text
 
 
 def iso_now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def backoff(attempt: int, retry_after: float | None) -> float:
-    """Cool-down before a retried item's host is asked again."""
-    if retry_after is not None and retry_after > 0:
-        return retry_after
-    # The exponent is clamped: past 2**6 the cap holds anyway, and a hostile attempt (up to
-    # items.MAX_ATTEMPT) must not overflow the float.
-    return min(BACKOFF_CAP, BACKOFF_BASE * 2.0 ** min(max(0, attempt), 32))
+    """Now in UTC, ``2026-12-01T10:00:00.123Z`` (milliseconds truncated, like
+    ``datetime.isoformat(timespec="milliseconds")``); the date and time of day are
+    formatted once per second, not per record."""
+    global _SECOND
+    now = time.time()
+    second = int(now)
+    cached = _SECOND
+    if cached[0] != second:
+        text = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        cached = _SECOND = (second, text)
+    return f"{cached[1]}.{min(999, int((now - second) * 1000)):03d}Z"
 
 
 @dataclass(slots=True)  # not frozen: built per page, frozen __init__ costs ~1 µs
@@ -123,22 +163,64 @@ def extract_page(url: str, res: FetchResult, fields: Mapping[str, Any],
     # SPEC §4: title is always recorded; a processor may set it, else the page's (cached:
     # no second parse when the processor read it).
     title = result.title if result.title is not None else page.title
-    return Extracted(title, dict(result.fields), res.error, done.links, result.skip,
-                     done.extract_ms)
+    return Extracted(title, dict(result.fields), done.error or res.error, done.links,
+                     result.skip, done.extract_ms)
 
 
 def page_record(url: str, res: FetchResult, fields: Mapping[str, Any], *, item: str | None,
                 attempt: int, consumer: str, timing: Mapping[str, float],
-                extracted: Extracted | None = None) -> dict[str, Any]:
+                extracted: Extracted | None = None, holder_deaths: int = 0
+                ) -> dict[str, Any]:
     """The output record (SPEC §4) of ``url`` fetched as ``res``: what the consumer writes
     for it, and what ``zkcrawl try`` shows. ``timing``: the record's ``*_ms`` fields;
-    ``extracted``: :func:`extract_page`'s result (default: the default processor's)."""
+    ``extracted``: :func:`extract_page`'s result (default: the default processor's);
+    ``holder_deaths``: how many of the ``attempt`` earlier tries were holders that died."""
     ex = extracted if extracted is not None else extract_page(url, res, fields)
-    # Credentials inside URLs are never recorded (https://***@host/...).
-    return {"url": redact_userinfo(url), "final_url": redact_userinfo(res.final_url),
-            "status": res.status, "title": ex.title, "fields": ex.fields, "bytes": len(res.body),
-            "item": item, "attempt": attempt, "consumer": consumer, "fetched_at": iso_now(),
-            **timing, "error": ex.error}
+    return output_record(url, res.final_url, res.status, ex.title, ex.fields, len(res.body),
+                         item=item, attempt=attempt, fetched=True,
+                         holder_deaths=holder_deaths, consumer=consumer, timing=timing,
+                         error=ex.error)
+
+
+def output_record(url: str | None, final_url: str | None, status: int | None,
+                  title: str | None, fields: dict[str, Any], size: int, *,
+                  item: str | None, attempt: int, fetched: bool, holder_deaths: int,
+                  consumer: str, timing: Mapping[str, float], error: str | None
+                  ) -> dict[str, Any]:
+    """The one place an output record (SPEC §4) is built, its keys in their order.
+    ``fetched``: this claim made a request (``fetches`` counts it); ``size``: the body's
+    bytes (an unfetched item's: its data's). Credentials inside URLs are never recorded
+    (``https://***@host/...``)."""
+    return {"url": url and redact_userinfo(url),
+            "final_url": final_url and redact_userinfo(final_url), "status": status,
+            "title": title, "fields": fields, "bytes": size, "item": item,
+            "attempt": attempt, "fetches": attempt - holder_deaths + (1 if fetched else 0),
+            "holder_deaths": holder_deaths, "consumer": consumer, "fetched_at": iso_now(),
+            **timing, "error": error}
+
+
+def holder_deaths(c: Claimed) -> int:
+    """Of ``c.attempt``, the claims whose holder died (:attr:`Claimed.holder_deaths`)."""
+    return c.holder_deaths
+
+
+def recrawl_report(url: str, res: FetchResult, previous: Validators,
+                   record: Mapping[str, Any] | None) -> Fetched:
+    """What ``<root>/fetched/`` learns from this fetch of a re-crawl item: the new
+    validators (the previous ones kept for a 304 that repeats none), the signature of the
+    body, and ``changed`` as recorded (None on a first fetch or a failure)."""
+    changed = record.get("changed") if record is not None else None
+    if res.not_modified:
+        etag = clean_etag(res.headers.get("etag")) or previous.etag
+        last = clean_last_modified(res.headers.get("last-modified")) or previous.last_modified
+        return Fetched(url, res.status, False, etag, last, previous.signature, time.time())
+    if not res.ok:  # a failure: nothing learnt about the page but its status
+        return Fetched(url, res.status, None, previous.etag, previous.last_modified,
+                       previous.signature, time.time())
+    return Fetched(url, res.status, changed if isinstance(changed, bool) else None,
+                   clean_etag(res.headers.get("etag")),
+                   clean_last_modified(res.headers.get("last-modified")),
+                   content_signature(res.body), time.time())
 
 
 class Pipeline:
@@ -147,25 +229,30 @@ class Pipeline:
 
     def __init__(self, fetcher: Fetcher, gate: HostGate, fields: dict[str, Any],
                  consumer_id: str, max_attempts: int,
-                 processors: Processors | None = None) -> None:
+                 processors: Processors | None = None,
+                 links: LinkBounds | None = None) -> None:
         self.fetcher = fetcher
+        self.links = links  # bounds on the links found (issue #27): per page, discovered/
         self.gate = gate
         self.fields = fields
         # The page's code (consumer/processors.py); the default is title + --field.
         self.processors = processors or Processors.default_only(fields)
         self.consumer_id = consumer_id
         self.max_attempts = max_attempts
+        self.field_watch = FieldWatch(fields)  # --field null on every page: warned once
+        self._blocked_hosts: set[str] = set()  # hosts whose blocked-address was warned of
+        self._blocked_lock = threading.Lock()
 
     def prepare(self, url: str, host: str) -> bool:
         """Load robots.txt for the host (cached) so a Crawl-delay is known before a slot is
         reserved. False: robots.txt disallows ``url``, no request will be made (the fetch
         reports ``robots`` at once), so no slot is needed. An unreachable robots.txt is no
         verdict: the item takes a slot like any other, so the host's back-off holds it."""
-        if not self.fetcher.robots_allowed(url):
-            return self.fetcher.robots_unreachable(url)
-        delay = self.fetcher.crawl_delay(url)
-        if delay:
-            self.gate.set_min_delay(host, delay)
+        verdict = self.fetcher.robots(url)  # read once: the fetch that follows reuses it
+        if not verdict.allowed:
+            return verdict.temporary
+        if verdict.crawl_delay:
+            self.gate.set_min_delay(host, verdict.crawl_delay)
         return True
 
     def process(self, c: Claimed, timing: ItemTiming, host: str | None = None) -> Outcome:
@@ -176,8 +263,9 @@ class Pipeline:
         if c.abandoned(self.max_attempts):
             return self._abandoned(c, timing)
         host = host_of(c.item.url) if host is None else host
+        validators = Validators.from_meta(c.item.meta.get("recrawl"))
         try:
-            res = self.fetcher.fetch(c.item.url)
+            res = self.fetcher.fetch(c.item.url, validators, attempt=c.attempt)
         finally:
             if host:
                 self.gate.finished(host)
@@ -187,36 +275,86 @@ class Pipeline:
         if res.error == "cancelled":
             return Outcome(RELEASE, None, res.error, res.status)
         if res.retryable:
-            return self._retryable(c, res, timing)
-        return self._processed(c, res, timing)
+            out = self._retryable(c, res, timing)
+        elif res.error == BLOCKED_ADDRESS:
+            out = self._blocked(c, res, timing)
+        elif res.not_modified:
+            out = self._unchanged(c, res, timing)
+        else:
+            out = self._processed(c, res, timing, validators)
+        if validators is not None and out.kind in (COMPLETE, DEAD):
+            out.fetched = recrawl_report(c.item.url, res, validators, out.record)
+        return out
+
+    def _unchanged(self, c: Claimed, res: FetchResult, timing: ItemTiming) -> Outcome:
+        """A 304 to our validators: a record ``changed: false``, nothing downloaded or
+        extracted (the page's title and fields are those of the previous fetch's record)."""
+        record = self._record(c, res, timing, Extracted(None, dict.fromkeys(self.fields), None))
+        record["changed"] = False
+        return Outcome(COMPLETE, record, None, res.status)
+
+    def _blocked(self, c: Claimed, res: FetchResult, timing: ItemTiming) -> Outcome:
+        """SPEC §3: the guard refused the address -- the consumer's configuration, not the
+        page: a dead letter (undone by ``zkcrawl dead requeue --error blocked-address``),
+        and the host's first one is a warning that names the flag."""
+        host = host_of(res.final_url) or host_of(c.url or "")
+        self._warn_blocked(host, c.url or "")
+        return Outcome(DEAD, self._record(c, res, timing), res.error, res.status)
+
+    def _warn_blocked(self, host: str, url: str) -> None:
+        with self._blocked_lock:
+            if host in self._blocked_hosts or len(self._blocked_hosts) >= BLOCKED_HOSTS_KEPT:
+                return
+            self._blocked_hosts.add(host)
+        log.warning("address.blocked", host=host, url=redact_userinfo(url),
+                    note="the address guard refused this host's address (loopback, private, "
+                    "link-local or reserved): its items go to the dead letters. If the "
+                    "site is yours, run the consumer with --allow-private-addresses, then "
+                    "`zkcrawl dead requeue --error blocked-address`")
 
     def _retryable(self, c: Claimed, res: FetchResult, timing: ItemTiming) -> Outcome:
         host = host_of(res.final_url) or host_of(c.item.url if c.item else "")
         if host and res.status is None and res.error in _NO_ANSWER:
             self.gate.host_down(host)  # no answer: the host's own back-off, for all its items
-        elif host:
-            self.gate.back_off(host, backoff(c.attempt, res.retry_after))
-        if c.attempt + 1 >= self.max_attempts:
+        elif host and not res.backed_off:  # the fetcher holds a host that answered itself
+            self.gate.back_off(host, HOST_RETRY.after(c.attempt, res.retry_after))
+        if not c.may_retry(self.max_attempts):
             return Outcome(DEAD, self._record(c, res, timing), res.error, res.status)
+        _carry_deaths(c)
         return Outcome(RETRY, None, res.error, res.status)
 
-    def _processed(self, c: Claimed, res: FetchResult, timing: ItemTiming) -> Outcome:
-        """A page that will not be fetched again: its processor's record, or the error's."""
+    def _processed(self, c: Claimed, res: FetchResult, timing: ItemTiming,
+                   previous: Validators | None = None) -> Outcome:
+        """A page that will not be fetched again: its processor's record, or the error's.
+        ``previous``: the item's ``meta.recrawl`` validators (read by :meth:`process`)."""
         ex = extract_page(c.url or "", res, self.fields, self.processors,
                           c.item.meta if c.item is not None else None)
         timing.extract_ms = ex.extract_ms
+        if ex.links and self.links is not None:
+            ex.links, full = self.links.bound(c.url or "", ex.links)
+            if full is not None:  # discovered/ stayed full: try the item later
+                if not c.may_retry(self.max_attempts):
+                    return Outcome(DEAD, {**self._record(c, res, timing, ex), "error": full},
+                                   full, res.status)
+                return Outcome(RETRY, None, full, res.status)
+        if ex.error is None and self.fields and self.processors.pick(c.url or "") is \
+                self.processors.default:
+            self.field_watch.observe(ex.fields)
         if ex.skipped:
             timing.finished = time.monotonic()
             return Outcome(COMPLETE, None, ex.error, res.status, ex.links, skipped=True)
-        return Outcome(COMPLETE, self._record(c, res, timing, ex), ex.error, res.status,
-                       ex.links)
+        record = self._record(c, res, timing, ex)
+        if previous is not None and previous.previous and res.ok:
+            # SPEC §4: absent on a first fetch; the signature decides for a body.
+            record["changed"] = content_signature(res.body) != previous.signature
+        return Outcome(COMPLETE, record, ex.error, res.status, ex.links)
 
     def _record(self, c: Claimed, res: FetchResult, timing: ItemTiming,
                 extracted: Extracted | None = None) -> dict[str, Any]:
         timing.finished = time.monotonic()
         return page_record(c.url or "", res, self.fields, item=c.name, attempt=c.attempt,
                            consumer=self.consumer_id, timing=timing.fields(),
-                           extracted=extracted)
+                           extracted=extracted, holder_deaths=holder_deaths(c))
 
     def _abandoned(self, c: Claimed, timing: ItemTiming) -> Outcome:
         """SPEC §3: its holders died ``c.deaths`` times; no fetch (it may be what kills
@@ -229,9 +367,18 @@ class Pipeline:
     def _unfetched(self, c: Claimed, timing: ItemTiming, error: str, url: str | None
                    ) -> Outcome:
         timing.finished = time.monotonic()
-        record = {"url": url and redact_userinfo(url), "final_url": None, "status": None,
-                  "title": None,
-                  "fields": dict.fromkeys(self.fields), "bytes": len(c.data), "item": c.name,
-                  "attempt": c.attempt, "consumer": self.consumer_id, "fetched_at": iso_now(),
-                  **timing.fields(), "error": error}
+        record = output_record(url, None, None, None, dict.fromkeys(self.fields), len(c.data),
+                               item=c.name, attempt=c.attempt, fetched=False,
+                               holder_deaths=holder_deaths(c), consumer=self.consumer_id,
+                               timing=timing.fields(), error=error)
         return Outcome(DEAD, record, error)
+
+
+def _carry_deaths(c: Claimed) -> None:
+    """Before a retry: the holder deaths so far into the item's meta, which the re-offered
+    item keeps (:meth:`zkcrawl.queue.leases.LeaseQueue.retry` copies ``meta``)."""
+    if c.item is None:
+        return
+    deaths = holder_deaths(c)
+    if deaths or DEATHS_META in c.item.meta:
+        c.item = dataclasses.replace(c.item, meta={**c.item.meta, DEATHS_META: deaths})

@@ -13,9 +13,24 @@ Guarantees:
 * a bad spec (no ``:``, a module that does not import, a missing attribute, a class whose
   constructor raises, a bad regex) is a :class:`UsageError` at start-up: one line, exit 2;
 * :meth:`Processors.run` never raises: an exception in a processor, a result of the wrong
-  type or fields that are not JSON give a permanent error ``processor: <Type>: <message>``
-  (the item gets a record with it and is completed, like a 404), never a crashed worker;
+  type or fields that are not JSON give a permanent error ``processor: <Type>: <message>
+  (<file>:<line>)`` (the item gets a record with it and is completed, like a 404), never a
+  crashed worker. The place is the innermost line of the user's code in the traceback
+  (not the standard library's, an installed package's or zkcrawl's);
+* the traceback of such a failure is logged (``processor.failed``, at warning) once per
+  (callable, exception type, line) -- a page that breaks your code once tells you where,
+  a thousand pages that break it the same way do not bury the log (the rest at debug);
+  ``zkcrawl try`` logs it every time (``Processors(..., trace_every=True)``). Result
+  pipelines share this (:class:`FailureLog`);
+* a module is looked for in the command's working directory too (appended to
+  ``sys.path``, as ``python -m`` and Celery's ``-A`` make it importable); a module still not
+  found says where it was looked for and how to make it found;
+* ``--extract article``'s refusals (:class:`~zkcrawl.web.article.ArticleError`, raised by
+  :meth:`~zkcrawl.page.Page.article` in any processor) are the record's error as they are,
+  ``extract: too-large``, ``extract: timeout``..., with every article field null;
 * its time is measured (``extract_ms``, part of ``process_ms``);
+* a ``--field`` that is null on every page of a stats window (``FieldWatch``) is one
+  ``field.always_null`` warning, once per field for the run;
 * links are bounded: at most :data:`MAX_LINKS` per page, each resolved against the final URL,
   an http(s) URL of at most ``URL_LIMIT`` bytes; the rest are counted and logged
   (``processor.links_dropped``), never silently lost.
@@ -24,9 +39,15 @@ Guarantees:
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
+import os
 import re
+import sys
+import sysconfig
+import threading
 import time
+import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,17 +59,54 @@ import structlog
 from zkcrawl.errors import UsageError
 from zkcrawl.page import Page, PageResult, Processor
 from zkcrawl.queue.untrusted import URL_LIMIT
+from zkcrawl.web.article import ArticleError, empty_fields
+from zkcrawl.web.article import require as require_article
 from zkcrawl.web.extract import record_from_doc
 
-__all__ = ["MAX_LINKS", "PROCESSOR_ERROR", "FieldsProcessor", "Processed", "Processors",
-           "load_object", "parse_routes"]
+__all__ = ["EXTRACT_ERROR", "MAX_LINKS", "PROCESSOR_ERROR", "ArticleProcessor", "FailureLog",
+           "FieldWatch", "FieldsProcessor", "Processed", "Processors", "failure_text",
+           "load_object", "parse_routes", "place_of"]
 
 log = structlog.get_logger(__name__)
 
 MAX_LINKS = 1000  # links kept from one page (a hostile page must not flood the frontier)
 ERROR_LIMIT = 200  # the record's error, as a dead letter's
 PROCESSOR_ERROR = "processor:"  # how a processor's failure starts (record error, log)
+EXTRACT_ERROR = "extract:"  # an article the extractor refused (zkcrawl.web.article)
 _SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+TRACED_KEEP = 1000  # (callable, type, line) keys whose traceback was logged: bounded
+# Frames of these directories are not "your code": the place is the innermost line outside.
+_NOT_USER = tuple(sorted({os.path.join(os.path.realpath(d), "") for d in (
+    *(sysconfig.get_paths().get(k, "") for k in ("stdlib", "platstdlib", "purelib",
+                                                   "platlib")),
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + "/consumer",
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + "/zkcrawl") if d}))
+
+
+def _cwd_importable() -> str:
+    """The working directory on ``sys.path`` (appended: an installed module of the same name
+    still wins); returns it."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
+    return cwd
+
+
+def _import(module_name: str, flag: str) -> Any:
+    cwd = _cwd_importable()
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        hint = ""
+        if exc.name is not None and "." not in exc.name:  # the top-level name is not found
+            hint = (f" (looked in the working directory {cwd} and on PYTHONPATH: run the "
+                    f"command from the directory that holds {exc.name}.py or the package "
+                    f"{exc.name}/, or set PYTHONPATH to that directory)")
+        raise UsageError(f"{flag}: cannot import {module_name!r}: "
+                         f"{type(exc).__name__}: {exc}{hint}") from None
+    except Exception as exc:  # the module's own code failing
+        raise UsageError(f"{flag}: cannot import {module_name!r}: "
+                         f"{type(exc).__name__}: {exc}{_at(place_of(exc))}") from None
 
 
 def load_object(spec: str, flag: str) -> Any:
@@ -57,11 +115,7 @@ def load_object(spec: str, flag: str) -> Any:
     if not _SPEC.match(spec):
         raise UsageError(f"{flag}: expected package.module:callable, got {spec!r}")
     module_name, _, attr = spec.partition(":")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except Exception as exc:  # ImportError, or the module's own code failing
-        raise UsageError(f"{flag}: cannot import {module_name!r}: "
-                         f"{type(exc).__name__}: {exc}") from None
+    obj: Any = _import(module_name, flag)
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
@@ -122,6 +176,43 @@ def parse_routes(specs: Sequence[str], table: Mapping[str, Any] | None = None
     return tuple(routes)
 
 
+class FieldWatch:
+    """Counts, per stats window, the default processor's records and how many had each
+    ``--field`` non-null; :meth:`check` (at each stats interval) warns once per field that
+    was null on every record of a window that had records. Thread-safe."""
+
+    def __init__(self, fields: Mapping[str, Any]) -> None:
+        self.exprs = {name: str(getattr(x, "path", x)) for name, x in fields.items()}
+        self._lock = threading.Lock()
+        self._records = 0
+        self._hits: dict[str, int] = dict.fromkeys(self.exprs, 0)
+        self._warned: set[str] = set()
+
+    def observe(self, values: Mapping[str, Any]) -> None:
+        """One record's fields (a page the default processor extracted)."""
+        if not self.exprs:
+            return
+        with self._lock:
+            self._records += 1
+            for name in self.exprs:
+                if values.get(name) not in (None, "", []):
+                    self._hits[name] += 1
+
+    def check(self) -> list[str]:
+        """Warn of the fields null on every record since the last check; start a window."""
+        with self._lock:
+            records, hits = self._records, self._hits
+            self._records, self._hits = 0, dict.fromkeys(self.exprs, 0)
+            empty = [n for n, h in hits.items() if records and not h and n not in self._warned]
+            self._warned.update(empty)
+        for name in empty:
+            log.warning("field.always_null", field=name, xpath=self.exprs[name],
+                        records=records, note=f"--field {name} matched nothing on any of "
+                        f"the last {records} pages: check it with `zkcrawl try URL --field "
+                        f"{name}=...` (said once)")
+        return empty
+
+
 class FieldsProcessor:
     """The default processor: the page's title and the ``--field NAME=XPATH`` values. With no
     field it parses only up to ``</title>`` (:attr:`zkcrawl.page.Page.title`)."""
@@ -134,6 +225,23 @@ class FieldsProcessor:
             return PageResult(title=page.title)
         rec = record_from_doc(page.tree, self.fields)
         return PageResult(fields=rec.fields, title=rec.title)
+
+
+class ArticleProcessor:
+    """``--extract article``: the article fields (:meth:`zkcrawl.page.Page.article`: in the
+    extraction processes when the consumer has them) plus the ``--field`` values. Made at
+    start-up: without the ``article`` extra, a :class:`UsageError` (one line, exit 2)."""
+
+    def __init__(self, fields: Mapping[str, lxml.etree.XPath]) -> None:
+        require_article()
+        self.fields = fields
+
+    def __call__(self, page: Page) -> PageResult:
+        values = page.article()
+        if not self.fields:
+            return PageResult(fields=values, title=page.title)
+        rec = record_from_doc(page.tree, self.fields)
+        return PageResult(fields={**values, **rec.fields}, title=rec.title)
 
 
 @dataclass(slots=True)  # not frozen: built per page, frozen __init__ costs ~1 µs
@@ -149,9 +257,11 @@ class Processed:
 class Processors:
     """The routes plus the default; thread-safe as long as the user's processors are."""
 
-    def __init__(self, routes: Sequence[Route], default: Processor) -> None:
+    def __init__(self, routes: Sequence[Route], default: Processor, *,
+                 trace_every: bool = False) -> None:
         self.routes = tuple(routes)
         self.default = default
+        self.failures = FailureLog(trace_every)
 
     @classmethod
     def default_only(cls, fields: Mapping[str, lxml.etree.XPath]) -> Processors:
@@ -159,25 +269,102 @@ class Processors:
 
     def pick(self, url: str) -> Processor:
         """The first route whose pattern is found in ``url``, else the default."""
+        return self._route(url)[1]
+
+    def _route(self, url: str) -> tuple[str, Processor]:
         for route in self.routes:
             if route.pattern is None or route.pattern.search(url):
-                return route.processor
-        return self.default
+                return route.name, route.processor
+        return "default", self.default
 
     def run(self, page: Page) -> Processed:
         """Run the page's processor; never raises (see the module docstring)."""
-        processor = self.pick(page.url)
+        name, processor = self._route(page.url)
         started = time.perf_counter()
         try:
             result = _checked(processor(page), trusted=processor is self.default)
+        except ArticleError as exc:  # a refused page: its reason, every field null
+            log.info("extract.refused", url=page.url, error=str(exc))
+            nulls = {**empty_fields(), **dict.fromkeys(getattr(processor, "fields", ()))}
+            return Processed(PageResult(fields=nulls), str(exc)[:ERROR_LIMIT], _ms(started))
         except Exception as exc:
             ms = _ms(started)
-            error = f"{PROCESSOR_ERROR} {type(exc).__name__}: {exc}"[:ERROR_LIMIT]
-            log.warning("processor.failed", url=page.url, error=error)
+            place = _definition(processor) if isinstance(exc, ProcessorError) else None
+            error = failure_text(PROCESSOR_ERROR.rstrip(":"), exc, place)
+            self.failures.report("processor.failed", name, exc, error, url=page.url)
             return Processed(None, error, ms)
         ms = _ms(started)
         links = _links(result.links, page) if result.links else ()
         return Processed(result, None, ms, links)
+
+
+def place_of(exc: BaseException) -> tuple[str, int] | None:
+    """``(file name, line)`` of the innermost frame of ``exc``'s traceback in the user's
+    code (else the innermost frame at all); None without a traceback."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return None
+    user = [f for f in frames
+            if not os.path.realpath(f.filename).startswith(_NOT_USER)]
+    frame = (user or frames)[-1]
+    return os.path.basename(frame.filename), frame.lineno or 0
+
+
+def _definition(obj: object) -> tuple[str, int] | None:
+    """Where a processor is defined (for a result it returned wrong: no line raised)."""
+    target = obj if inspect.isroutine(obj) else type(obj)
+    try:
+        filename = inspect.getsourcefile(target)
+        _, line = inspect.getsourcelines(target)
+    except (OSError, TypeError):
+        return None
+    return (os.path.basename(filename), line) if filename else None
+
+
+def _at(place: tuple[str, int] | None) -> str:
+    return f" ({place[0]}:{place[1]})" if place else ""
+
+
+def failure_text(prefix: str, exc: BaseException, place: tuple[str, int] | None = None
+                 ) -> str:
+    """``processor: ValueError: message (article.py:12)``, at most :data:`ERROR_LIMIT`
+    characters: the message is cut, never the place."""
+    at = _at(place or place_of(exc))
+    head = f"{prefix}: {type(exc).__name__}: {exc}"
+    return head[:max(40, ERROR_LIMIT - len(at))] + at
+
+
+class FailureLog:
+    """Tracebacks of the user's code, logged once per (callable, exception type, line) at
+    warning (the rest at debug, without one); ``every``: each time (``zkcrawl try``).
+    Thread-safe; remembers at most :data:`TRACED_KEEP` keys (then: debug only)."""
+
+    def __init__(self, every: bool = False) -> None:
+        self.every = every
+        self._seen: set[tuple[str, str, str, int]] = set()
+        self._lock = threading.Lock()
+
+    def first(self, name: str, exc: BaseException) -> bool:
+        """Is this (callable, type, line) new (its traceback to be logged)?"""
+        if self.every:
+            return True
+        place = place_of(exc) or ("", 0)
+        key = (name, type(exc).__name__, *place)
+        with self._lock:
+            if key in self._seen or len(self._seen) >= TRACED_KEEP:
+                return False
+            self._seen.add(key)
+            return True
+
+    def report(self, event: str, name: str, exc: BaseException, error: str,
+               **context: Any) -> None:
+        """``event`` at warning with the traceback the first time, else at debug."""
+        if self.first(name, exc):
+            log.warning(event, callable=name, error=error, **context, exc_info=exc,
+                        note="the traceback of your code, logged once per callable, "
+                        "exception type and line (records carry the error)")
+        else:
+            log.debug(event, callable=name, error=error, **context)
 
 
 def _ms(started: float) -> float:

@@ -26,7 +26,7 @@ from typing import Any
 
 import structlog
 
-from consumer.processors import ERROR_LIMIT, load_object
+from consumer.processors import ERROR_LIMIT, FailureLog, failure_text, load_object
 from zkcrawl.errors import UsageError
 from zkcrawl.page import ResultPipeline
 
@@ -51,6 +51,7 @@ class ResultChain:
     def __init__(self, stages: Sequence[tuple[str, ResultPipeline]]) -> None:
         self.stages = tuple(stages)
         self._opened = 0
+        self.failures = FailureLog()  # tracebacks once per (stage, type, line)
 
     @classmethod
     def load(cls, specs: Sequence[str]) -> ResultChain:
@@ -96,7 +97,8 @@ class ResultChain:
             try:
                 current = stage.process(current)
             except Exception as exc:
-                error = f"pipeline {name}: {type(exc).__name__}: {exc}"[:ERROR_LIMIT]
+                error = failure_text(f"pipeline {name}", exc)  # with its place (file:line)
+                self.failures.report("pipeline.traceback", name, exc, error)
                 return Chained(None, error)
             if current is None:
                 return Chained(None, dropped_by=name)

@@ -16,21 +16,23 @@ from typing import ClassVar
 from zkcrawl.errors import UsageError
 from zkcrawl.politeness.local import MAX_CRAWL_DELAY
 from zkcrawl.postgres import is_database_url, parse_url
+from zkcrawl.queue import discovered as links
 from zkcrawl.queue.leases import AT_LEAST_ONCE, AT_MOST_ONCE
-from zkcrawl.settings import (
+from zkcrawl.queue.partitions import MAX_PARTITIONS
+from zkcrawl.settings.common import CommonSettings
+from zkcrawl.settings.options import (
     DELIVERY,
     FETCHING,
     OPERATIONS,
     OUTPUT,
     POLITENESS,
     WORKERS,
-    CommonSettings,
-    header_value_problem,
     opt,
-    znode_path_problem,
 )
+from zkcrawl.settings.validate import header_value_problem, znode_path_problem
 from zkcrawl.web.fetch import FetchSettings
 from zkcrawl.web.options import WebOptions
+from zkcrawl.zk import ZkClient
 
 DEFAULT_USER_AGENT = "zkcrawl/0.1 (+https://github.com/zkcrawl/zkcrawl)"
 # robots.txt Crawl-delay above --domain-delay wins, up to this (a typo of "3600" must not
@@ -67,8 +69,9 @@ class ConsumerSettings(CommonSettings, WebOptions):
                    "table, postgresql://USER@HOST[:PORT]/DB?table=NAME (password from "
                    "PGPASSWORD/PGPASSFILE, never in the URL; needs zkcrawl[postgres])",
                    metavar="PATH|-|URL", group=OUTPUT)
-    field: tuple[str, ...] = opt((), "extra record field NAME=XPATH (repeatable; title is "
-                                 "always recorded)", repeat=True, metavar="NAME=XPATH",
+    field: tuple[str, ...] = opt((), "extra record field NAME=XPATH or NAME=css:SELECTOR "
+                                 "(::text, ::attr(NAME); repeatable; title is always "
+                                 "recorded)", repeat=True, metavar="NAME=XPATH",
                                  group=OUTPUT)
     timeout: float = opt(15.0, "read timeout of a fetch in seconds; the whole fetch gets "
                          "twice that", metavar="S", group=FETCHING)
@@ -76,9 +79,15 @@ class ConsumerSettings(CommonSettings, WebOptions):
                             group=DELIVERY)
     domain_delay: float = opt(1.0, "minimum gap in seconds between two requests to one host",
                               metavar="S", group=POLITENESS)
-    politeness: str = opt("cluster", "where --domain-delay holds: 'cluster' (every consumer "
-                          "of the root, through ZooKeeper) or 'local' (this consumer)",
-                          choices=("cluster", "local"), group=POLITENESS)
+    politeness: str = opt("owner", "where --domain-delay holds: 'owner' (each host fetched "
+                          "by the one consumer that owns its partition: no ZooKeeper write "
+                          "per request); 'cluster' and 'local', the modes before owners, are "
+                          "accepted and mean 'owner' (one warning line)",
+                          choices=("owner", "cluster", "local"), group=POLITENESS)
+    partitions: int = opt(0, "how many partitions the hosts are spread "
+                          "over, recorded in the root by the first consumer (0: the root's, "
+                          "or 256 on a new root; ignored with a warning after)", metavar="P",
+                          group=POLITENESS)
     robots: bool = opt(True, "obey robots.txt (cached per host for an hour)", group=POLITENESS)
     user_agent: str = opt(DEFAULT_USER_AGENT, "User-Agent header, also the robots.txt agent",
                           group=FETCHING)
@@ -108,6 +117,29 @@ class ConsumerSettings(CommonSettings, WebOptions):
                                             "'module:callable', tried after --processor in "
                                             "file order (a table: only in --config)",
                                             metavar="TABLE", group=EXTENSIONS)
+    extract: str = opt("title", "what a page gives without a --processor: 'title' (the title "
+                       "and --field values) or 'article' (also main text, author, date, "
+                       "language, canonical, tags, description, JSON-LD: needs "
+                       "zkcrawl[article])", choices=("title", "article"), group=OUTPUT)
+    extract_workers: int | None = opt(None, "processes that run --extract article, fed by "
+                                      "the worker threads (default: one per core, at most 8;"
+                                      " 0: in the worker threads)", metavar="N",
+                                      group=WORKERS)
+    # Links found by page processors, bounded in ZooKeeper (issue #27; zkcrawl/queue/
+    # discovered.py): per page, and what <root>/discovered/ may hold.
+    max_page_links: int = opt(links.MAX_PAGE_LINKS, "links a page processor may hand over "
+                              "from one page (the rest dropped)", metavar="N", group=EXTENSIONS)
+    max_page_link_bytes: int = opt(links.MAX_PAGE_LINK_BYTES, "bytes of links from one page "
+                                   "(UTF-8; the rest dropped)", metavar="N", group=EXTENSIONS)
+    discovered_max_nodes: int = opt(links.MAX_NODES, "nodes <root>/discovered/ may hold "
+                                    "before consumers wait for the producer", metavar="N",
+                                    group=EXTENSIONS)
+    discovered_max_bytes: int = opt(links.MAX_BYTES, "bytes <root>/discovered/ may hold "
+                                    "(counted as nodes x 64 KiB, the most one holds)",
+                                    metavar="N", group=EXTENSIONS)
+    discovered_wait: float = opt(links.WAIT, "seconds a page waits for room in a full "
+                                 "<root>/discovered/; then its item is retried "
+                                 "(discovered-full)", metavar="S", group=EXTENSIONS)
     pipeline: tuple[str, ...] = opt((), "result pipeline class, instantiated once: open(), "
                                     "process(record) -> record | None, close(); repeatable, "
                                     "a chain in order before the sink", repeat=True,
@@ -116,17 +148,28 @@ class ConsumerSettings(CommonSettings, WebOptions):
     def validate(self) -> None:
         super().validate()
         positive = {"--threads": self.threads, "--max-attempts": self.max_attempts,
-                    "--max-bytes": self.max_bytes}
+                    "--max-bytes": self.max_bytes,
+                    "--max-page-link-bytes": self.max_page_link_bytes,
+                    "--discovered-max-nodes": self.discovered_max_nodes,
+                    "--discovered-max-bytes": self.discovered_max_bytes}
         for flag, count in positive.items():
             if count < 1:
                 raise UsageError(f"{flag} must be at least 1, got {count}")
         if self.threads > MAX_THREADS:
             raise UsageError(f"--threads must be at most {MAX_THREADS}, got {self.threads}")
+        if self.extract_workers is not None and not 0 <= self.extract_workers <= 64:
+            raise UsageError(f"--extract-workers must be 0..64, got {self.extract_workers}")
+        if not 0 <= self.partitions <= MAX_PARTITIONS:
+            raise UsageError(f"--partitions must be 1..{MAX_PARTITIONS} (0: the root's), "
+                             f"got {self.partitions}")
         if self.backlog < 0:
             raise UsageError(f"--backlog must be >= 0, got {self.backlog}")
+        if self.max_page_links < 0:
+            raise UsageError(f"--max-page-links must be >= 0, got {self.max_page_links}")
         seconds = {"--timeout": (self.timeout, False), "--stats-interval": (self.stats_interval,
                    False), "--domain-delay": (self.domain_delay, True),
                    "--grace": (self.grace, True),
+                   "--discovered-wait": (self.discovered_wait, True),
                    "--exit-when-idle": (self.exit_when_idle or 1.0, False)}
         for flag, (value, zero_ok) in seconds.items():
             if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
@@ -152,6 +195,12 @@ class ConsumerSettings(CommonSettings, WebOptions):
     def capacity(self) -> int:
         """Most leases this consumer holds at once."""
         return self.threads + self.backlog
+
+    def link_bounds(self, zk: ZkClient) -> links.LinkBounds:
+        """The per page and per directory bounds of the links pages hand over."""
+        return links.LinkBounds(zk, self.root, self.max_page_links, self.max_page_link_bytes,
+                                self.discovered_max_nodes, self.discovered_max_bytes,
+                                self.discovered_wait)
 
     def fetch_settings(self) -> FetchSettings:
         """The shared HTTP layer's settings. Retries are the queue's job (the item goes to the

@@ -15,7 +15,9 @@ Every item carries these durations (SPEC §4), all from ``time.monotonic()`` exc
 The record and the ``item.done`` event carry all five; the stats also split ``process_ms``
 into fetch and parse and measure the write (record queued until written and synced), and
 name the stage that sets the pace with :func:`zkcrawl.verdict.judge` -- the function the
-report and the demo use too.
+report and the demo use too. The failure reasons of the items with a final outcome are
+counted per stats interval and over the run, so a verdict leads with the reason most of
+them failed with (``100 % of items failed: blocked-address``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from zkcrawl.verdict import Stages, judge
+from zkcrawl.verdict import Stages, failures_of, judge
 
 WINDOW = 4096  # recent items the percentiles are computed over
 # The stages kept per item, in pipeline order (each a window of the last WINDOW items).
@@ -51,9 +53,7 @@ class ItemTiming:
 
     @staticmethod
     def _ms(a: float | None, b: float | None) -> float:
-        if a is None or b is None:
-            return 0.0
-        return round(max(0.0, b - a) * 1000.0, 3)
+        return _ms(a, b)
 
     @property
     def dispatch_ms(self) -> float:
@@ -74,29 +74,48 @@ class ItemTiming:
 
     def fields(self) -> dict[str, float]:
         """The record / log fields (a new dict each call, same values once finished)."""
-        return {"queue_ms": round(self.queue_ms, 3), "dispatch_ms": self.dispatch_ms,
-                "wait_ms": self.wait_ms, "polite_ms": round(min(self.polite_ms,
-                                                                self.wait_ms), 3),
-                "process_ms": self.process_ms}
+        wait = _ms(self.submitted, self.started)
+        return {"queue_ms": round(self.queue_ms, 3),
+                "dispatch_ms": _ms(self.claimed, self.submitted), "wait_ms": wait,
+                "polite_ms": round(min(self.polite_ms, wait), 3),
+                "process_ms": _ms(self.started, self.finished)}
 
     def durations(self) -> tuple[float, float, float]:
         """``(dispatch_ms, wait_ms, process_ms)``."""
         return self.dispatch_ms, self.wait_ms, self.process_ms
 
     def stages(self) -> dict[str, float]:
-        """Every stage of :data:`STAGES` in ms (fetch is all of process when the response
-        time was not stamped)."""
-        return dict(zip(STAGES, self.stage_values(), strict=True))
+        """Every stage of :data:`STAGES` in ms, to the microsecond (fetch is all of process
+        when the response time was not stamped)."""
+        return {k: round(v, 3) for k, v in zip(STAGES, self.stage_values(), strict=True)}
 
     def stage_values(self) -> tuple[float, ...]:
-        """:meth:`stages`' values in :data:`STAGES` order (per item, so computed once each)."""
-        ms, started, finished = self._ms, self.started, self.finished
+        """:meth:`stages`' values in :data:`STAGES` order, per item, so computed once each:
+        ``dispatch_ms``, ``wait_ms`` and ``process_ms`` (items 0, 7 and 6: the record's,
+        the event's and the metrics') to the microsecond like :meth:`fields`; the others,
+        which only feed the windows (whose percentiles and means are rounded where shown),
+        unrounded -- ``round`` is most of the cost of this per-item call."""
+        ms, started, finished = _ms, self.started, self.finished
         wait = ms(self.submitted, started)
         polite = min(self.polite_ms, wait)
         fetched = self.fetched if self.fetched is not None else finished
-        return (ms(self.claimed, self.submitted), polite, round(max(0.0, wait - polite), 3),
-                ms(started, fetched), ms(fetched, finished), ms(finished, self.written),
-                ms(started, finished), wait, round(self.extract_ms, 3))
+        return (ms(self.claimed, self.submitted), polite, max(0.0, wait - polite),
+                _raw_ms(started, fetched), _raw_ms(fetched, finished),
+                _raw_ms(finished, self.written), ms(started, finished), wait, self.extract_ms)
+
+
+def _ms(a: float | None, b: float | None) -> float:
+    """Milliseconds from ``a`` to ``b`` (monotonic stamps), 0.0 when one is missing."""
+    if a is None or b is None:
+        return 0.0
+    return round(max(0.0, b - a) * 1000.0, 3)
+
+
+def _raw_ms(a: float | None, b: float | None) -> float:
+    """:func:`_ms` unrounded."""
+    if a is None or b is None:
+        return 0.0
+    return max(0.0, b - a) * 1000.0
 
 
 def percentile(values: list[float], pct: float) -> float:
@@ -116,6 +135,7 @@ def _mean(values: list[float]) -> float:
 class _Interval:
     started: float = field(default_factory=time.monotonic)
     items: int = 0
+    failures: Counter[str] = field(default_factory=Counter)
 
 
 class Timings:
@@ -134,19 +154,23 @@ class Timings:
         self._last_fill: tuple[float, float] | None = None  # (time, fill) of the last look
         self._run = [0.0] * len(STAGES)  # sums since the start, in STAGES order
         self._run_items = 0
+        self.failures: Counter[str] = Counter()  # reasons of the failed final outcomes
 
     def record(self, durations: tuple[float, float, float], outcome: str, final: bool,
-               failed: bool, extract: float = 0.0, timing: ItemTiming | None = None
-               ) -> None:
+               failed: bool, extract: float = 0.0, timing: ItemTiming | None = None,
+               reason: str | None = None, values: tuple[float, ...] | None = None) -> None:
         """Account one processed item: its ``(dispatch_ms, wait_ms, process_ms)``, the
         processor's part ``extract`` (and, with ``timing``, every stage); ``outcome`` is
-        ok / retry / dead / an error reason."""
-        dispatch, wait, process = durations
-        values = timing.stage_values() if timing is not None else (
-            dispatch, 0.0, wait, process, 0.0, 0.0, process, wait, extract)
+        ok / retry / dead / an error reason, ``reason`` the error (default: ``outcome``).
+        ``values``: ``timing.stage_values()`` when the caller computed them already."""
+        if values is None:
+            dispatch, wait, process = durations
+            values = timing.stage_values() if timing is not None else (
+                dispatch, 0.0, wait, process, 0.0, 0.0, process, wait, extract)
         with self._lock:
             run = self._run
-            for i, (window, value) in enumerate(zip(self._windows, values, strict=True)):
+            for i, window in enumerate(self._windows):
+                value = values[i]
                 window.append(value)
                 run[i] += value
             self._run_items += 1
@@ -155,6 +179,10 @@ class Timings:
                 self.processed += 1
                 self.failed += int(failed)
                 self._interval.items += 1
+                if failed:
+                    why = reason or outcome
+                    self.failures[why] += 1
+                    self._interval.failures[why] += 1
 
     def sample_fill(self, held: int, capacity: int, now: float | None = None) -> None:
         """One look at how full the consumer is (the claim loop calls it every tick); the
@@ -192,6 +220,16 @@ class Timings:
             fill = self._fill[0] / self._fill[1] if self._fill[1] >= 1.0 else None
         return judge(_stages(items, means, fill)).as_dict()
 
+    def failing(self) -> tuple[str, float] | None:
+        """``(reason, share)`` of the reason most final outcomes of the run failed with,
+        once it is more than half of them (the progress line shows it); else None."""
+        with self._lock:
+            if not self.failures or not self.processed:
+                return None
+            reason, count = self.failures.most_common(1)[0]
+            share = count / self.processed
+        return (reason, share) if share > 0.5 else None
+
     def p50s(self) -> dict[str, float]:
         """``<stage>_p50_ms`` of every stage over the window (the closing summary)."""
         with self._lock:
@@ -204,7 +242,9 @@ class Timings:
         with self._lock:
             n = self._run_items
             means = {k: v / n if n else 0.0 for k, v in zip(STAGES, self._run, strict=True)}
-        return judge(_stages(n, means, None)).as_dict()
+            failures, final = failures_of(self.failures), self.processed
+        verdict = judge(_stages(n, means, None, failures, final)).as_dict()
+        return {**verdict, "failures": dict(failures)}
 
     def snapshot(self, in_flight: int, backlog: int, held: int) -> dict[str, Any]:
         """The ``consumer.stats`` payload; starts a new interval."""
@@ -215,12 +255,14 @@ class Timings:
             values = {k: list(v) for k, v in self._stages.items()}
             fill = self._fill[0] / self._fill[1] if self._fill[1] > 0 else None
             self._fill = [0.0, 0.0]
+            failures, final = failures_of(self._interval.failures), self._interval.items
             self._interval = _Interval(started=now)
             self._rate = round(rate, 3)
             totals = {"processed": self.processed, "failed": self.failed}
         dispatch, process = values["dispatch"], values["process"]
         d95, p50 = percentile(dispatch, 95), percentile(process, 50)
-        verdict = judge(_stages(len(process), {k: _mean(v) for k, v in values.items()}, fill))
+        verdict = judge(_stages(len(process), {k: _mean(v) for k, v in values.items()}, fill,
+                                failures, final))
         p50s = {f"{k}_p50_ms": round(percentile(values[k], 50), 3)
                 for k in ("polite", "pool", "fetch", "parse", "write")}
         return {
@@ -237,11 +279,15 @@ class Timings:
             "extract_p95_ms": round(percentile(values["extract"], 95), 3),
             "dispatch_process_ratio": round(d95 / p50, 4) if p50 > 0 else None,
             "pace": str(verdict.pace), "pace_share": round(verdict.share, 3),
-            "verdict": verdict.text,
+            "verdict": verdict.text, "failing": verdict.failure,
+            "failures": dict(failures),
         }
 
 
-def _stages(items: int, means: dict[str, float], fill: float | None) -> Stages:
+def _stages(items: int, means: dict[str, float], fill: float | None,
+            failures: tuple[tuple[str, int], ...] = (), final: int = 0) -> Stages:
+    """The verdict's input; ``failures`` among ``final`` items with a final outcome (the
+    stage windows also hold retried tries)."""
     return Stages(items=items, dispatch=means["dispatch"], polite=means["polite"],
                   pool=means["pool"], fetch=means["fetch"], parse=means["parse"],
-                  write=means["write"], fill=fill)
+                  write=means["write"], fill=fill, failures=failures, finals=final or None)

@@ -6,8 +6,9 @@ Guarantees: no ZooKeeper connection is opened, and the ``--seen`` state is read 
 offered by earlier runs count as duplicates, as they would) but never written. Each URL that
 would be offered is printed once, normalized, one per line on stdout -- in the form
 ``--from-file`` reads, so the output can be reviewed and then fed to a real run -- and a
-one-line summary goes to stderr. The exit status is the real run's: 1 when a listing page
-could not be read.
+one-line summary goes to stderr (with the pages on which the links selector selected
+nothing). The exit status is the real run's: 1 when a listing page could not be read or when
+pages were read and nothing would be offered (one more line naming the selector).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import IO
 
 import structlog
 
-from producer.summary import Counts
+from producer.summary import Counts, no_links_note
 from zkcrawl import logs
 from zkcrawl.queue.untrusted import URL_LIMIT
 from zkcrawl.seen import SeenSet
@@ -70,12 +71,15 @@ def summary_line(c: Counts, from_file: bool) -> str:
             f"{sum(c.pages_skipped.values())} skipped, {c.links_found} links found")
     dropped = ", ".join(f"{k} {v}" for k, v in c.dropped.most_common())
     failed = "".join(f"; failed: {printable(u, 200)} ({e})" for u, e in c.pages_failed[:5])
+    note = no_links_note(c)
     return (f"zkcrawl-producer --dry-run: {c.offered} URLs would be offered ({read}, "
             f"{c.duplicates} duplicates, {sum(c.dropped.values())} dropped"
-            f"{': ' + dropped if dropped else ''}){failed}; nothing was offered")
+            f"{': ' + dropped if dropped else ''}){failed}"
+            f"{'; ' + printable(note, 300) if note else ''}; nothing was offered")
 
 
 def finish(c: Counts, from_file: bool, err: IO[str] | None = None) -> None:
-    log.info("producer.summary", dry_run=True, **c.as_event())
+    event = c.as_event()
+    (log.warning if event["problem"] else log.info)("producer.summary", dry_run=True, **event)
     logs.flush()  # the page events first, then the line
     print(summary_line(c, from_file), file=err or sys.stderr, flush=True)

@@ -9,9 +9,11 @@ in the new item's ``meta.depth``.
 
 Guarantees:
 
-* **no link lost**: a batch of nodes is deleted only after every offer it gave committed
-  (``Offerer.flush``); a crash before the delete drains them again (duplicates, dropped by
-  the seen state). A malformed node is one warning (:mod:`zkcrawl.queue.discovered`) and is
+* **no link lost**: a node is deleted only after every link it gave is committed
+  (``Offerer.flush``, then none of them still on its way: a link held back for a full
+  partition keeps its node, the other nodes go, and the next rounds read new nodes
+  meanwhile); a crash before the delete drains them again (duplicates, dropped by the seen
+  state). A malformed node is one warning (:mod:`zkcrawl.queue.discovered`) and is
   deleted with the batch: it can never be drained.
 * **bounded**: at most :data:`NODES_PER_ROUND` nodes (64 KiB each) are read at a time.
 * **ends when the crawl does**: after a round that found no node, the queue is empty (leased
@@ -52,6 +54,7 @@ class Follower:
         self.max_link_depth = max_link_depth
         self.queue_depth = queue_depth
         self.stop = stop
+        self._open: dict[str, list[str]] = {}  # node read -> its links, until all committed
 
     def run(self) -> None:
         """Drain until the crawl is over (see the module docstring) or stopped."""
@@ -65,10 +68,12 @@ class Follower:
             self.stop.wait(POLL_S)
 
     def drain_once(self) -> int:
-        """One round: read up to :data:`NODES_PER_ROUND` nodes, offer their new links, and
-        once those committed delete the nodes. Returns the nodes drained."""
-        names = self.reader.names()[:NODES_PER_ROUND]
+        """One round: read up to :data:`NODES_PER_ROUND` nodes not read yet, offer their new
+        links, and delete every node whose links are all committed. Returns the nodes read
+        (0: none new; those whose links were still on their way may have gone)."""
+        names = [n for n in self.reader.names() if n not in self._open][:NODES_PER_ROUND]
         if not names:
+            self._settle()
             return 0
         nodes = self.reader.read(names)
         self.offerer.flush()  # anything else accepted before goes first
@@ -76,30 +81,45 @@ class Follower:
         found = 0
         for node in nodes:
             found += len(node.decoded.links)
-            for link in node.decoded.links:
-                self._take(link)
-        self.offerer.flush()  # committed (or raised) before the nodes go
+            self._open[node.name] = [u for link in node.decoded.links
+                                     if (u := self._take(link)) is not None]
+        for name in set(names) - {node.name for node in nodes}:
+            self._open[name] = []  # gone since the listing: nothing to wait for
+        self.offerer.flush()  # committed (or held back for a full partition, or raised)
         self.counts.links_found += found
         if self.counts.unoffered > unoffered:
             # Stopped while the queue was full: the nodes stay for the next run (the links
             # that were offered are in the seen state by now and will be skipped then).
             log.info("producer.discovered_kept", nodes=len(names))
             return 0
-        self.reader.delete(names)
-        self.counts.discovered += len(names)
+        settled = self._settle()
         log.info("producer.discovered", nodes=len(names), links=found,
-                 new=self.counts.offered - offered)
+                 new=self.counts.offered - offered, deleted=settled, waiting=len(self._open))
         return len(names)
 
-    def _take(self, link: Link) -> None:
+    def _settle(self) -> int:
+        """Delete the nodes none of whose links is still on its way (held back for a full
+        partition, or in flight): those links are in the queue and the seen state now."""
+        on_its_way = self.offerer.on_its_way
+        done = [n for n, urls in self._open.items() if not any(on_its_way(u) for u in urls)]
+        if done:
+            self.reader.delete(done)
+            for name in done:
+                del self._open[name]
+            self.counts.discovered += len(done)
+        return len(done)
+
+    def _take(self, link: Link) -> str | None:
+        """The link's normalized URL once accepted (or a duplicate), None when dropped."""
         if link.depth > self.max_link_depth:
             self.counts.dropped["depth"] += 1
-            return
+            return None
         source = link.source or link.url
         norm, reason = self.filter.check(link.url, source)
         if norm is None:
             if reason == "scheme":
                 reason = drop_reason(link.url, source) or "scheme"
             self.counts.dropped[reason or "invalid"] += 1
-            return
+            return None
         self.offerer.add(norm, link.source, link.depth)
+        return norm

@@ -11,7 +11,12 @@ offers the links. Guarantees of the walk:
 * nothing here raises for network or HTTP trouble: a page that could not be read comes back
   with ``error`` set (``failed``: the operator must hear about it, exit 1) or ``skipped``
   (robots.txt disallow, not HTML: a warning);
-* a set ``stop`` event ends the walk before the next fetch.
+* a set ``stop`` event ends the walk before the next fetch;
+* a listing page gives at most :data:`MAX_PAGE_LINKS` links (in document order; the rest
+  are dropped with one ``listing.links_capped`` warning naming the page and the count):
+  a 10 MB page of anchors made the producer hold 404k links in 356 MB (issue #27).
+* each page read carries how many ``<a>`` elements it has and their most common classes
+  (:func:`anchor_stats`), so a selector that selects nothing can be told what there is.
 
 A URL list is read by a reader thread in chunks of lines; each chunk is decoded,
 normalized and filtered by :func:`check_chunk`, in worker processes once the list is
@@ -27,7 +32,7 @@ import queue as stdqueue
 import re
 import signal
 import threading
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -52,6 +57,7 @@ log = structlog.get_logger(__name__)  # lazy: bound after logs.configure()
 
 _PAGE_FIELD = re.compile(r"\{page(?::([^{}]*))?\}")
 MAX_RANGE = 1_000_000
+MAX_PAGE_LINKS = 10_000  # links kept from one listing page
 # Fetch outcomes that mean "not a listing we can read" rather than "the site is down".
 _SKIPPED = {"robots": "robots", "content-type": "not-html"}
 
@@ -76,6 +82,9 @@ class ListingPage:
     error: str | None = None  # fetch error of a failed page (http-503, connection...)
     skipped: str | None = None  # robots, not-html, loop
     elapsed_ms: float = 0.0
+    first: bool = False  # the first page of a --start (its --next must find something)
+    anchors: int = 0  # <a> elements on the page (diagnostics of a selector)
+    anchor_classes: list[tuple[str, int]] = field(default_factory=list)  # most common first
 
     @property
     def ok(self) -> bool:
@@ -128,8 +137,11 @@ def expand_template(template: str, pages: range) -> list[str]:
         raise UsageError(f"--pages: template has no {{page}} placeholder: {template!r}")
     urls = []
     for page in pages:
+        def fill(m: re.Match[str], p: int = page) -> str:
+            return format(p, m.group(1) or "")
+
         try:
-            url = _PAGE_FIELD.sub(lambda m, p=page: format(p, m.group(1) or ""), template)
+            url = _PAGE_FIELD.sub(fill, template)
         except ValueError as exc:
             raise UsageError(f"--pages: bad format in {template!r}: {exc}") from None
         if normalize_url(url) is None:
@@ -165,10 +177,50 @@ def page_from_result(url: str, res: FetchResult, selectors: Selectors) -> Listin
         page.skipped = "not-html"
         return page
     doc = parse_html(res.body, page.final_url, res.content_type)
-    page.links = links_from_doc(doc, page.final_url, selectors.links)
+    page.links = _capped(url, links_from_doc(doc, page.final_url, selectors.links))
+    page.anchors, page.anchor_classes = anchor_stats(doc)
     if selectors.next is not None:
         page.next_url = first_http_link(links_from_doc(doc, page.final_url, selectors.next))
     return page
+
+
+def _capped(url: str, links: list[str]) -> list[str]:
+    if len(links) <= MAX_PAGE_LINKS:
+        return links
+    log.warning("listing.links_capped", url=url, kept=MAX_PAGE_LINKS,
+                dropped=len(links) - MAX_PAGE_LINKS,
+                reason=f"more than {MAX_PAGE_LINKS} links on one listing page")
+    return links[:MAX_PAGE_LINKS]
+
+
+#: How many of the most common ``<a>`` classes :func:`anchor_stats` keeps.
+TOP_CLASSES = 5
+_CLASS_SHOWN = 60  # characters of one class name kept (a page's classes are untrusted)
+
+
+def anchor_stats(doc: lxml.etree._Element | None) -> tuple[int, list[tuple[str, int]]]:
+    """(number of ``<a>`` elements, their :data:`TOP_CLASSES` most common classes with
+    counts, most common first): what a ``--links-css`` could select. Never raises."""
+    if doc is None:
+        return 0, []
+    count = 0
+    classes: Counter[str] = Counter()
+    for element in doc.iter("a"):
+        count += 1
+        value = element.get("class")
+        if value:
+            classes.update({c[:_CLASS_SHOWN] for c in value.split()})
+    return count, classes.most_common(TOP_CLASSES)
+
+
+def describe_anchors(anchors: int, classes: list[tuple[str, int]]) -> str:
+    """``the page has 14 <a> elements; most common classes: post-link (6), nav (3)``."""
+    text = f"the page has {anchors} <a> element{'s' if anchors != 1 else ''}"
+    if classes:
+        text += "; most common classes: " + ", ".join(f"{c} ({n})" for c, n in classes)
+    elif anchors:
+        text += ", none with a class"
+    return text
 
 
 def _looks_like_html(body: bytes, content_type: str | None) -> bool:
@@ -214,8 +266,10 @@ class Walk:
         """From each start, follow the next-page link until none, a loop or the budget."""
         for start in starts:
             url: str | None = start
+            first = True
             while url is not None and self._budget_left():
                 page = self._visit(url)
+                page.first, first = first, False
                 yield page
                 url = page.next_url if page.ok else None
         if not self._budget_left() and not self.stop.is_set():

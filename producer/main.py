@@ -1,10 +1,18 @@
-"""``zkcrawl-producer``: listing pages (or a URL list) to normalized, de-duplicated, batched
-offers with back-pressure (SPEC §4).
+"""``zkcrawl-producer``: listing pages and sitemaps (or a URL list) to normalized,
+de-duplicated, batched offers with back-pressure (SPEC §4); with ``--watch``, again every
+INTERVAL until a signal (:mod:`producer.watch`, :mod:`producer.sitemaps`).
+
+Offers go into the root's partitions (:mod:`producer.partition_offerer`: batches per
+partition, back-pressure per partition); a new root gets its P recorded by the first producer
+or consumer (``--partitions``, SPEC §2).
 
 ``main(argv, env) -> ExitStatus`` runs in-process (tests call it); :func:`run` is the console
-entry. Exit status: 0 done (or stopped by SIGINT/SIGTERM), 1 a listing page could not be read
-(reported in the summary) or the queue failed mid-run, 2 bad usage (bad XPath/CSS/regex/
-template/range, nothing to read, unreachable ZooKeeper) -- always one line on stderr.
+entry. Exit status: 0 done (or stopped by SIGINT/SIGTERM: the summary says so and how to
+continue), 1 a listing page could not be read (reported in the summary), listing pages were
+read and nothing was offered (one line naming the selector) or the queue failed mid-run,
+2 bad usage (bad XPath/CSS/regex/template/range, nothing to read), 75 ZooKeeper unreachable
+-- always one line on stderr. A sitemap that could not be read counts as a failed listing
+page. ``--watch`` ends with 0 when stopped by a signal: each pass logged its own failures.
 
 The work runs in one producer thread; the main thread only waits and turns SIGINT/SIGTERM
 into "stop reading": the producer then offers what it already extracted, the seen state is
@@ -18,34 +26,42 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import shlex
 import signal
 import stat
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO, BinaryIO
+from typing import IO, Any, BinaryIO
 
 import structlog
 
-from producer import dryrun, listing
+from producer import dryrun, listing, watch
 from producer.dryrun import DryOfferer
 from producer.follow import Follower
 from producer.offerer import Offerer
+from producer.partition_offerer import PartitionOfferer, held_bound, partition_bound
+from producer.recrawl import Recrawler, RecrawlStore, Schedule, parse_duration, store_path
 from producer.settings import ProducerSettings
-from producer.summary import Counts, Progress, report
+from producer.sitemaps import SitemapFile, SitemapSource
+from producer.summary import Counts, Progress, problem, report
 from zkcrawl import runner
 from zkcrawl.errors import ExitStatus, UsageError, ZkCrawlError, ZkUnavailable
 from zkcrawl.politeness.local import LocalPoliteness
 from zkcrawl.queue.discovered import DiscoveredReader
+from zkcrawl.queue.fetched import FetchedReader
 from zkcrawl.queue.layout import Layout
 from zkcrawl.queue.leases import LeaseQueue
+from zkcrawl.queue.partition_offers import PartitionOffers, recorded_partitions
 from zkcrawl.queue.registry import Registration, default_id
 from zkcrawl.seen import SeenSet
 from zkcrawl.settings import ArgumentParser, add_options, parse
 from zkcrawl.signals import StopSignals
+from zkcrawl.textsafe import printable
+from zkcrawl.web.extract import DEFAULT_LINKS_XPATH
 from zkcrawl.web.fetch import Fetcher, FetchSettings
-from zkcrawl.web.urls import LinkFilter, compile_patterns, drop_reason
+from zkcrawl.web.urls import LinkFilter, compile_patterns, drop_reason, normalize_url
 from zkcrawl.zk import ConnectionLoss, SessionExpiredError, ZkClient
 
 PROG = "zkcrawl-producer"
@@ -53,6 +69,11 @@ STDIN_SOURCE = "stdin"
 _LOGGED_REJECTS = 20  # rejected --from-file lines logged one by one; the rest are counted
 
 log = structlog.get_logger("producer")  # lazy: bound after logs.configure()
+
+def use_partitions(zk: ZkClient, root: str, wanted: int) -> int:
+    """The root's P to offer into; a new root gets ``wanted`` (0: the default P) recorded;
+    hostile root data is exit 2."""
+    return recorded_partitions(zk, root, wanted)
 
 
 @dataclass(frozen=True)
@@ -66,6 +87,8 @@ class Plan:
     starts: tuple[str, ...]
     template_urls: tuple[str, ...]
     follow_filter: LinkFilter  # --follow: --same-host compares with the linking page
+    since: float | None = None  # --since as a Unix time
+    watch_interval: float | None = None  # --watch in seconds
 
 
 def build_parser() -> ArgumentParser:
@@ -92,8 +115,14 @@ def make_plan(s: ProducerSettings) -> Plan:
         template = tuple(listing.expand_template(s.pages,
                                                  listing.parse_range(s.page_range or "")))
     follow_filter = dataclasses.replace(link_filter, same_host=s.same_host)
+    for url in (*s.sitemap, *s.sitemaps_from_robots):
+        if normalize_url(url) is None:
+            raise UsageError(f"--sitemap/--sitemaps-from-robots: not an absolute http(s) "
+                             f"URL: {url!r}")
+    since = watch.parse_since(s.since) if s.since is not None else None
+    interval = watch.parse_duration(s.watch) if s.watch is not None else None
     return Plan(s, s.id or default_id(), link_filter, selectors, starts, template,
-                follow_filter)
+                follow_filter, since, interval)
 
 
 def classify_link(link_filter: LinkFilter, link: str, source: str) -> tuple[str | None, str]:
@@ -118,7 +147,11 @@ class Producer:
         self.counts = counts
         self.fetcher = fetcher
         self.stop = stop
+        self.new = 0  # URLs offered that were not offered before (--watch's measure)
         self._rejects_logged = 0
+        s = plan.settings
+        counts.selector = (f"--links-css {s.links_css}" if s.links_css is not None
+                           else f"--links {s.links or DEFAULT_LINKS_XPATH}")
 
     # -- listings -----------------------------------------------------------
     def run_listings(self) -> None:
@@ -145,6 +178,7 @@ class Producer:
             return
         self.counts.pages_read += 1
         self.counts.links_found += len(page.links)
+        self._diagnose(page)
         before = (self.counts.offered + self.offerer.pending, self.counts.duplicates)
         self._take_links(page.links, page.final_url)
         # One transaction per page at least: consumers start while the walk goes on.
@@ -154,6 +188,21 @@ class Producer:
                  duplicates=self.counts.duplicates - before[1],
                  elapsed_ms=round(page.elapsed_ms, 1))
 
+    def _diagnose(self, page: listing.ListingPage) -> None:
+        """A selector that selects nothing is a warning naming it, with what the page has."""
+        c, url = self.counts, printable(page.url, 500)
+        if not page.links:
+            c.no_links += 1
+            c.no_links_url = c.no_links_url or url
+            log.warning("listing.no_links", url=url, selector=c.selector,
+                        anchors=listing.describe_anchors(page.anchors, page.anchor_classes),
+                        hint=f"check it with `zkcrawl try {url}`")
+        nxt = self.plan.settings.next
+        if page.first and nxt and page.next_url is None:
+            log.warning("listing.no_next", url=url, next=nxt, hint="--next found no link "
+                        f"on the first page, so the walk ends there: check it with "
+                        f"`zkcrawl try {url} --next {shlex.quote(nxt)}`")
+
     def _take_links(self, links: list[str], source: str) -> None:
         link_filter = self.plan.link_filter
         for link in links:
@@ -161,7 +210,74 @@ class Producer:
             if norm is None:
                 self.counts.dropped[reason] += 1
                 continue
-            self.offerer.add(norm, source)
+            if self.offerer.add(norm, source):
+                self.new += 1
+
+    # -- sitemaps (producer/sitemaps.py) -------------------------------------
+    def run_sitemaps(self, source: SitemapSource) -> tuple[int, int]:
+        """Offer the URLs of every sitemap of ``source``; (files read, files failed)."""
+        read = failed = 0
+        for sm in source.walk(self.stop):
+            if self.stop.is_set() and sm.error in ("cancelled", "connection"):
+                break  # cut short by the stop itself
+            read += 1
+            failed += not self._take_sitemap(sm)
+        self.offerer.flush()
+        walked = source.last
+        log.info("sitemap.pass", files=read, failed=failed,
+                 unchanged=walked.unchanged if walked else 0)
+        return read, failed
+
+    def _take_sitemap(self, sm: SitemapFile) -> bool:
+        if sm.failed:
+            self.counts.pages_failed.append((sm.url, sm.error or "failed"))
+            log.error("sitemap.failed", url=sm.url, error=sm.error, status=sm.status)
+            return False
+        if sm.error or sm.problems:
+            log.warning("sitemap.problems", url=sm.url, error=sm.error,
+                        problems=dict(sm.problems))
+        self.counts.links_found += len(sm.urls)
+        if sm.older:
+            self.counts.dropped["older"] += sm.older
+        before = (self.new, self.counts.duplicates)
+        self._take_links([e.loc for e in sm.urls], sm.url)
+        self.offerer.flush()
+        log.info("sitemap.read", url=sm.url, kind=sm.kind, depth=sm.depth,
+                 urls=len(sm.urls), sitemaps=sm.children, older=sm.older,
+                 new=self.new - before[0], duplicates=self.counts.duplicates - before[1],
+                 elapsed_ms=round(sm.elapsed_ms, 1))
+        return True
+
+    # -- --watch (producer/watch.py) ------------------------------------------
+    def watch_pass(self, p: watch.Pass, first: bool, source: SitemapSource | None) -> None:
+        """One pass: the whole walk the first time, then at most --watch-depth pages per
+        walk, each walk stopping at the first page that brings nothing new."""
+        self.counts.pages_failed.clear()  # a long watch keeps the last pass's failures only
+        pages, new = self.counts.pages_read, self.new
+        if self.plan.starts or self.plan.template_urls:
+            if first:
+                self.run_listings()
+            else:
+                self._shallow_listings(self.plan.settings.watch_depth)
+        if source is not None and not self.stop.is_set():
+            p.sitemaps, _failed = self.run_sitemaps(source)
+        self.offerer.flush()
+        p.pages = self.counts.pages_read - pages
+        p.failed = len(self.counts.pages_failed)
+        p.new = self.new - new
+
+    def _shallow_listings(self, depth: int) -> None:
+        assert self.fetcher is not None and self.plan.selectors is not None
+        walk = listing.Walk(self.fetcher, self.plan.selectors, 0, self.stop)
+        walks = [walk.follow([start]) for start in self.plan.starts]
+        if self.plan.template_urls:
+            walks.append(walk.template(self.plan.template_urls))
+        for pages in walks:
+            for n, page in enumerate(pages, 1):
+                before = self.new
+                self._take_page(page)
+                if n >= depth or self.new == before:
+                    break
 
     # -- --from-file ----------------------------------------------------------
     def run_file(self, chunks: Iterator[listing.Lines], source: str, size_hint: int = 0
@@ -206,12 +322,31 @@ def _open_input(path: str) -> tuple[BinaryIO, str, bool]:
         raise UsageError(f"--from-file: cannot read {path}: {exc.strerror or exc}") from None
 
 
-def _fetcher(s: ProducerSettings) -> Fetcher:
-    fs = FetchSettings(user_agent=s.user_agent, connect_timeout=min(5.0, s.timeout),
-                       timeout=s.timeout, max_bytes=s.max_bytes, retries=s.retries,
-                       retry_after_cap=60.0, robots=s.robots,
-                       guard=s.address_guard())
-    return Fetcher(fs, politeness=LocalPoliteness(s.delay), http=s.http)
+def _fetch_settings(s: ProducerSettings) -> FetchSettings:
+    return FetchSettings(user_agent=s.user_agent, connect_timeout=min(5.0, s.timeout),
+                         timeout=s.timeout, max_bytes=s.max_bytes, retries=s.retries,
+                         retry_after_cap=60.0, robots=s.robots,
+                         guard=s.address_guard())
+
+
+def _fetcher(s: ProducerSettings, politeness: LocalPoliteness | None = None) -> Fetcher:
+    return Fetcher(_fetch_settings(s), politeness=politeness or LocalPoliteness(s.delay),
+                   http=s.http)
+
+
+def _fetchers(plan: Plan) -> tuple[Fetcher | None, SitemapSource | None]:
+    """The listing fetcher and the sitemap source (None when not needed), sharing one
+    politeness: a host serving both gets --delay between any two of our requests."""
+    s = plan.settings
+    if s.from_file is not None:
+        return None, None
+    politeness = LocalPoliteness(s.delay)
+    source = None
+    if s.sitemap_input:
+        source = SitemapSource(s.sitemap, s.sitemaps_from_robots, _fetch_settings(s),
+                               politeness, s.http, since=plan.since,
+                               since_age=watch.age_of(s.since))
+    return _fetcher(s, politeness), source
 
 
 def _run_thread(target: Callable[[], object], signals: StopSignals,
@@ -241,12 +376,15 @@ class _Run:
         s = self.settings = plan.settings
         self.plan, self.seen, self.zk, self.stop = plan, seen, zk, stop
         self.counts = Counts()
-        self.fetcher = None if s.from_file else _fetcher(s)
+        self.fetcher, self.sitemaps = _fetchers(plan)
+        self.watcher: watch.Watcher | None = None
         self.reg = Registration(zk, Layout.of(s.root).producer(plan.producer_id),
                                 self.counts.status)
         self.progress = Progress(self.counts, progress_to) if progress_to else None
         self.registered = False
         self.offerer: Offerer | None = None
+        self.feed: PartitionOffers | None = None  # offers into partitions: their depths
+        self.recrawl: RecrawlStore | None = None  # --recrawl: set by execute()
 
     def set_state(self, state: str) -> None:
         self.counts.state = state
@@ -255,16 +393,28 @@ class _Run:
     def on_stop(self, signum: int) -> None:
         """SIGINT/SIGTERM: stop reading; what was extracted is still offered."""
         log.info("producer.stopping", signal=signal.Signals(signum).name)
+        self.counts.interrupted = signal.Signals(signum).name
         self.stop.set()
         if self.fetcher is not None:
             self.fetcher.close()  # cuts a listing fetch or a Retry-After wait short
+        if self.sitemaps is not None:
+            self.sitemaps.close()
 
     def start(self) -> None:
         s, plan = self.settings, self.plan
         q = LeaseQueue(self.zk, s.root, plan.producer_id, offer_batch=s.batch)
-        self.offerer = Offerer(q, self.seen, self.counts, producer_id=plan.producer_id,
-                               batch=s.batch, max_depth=s.max_depth, stop=self.stop,
-                               on_state=self.set_state)
+        common: dict[str, Any] = dict(producer_id=plan.producer_id, batch=s.batch,
+                                      max_depth=s.max_depth, stop=self.stop,
+                                      on_state=self.set_state, **_recrawl_offers(self.recrawl))
+        partitions = use_partitions(self.zk, s.root, s.partitions)
+        self.feed = PartitionOffers(self.zk, s.root, partitions)
+        bound = partition_bound(s.max_depth, partitions, s.max_partition_depth)
+        self.counts.mode = "partitions"
+        self.offerer = PartitionOfferer(
+            q, self.feed, self.seen, self.counts, max_partition_depth=bound,
+            max_held=held_bound(s.max_depth, s.batch, s.max_held), **common)
+        log.info("producer.partitions", partitions=partitions, max_depth=s.max_depth,
+                 max_partition_depth=bound, max_held=self.offerer.max_held)
         # An --id reused right after a crash: its old session may still hold the node.
         self.reg.start(wait_free=s.session_timeout + 1)
         self.registered = True
@@ -275,24 +425,56 @@ class _Run:
     def work(self) -> None:
         assert self.offerer is not None
         producer = Producer(self.plan, self.offerer, self.counts, self.fetcher, self.stop)
-        if self.settings.from_file is not None:
+        if self.plan.watch_interval is not None:
+            self._watch(producer, self.plan.watch_interval)
+        elif self.settings.from_file is not None:
             _run_file(producer, self.settings.from_file)
-        elif self.plan.starts or self.plan.template_urls:
-            producer.run_listings()
+        else:
+            if self.plan.starts or self.plan.template_urls:
+                producer.run_listings()
+            if self.sitemaps is not None:
+                producer.run_sitemaps(self.sitemaps)
         self.counts.state = "flushing"
-        self.offerer.flush()
+        self.offerer.drain()  # items held for full partitions too (state waiting meanwhile)
         if self.settings.follow:
             self.set_state("following")
             self._follower().run()
-            self.offerer.flush()
+            self.offerer.drain()
+        if self.recrawl is not None:
+            self.set_state("recrawling")
+            self._recrawl_pass()
+
+    def _recrawl_pass(self) -> None:
+        """--recrawl: learn <root>/fetched/, offer what is due (producer.recrawl)."""
+        assert self.offerer is not None and self.recrawl is not None
+        s = self.settings
+        into = self.offerer if isinstance(self.offerer, PartitionOfferer) else None
+        done = Recrawler(self.recrawl, FetchedReader(self.zk, s.root), self.offerer.queue,
+                         producer_id=self.plan.producer_id, batch=s.batch,
+                         max_depth=s.max_depth, stop=self.stop, offerer=into).run_pass()
+        self.counts.offered += done.reoffered
+
+    def _watch(self, producer: Producer, interval: float) -> None:
+        """--watch: passes until SIGTERM; the status node carries the last one."""
+        def one(p: watch.Pass, first: bool) -> None:
+            self.set_state("reading")
+            producer.watch_pass(p, first, self.sitemaps)
+            if self.recrawl is not None:  # --recrawl: learn and re-offer every pass too
+                producer.offerer.flush()  # self.offerer, as work() built the Producer
+                self._recrawl_pass()
+
+        watcher = self.watcher = watch.Watcher(one, interval, self.stop,
+                                               on_pass=lambda: self.set_state("watching"))
+        self.reg.status = lambda: {**self.counts.status(), "watch": watcher.status()}
+        watcher.run()
 
     def _follower(self) -> Follower:
         assert self.offerer is not None
         s = self.settings
-        queue = self.offerer.queue
+        depth = self.offerer.queue.depth if self.feed is None else self.feed.pq.depth
         return Follower(DiscoveredReader(self.zk, s.root), self.offerer,
                         self.plan.follow_filter, self.counts,
-                        max_link_depth=s.max_link_depth, queue_depth=queue.depth,
+                        max_link_depth=s.max_link_depth, queue_depth=depth,
                         stop=self.stop)
 
     def finish(self) -> None:
@@ -300,9 +482,13 @@ class _Run:
             self.progress.stop()
         if self.fetcher is not None:
             self.fetcher.close()
+        if self.sitemaps is not None:
+            self.sitemaps.close()
         if self.offerer is not None:
             self.offerer.close()  # counts and logs what a stop or a failure left un-offered
         self.seen.close()  # holds only offered URLs: saving is right even after a failure
+        if self.recrawl is not None:
+            self.recrawl.close()
         self.counts.state = "done"
         if self.registered:  # never delete a node that another live producer holds
             self.reg.stop()
@@ -314,17 +500,33 @@ def execute(plan: Plan, stop: threading.Event | None = None,
     """Connect, register, run, report; progress line and final table go to TTYs only."""
     s = plan.settings
     seen = SeenSet.open(s.seen, s.expected, s.fp_rate)
-    run = _Run(plan, seen, runner.connect(s), stop or threading.Event(), progress_to)
-    try:
-        run.start()
-        with StopSignals(hard_second=True) as signals:
+    store = _open_recrawl(s)  # a bad store: exit 2 before any connection
+    run = _Run(plan, seen, runner.connect(s, writes=True), stop or threading.Event(), progress_to)
+    run.recrawl = store
+    # The handlers stay ours through the wind-down: a SIGTERM that comes just after the work
+    # ended by itself (ZooKeeper killed under it, say) must not get the default action while
+    # the seen state is saved -- it did, now and then, and the process died unsaved (-15).
+    with StopSignals(hard_second=True) as signals:
+        try:
+            run.start()
             failure = _run_thread(run.work, signals, run.on_stop)
-        if failure is not None:
-            raise _as_error(failure)
-    finally:
-        run.finish()
-        report(run.counts, s.from_file is not None, table_to)
-    return ExitStatus.FAILURE if run.counts.pages_failed else ExitStatus.OK
+        finally:
+            run.finish()
+            report(run.counts, s.from_file is not None, table_to, s.seen)
+    if failure is not None:
+        raise _as_error(failure)
+    if run.watcher is not None:  # stopped by a signal; each pass logged its failures
+        return ExitStatus.OK
+    return _outcome(run.counts)
+
+
+def _outcome(counts: Counts) -> ExitStatus:
+    """0, or 1: a listing page could not be read (listed in the summary), or pages were
+    read and nothing offered (one line naming the selector, SPEC §4)."""
+    why = problem(counts)
+    if why is not None and not counts.pages_failed:
+        raise ZkCrawlError(why)
+    return ExitStatus.FAILURE if counts.pages_failed or why else ExitStatus.OK
 
 
 def execute_dry_run(plan: Plan, out: IO[str]) -> ExitStatus:
@@ -333,19 +535,39 @@ def execute_dry_run(plan: Plan, out: IO[str]) -> ExitStatus:
     s = plan.settings
     seen = SeenSet.open(s.seen, s.expected, s.fp_rate)  # never closed: closing saves it
     counts = Counts()
-    fetcher = None if s.from_file else _fetcher(s)
+    fetcher, sitemaps = _fetchers(plan)
     producer = Producer(plan, DryOfferer(seen, counts, out), counts, fetcher,
                         threading.Event())
     try:
         if s.from_file is None:
             producer.run_listings()
+            if sitemaps is not None:
+                producer.run_sitemaps(sitemaps)
         else:
             _run_file(producer, s.from_file)
     finally:
         if fetcher is not None:
             fetcher.close()
+        if sitemaps is not None:
+            sitemaps.close()
         dryrun.finish(counts, s.from_file is not None)
-    return ExitStatus.FAILURE if counts.pages_failed else ExitStatus.OK
+    return _outcome(counts)
+
+
+def _open_recrawl(s: ProducerSettings) -> RecrawlStore | None:
+    """The --recrawl store (UsageError, exit 2, for a foreign, damaged or newer file)."""
+    path = store_path(s.seen, s.recrawl_store)
+    if not s.recrawl or path is None:
+        return None
+    return RecrawlStore(path, Schedule(parse_duration(s.recrawl_min, "--recrawl-min"),
+                                       parse_duration(s.recrawl_max, "--recrawl-max")))
+
+
+def _recrawl_offers(store: RecrawlStore | None) -> dict[str, Any]:
+    """The Offerer's --recrawl hooks: first offers ask for a report, and enter the store."""
+    if store is None:
+        return {}
+    return {"meta": {"recrawl": {}}, "on_offered": store.add_new}
 
 
 def _run_file(producer: Producer, path: str) -> None:

@@ -1,5 +1,9 @@
 """De-duplicated, batched offers with back-pressure.
 
+Into the ingress ``<root>/queue`` (this module), or straight into the root's partitions with
+back-pressure per partition (:class:`producer.partition_offerer.PartitionOfferer`, a subclass:
+when the root records P or ``--partitions`` is given).
+
 :class:`Offerer` takes normalized URLs, skips the ones seen before (in this run or, with
 ``--seen``, in earlier runs), and offers the rest through
 :meth:`zkcrawl.queue.leases.LeaseQueue.offer_many` in transactions of ``batch`` items.
@@ -56,7 +60,7 @@ _WINDOW = 2  # offer transactions in flight (the OfferWindow's depth)
 _SETTLE_AFTER = 0.005
 # The checkpoint window: the seen state is saved this often while offers commit, also while
 # the producer waits at --max-depth (and always at the end). A SIGKILL re-offers at most
-# what committed in the last window (README, Reliability).
+# what committed in the last window (docs/operations/reliability.md).
 CHECKPOINT_EVERY = 0.5
 
 Origin = tuple[str, int | None]  # (meta.source, meta.depth: a --follow link's crawl depth)
@@ -77,7 +81,9 @@ class Offerer:
 
     def __init__(self, queue: LeaseQueue, seen: SeenSet, counts: Counts, *,
                  producer_id: str, batch: int, max_depth: int, stop: threading.Event,
-                 on_state: Callable[[str], None] | None = None) -> None:
+                 on_state: Callable[[str], None] | None = None,
+                 meta: dict[str, object] | None = None,
+                 on_offered: Callable[[list[str]], None] | None = None) -> None:
         self.queue = queue
         self.seen = seen
         self.counts = counts
@@ -87,6 +93,8 @@ class Offerer:
         self.low = low_water(max_depth)
         self.stop = stop
         self.on_state = on_state or (lambda _s: None)
+        self.meta = meta or {}  # added to every item's meta (--recrawl: {"recrawl": {}})
+        self.on_offered = on_offered  # committed URLs, after the seen state (--recrawl)
         self._pending: dict[str, Origin] = {}  # url -> origin, not yet handed over
         # Handed to the committer, not yet in ``seen``. A URL leaves this set only after it
         # entered ``seen``, so checking here first, then ``seen``, never misses it.
@@ -133,6 +141,15 @@ class Offerer:
         self._handoff.join()
         self._raise_failure()
 
+    def on_its_way(self, url: str) -> bool:
+        """``url`` was accepted and is not committed yet (buffered, held back, in flight)."""
+        return url in self._pending or url in self._inflight
+
+    def drain(self) -> None:
+        """:meth:`flush`; here nothing is ever held back (the ingress has one bound), so the
+        same (:class:`~producer.partition_offerer.PartitionOfferer` waits for its held items)."""
+        self.flush()
+
     def close(self) -> None:
         """Stop the committers; what was never committed is counted and logged."""
         self._closing.set()  # a committer held by back-pressure gives up now
@@ -144,6 +161,7 @@ class Offerer:
             self._checkpointer.join()
         self._abandon(list(self._pending.items()))
         self._pending.clear()
+        self.queue.settle_offer_markers()  # a marker delete lost with a connection: again
 
     def _hand_over(self) -> None:
         batch = list(self._pending.items())
@@ -257,12 +275,15 @@ class Offerer:
     def _items(self, part: Batch) -> list[Item]:
         now = time.time()
         return [Item(url=u, producer=self.producer_id, enqueued_at=now,
-                     meta={"source": src} if depth is None else {"source": src, "depth": depth})
+                     meta={**self.meta, "source": src} if depth is None
+                     else {**self.meta, "source": src, "depth": depth})
                 for u, (src, depth) in part]
 
     def _offered(self, part: Batch, part_done: Callable[[], None], _names: list[str]) -> None:
         urls = [u for u, _ in part]
         self.seen.add_many(urls)  # only now are they in the queue
+        if self.on_offered is not None:
+            self.on_offered(urls)
         self._inflight.difference_update(urls)
         with self._cond:
             self.counts.offered += len(urls)

@@ -17,19 +17,13 @@ from typing import ClassVar
 
 from zkcrawl.errors import UsageError
 from zkcrawl.queue.discovered import MAX_DEPTH as MAX_LINK_DEPTH
-from zkcrawl.settings import (
-    DEDUP,
-    FETCHING,
-    FILTERING,
-    INPUT,
-    POLITENESS,
-    QUEUE,
-    CommonSettings,
-    header_value_problem,
-    opt,
-    znode_path_problem,
-)
+from zkcrawl.queue.partitions import MAX_PARTITIONS
+from zkcrawl.settings.common import CommonSettings
+from zkcrawl.settings.options import DEDUP, FETCHING, FILTERING, INPUT, POLITENESS, QUEUE, opt
+from zkcrawl.settings.validate import header_value_problem, znode_path_problem
 from zkcrawl.web.options import WebOptions
+
+RECRAWL = "re-crawl"
 
 #: Tracking parameters stripped when no ``--strip-param`` is given (fnmatch globs).
 DEFAULT_STRIP = ("utm_*", "fbclid", "gclid", "dclid", "msclkid", "mc_cid", "mc_eid", "_ga")
@@ -93,6 +87,18 @@ class ProducerSettings(CommonSettings, WebOptions):
     max_depth: int = opt(10_000, "back-pressure: wait while the queue holds N items",
                          metavar="N", group=QUEUE)
     batch: int = opt(DEFAULT_BATCH, "items per ZooKeeper transaction", metavar="N", group=QUEUE)
+    partitions: int = opt(0, "offer into the root's partitions (hosts spread over P of them), "
+                          "recording P in a new root (0: offer into partitions only when the "
+                          "root records P, else into the ingress <root>/queue; a P other "
+                          "than the root's is ignored with a warning)", metavar="P",
+                          group=QUEUE)
+    max_partition_depth: int = opt(0, "back-pressure per partition: offer nothing more into "
+                                   "a partition holding N items, hold its items in memory "
+                                   "while the others go on (0: a quarter of --max-depth, at "
+                                   "least 2 x --max-depth / P)", metavar="N", group=QUEUE)
+    max_held: int = opt(0, "items held in memory for full partitions at most; beyond, the "
+                        "producer waits (0: half of --max-depth, at least --batch)",
+                        metavar="N", group=QUEUE)
     delay: float = opt(1.0, "seconds between two listing fetches from one host", metavar="S",
                        group=POLITENESS)
     robots: bool = opt(True, "obey robots.txt for listing pages", group=POLITENESS)
@@ -111,8 +117,35 @@ class ProducerSettings(CommonSettings, WebOptions):
     follow: bool = opt(False, "also drain <root>/discovered/ (links found by consumers' page "
                        "processors) through --allow/--deny/--same-host and the seen state, "
                        "until the queue and discovered/ are empty", group=INPUT)
+    sitemap: tuple[str, ...] = opt((), "sitemap to offer the URLs of (a sitemap index, .xml.gz "
+                                   "and a text sitemap too); repeatable", repeat=True,
+                                   metavar="URL", group=INPUT)
+    sitemaps_from_robots: tuple[str, ...] = opt((), "read the sitemaps the Sitemap: lines of "
+                                                "this URL's host's robots.txt name; "
+                                                "repeatable", repeat=True, metavar="URL",
+                                                group=INPUT)
+    since: str | None = opt(None, "only sitemap entries whose <lastmod> is at or after DATE "
+                            "(2026-01-31, 2026-01-31T08:00:00Z, or an age such as 7d); "
+                            "entries without a <lastmod> are kept", metavar="DATE",
+                            group=FILTERING)
+    watch: str | None = opt(None, "keep running: every INTERVAL (30s, 10m, 1h) re-read the "
+                            "start listings and sitemaps and offer only what is new; SIGTERM "
+                            "ends it", metavar="INTERVAL", group=INPUT)
+    watch_depth: int = opt(5, "with --watch: after the first pass, read at most N pages of "
+                           "each listing walk per pass, stopping at the first page that "
+                           "brings nothing new", metavar="N", group=INPUT)
     max_link_depth: int = opt(10, "with --follow: drop links found more than N pages away "
                               "from an offered URL", metavar="N", group=FILTERING)
+    recrawl: bool = opt(False, "keep the crawl current: learn from <root>/fetched/ what each "
+                        "fetch returned, then offer again the URLs that are due, with their "
+                        "ETag/Last-Modified (conditional GET), on adaptive intervals kept "
+                        "in a store next to --seen", group=RECRAWL)
+    recrawl_min: str = opt("1h", "shortest re-crawl interval (and a new URL's first); "
+                           "90s, 15m, 1h, 30d...", metavar="DURATION", group=RECRAWL)
+    recrawl_max: str = opt("30d", "longest re-crawl interval", metavar="DURATION",
+                           group=RECRAWL)
+    recrawl_store: str | None = opt(None, "the --recrawl state file (SQLite; default: "
+                                    "<--seen>.recrawl)", metavar="PATH", group=RECRAWL)
 
     def validate(self) -> None:
         super().validate()
@@ -121,9 +154,13 @@ class ProducerSettings(CommonSettings, WebOptions):
 
     def _validate_mode(self) -> None:
         listing = bool(self.start or self.pages)
-        if not listing and not self.from_file and not self.follow:
+        if (not listing and not self.from_file and not self.follow and not self.sitemap_input
+                and not self.recrawl):
             raise UsageError("nothing to read: give --start URL, --pages TEMPLATE with "
-                             "--page-range, --from-file PATH, or --follow")
+                             "--page-range, --sitemap URL, --sitemaps-from-robots URL, "
+                             "--from-file PATH, --follow, or --recrawl")
+        self._validate_sitemaps(listing)
+        self._validate_recrawl()
         if self.follow and self.dry_run:
             raise UsageError("--follow drains <root>/discovered/ in ZooKeeper; --dry-run "
                              "uses no ZooKeeper: give one of them")
@@ -139,12 +176,34 @@ class ProducerSettings(CommonSettings, WebOptions):
         if self.links and self.links_css:
             raise UsageError("give either --links or --links-css, not both")
 
+    def _validate_recrawl(self) -> None:
+        from producer.recrawl import parse_duration, store_path
+
+        low = parse_duration(self.recrawl_min, "--recrawl-min")
+        high = parse_duration(self.recrawl_max, "--recrawl-max")
+        if low > high:
+            raise UsageError(f"--recrawl-min {self.recrawl_min} is longer than --recrawl-max "
+                             f"{self.recrawl_max}")
+        if not self.recrawl:
+            return
+        if self.dry_run:
+            raise UsageError("--recrawl keeps a store and reads <root>/fetched/; --dry-run "
+                             "writes nothing: give one of them")
+        if store_path(self.seen, self.recrawl_store) is None:
+            raise UsageError("--recrawl needs a state that outlives the run: give --seen "
+                             "PATH (the store goes next to it) or --recrawl-store PATH")
+
     def _validate_numbers(self) -> None:
         positive = {"--batch": self.batch, "--max-depth": self.max_depth,
                     "--expected": self.expected, "--max-bytes": self.max_bytes}
         for flag, value in positive.items():
             if value <= 0:
                 raise UsageError(f"{flag} must be a positive integer, got {value}")
+        if not 0 <= self.partitions <= MAX_PARTITIONS:
+            raise UsageError(f"--partitions must be 1..{MAX_PARTITIONS} (0: the root's), "
+                             f"got {self.partitions}")
+        if self.max_partition_depth < 0 or self.max_held < 0:
+            raise UsageError("--max-partition-depth and --max-held must be >= 0 (0: derived)")
         if not 0 <= self.max_link_depth <= MAX_LINK_DEPTH:
             raise UsageError(f"--max-link-depth must be 0..{MAX_LINK_DEPTH}, got "
                              f"{self.max_link_depth}")
@@ -153,9 +212,9 @@ class ProducerSettings(CommonSettings, WebOptions):
         if not 0.0 < self.fp_rate < 1.0:
             raise UsageError(f"--fp-rate must be between 0 and 1, got {self.fp_rate}")
         self._validate_bloom()
-        for flag, value in (("--delay", self.delay), ("--timeout", self.timeout)):
-            if not math.isfinite(value) or value < 0 or (flag == "--timeout" and value == 0):
-                raise UsageError(f"{flag} must be a finite number of seconds, got {value}")
+        for flag, secs in (("--delay", self.delay), ("--timeout", self.timeout)):
+            if not math.isfinite(secs) or secs < 0 or (flag == "--timeout" and secs == 0):
+                raise UsageError(f"{flag} must be a finite number of seconds, got {secs}")
         if problem := header_value_problem(self.user_agent):
             raise UsageError(f"--user-agent: {problem}")
         if self.from_file not in (None, "-") and os.path.isdir(self.from_file):
@@ -163,6 +222,32 @@ class ProducerSettings(CommonSettings, WebOptions):
         if self.id is not None and (not self.id or "/" in self.id
                                     or znode_path_problem("/" + self.id)):
             raise UsageError(f"--id must be a non-empty znode name without '/', got {self.id!r}")
+
+    @property
+    def sitemap_input(self) -> bool:
+        return bool(self.sitemap or self.sitemaps_from_robots)
+
+    def _validate_sitemaps(self, listing: bool) -> None:
+        from producer import watch
+
+        if self.sitemap_input and self.from_file:
+            raise UsageError("--from-file cannot be combined with --sitemap/"
+                             "--sitemaps-from-robots (it fetches nothing)")
+        if self.since is not None:
+            if not self.sitemap_input:
+                raise UsageError("--since filters sitemap entries: give --sitemap or "
+                                 "--sitemaps-from-robots")
+            watch.parse_since(self.since, "--since")
+        if self.watch is None:
+            return
+        watch.parse_duration(self.watch, "--watch")
+        if not (listing or self.sitemap_input):
+            raise UsageError("--watch re-reads listings and sitemaps: give --start, --pages "
+                             "or --sitemap")
+        if self.dry_run or self.follow:
+            raise UsageError("--watch runs until SIGTERM: not with --dry-run or --follow")
+        if not 1 <= self.watch_depth <= 1000:
+            raise UsageError(f"--watch-depth must be 1..1000, got {self.watch_depth}")
 
     def _validate_bloom(self) -> None:
         bits = -self.expected * math.log(self.fp_rate) / math.log(2) ** 2

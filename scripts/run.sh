@@ -65,7 +65,7 @@ need_venv() {
   if [ ! -e "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     say "installing zkcrawl and its test extra into $venv"
     "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null
-    "$venv/bin/python" -m pip install -q -e ".[test]"
+    "$venv/bin/python" -m pip install -q -e ".[test]"  # the test extra includes the docs build
     touch "$stamp"
   fi
 }
@@ -119,13 +119,26 @@ case "$what" in
     need_venv
     say "ruff check"
     "$venv/bin/ruff" check .
-    say "mypy (strict, see pyproject.toml): zkcrawl/zk zkcrawl/queue consumer"
-    "$venv/bin/mypy" zkcrawl/zk zkcrawl/queue consumer
+    say "mypy (strict, see pyproject.toml): zkcrawl producer consumer"
+    "$venv/bin/mypy" zkcrawl producer consumer
+    say "docs: mkdocs build --strict (no broken link or anchor, no page outside the nav)"
+    docs_site="$(mktemp -d)"
+    NO_MKDOCS_2_WARNING=1 "$venv/bin/mkdocs" build --strict --quiet --site-dir "$docs_site"
+    rm -rf "$docs_site"
     if [ "$#" -eq 0 ]; then
       dependency_edges
     fi
-    say "pytest"
-    exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@"
+    if [ "$#" -gt 0 ]; then
+      say "pytest $*"
+      exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@"
+    fi
+    # Two workers for the tests that do not kill servers (pytest-xdist; a module's tests stay
+    # on one worker, with its module-scoped servers); then the fault tests alone, one at a
+    # time, as they are timed against sessions and outages.
+    say "pytest: all but the fault tests, two workers"
+    "$venv/bin/python" -m pytest -q -p no:cacheprovider -n 2 --dist loadscope -m "not faults"
+    say "pytest: the fault tests (tests/faults), alone"
+    exec "$venv/bin/python" -m pytest -q -p no:cacheprovider -m faults
     ;;
   *)
     echo "usage: bash scripts/run.sh demo|test [args...]" >&2

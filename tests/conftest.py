@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
+from zkcrawl import logs
 from zkcrawl.admin.localpg import PgServer
 from zkcrawl.admin.localzk import Ensemble, ZkServer
 from zkcrawl.zk.client import ZkClient
@@ -133,3 +134,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
 
 def read_path(path: Path) -> str:
     return path.read_text() if path.exists() else ""
+
+
+@pytest.fixture(autouse=True)
+def _log_lines_stay_with_their_test() -> Iterator[None]:
+    """The log writer thread writes in batches (zkcrawl.logs): a test's last lines must be
+    out before the next test's stderr is captured (a producer test once read a processor
+    test's lines as its own)."""
+    yield
+    logs.flush()

@@ -17,7 +17,6 @@ from tests.conftest import wait_for
 from zkcrawl.admin.localzk import free_port
 from zkcrawl.cli import main
 from zkcrawl.errors import ExitStatus
-from zkcrawl.politeness.cluster import ClusterPoliteness
 from zkcrawl.queue.control import ControlWatch, read_state
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.leases import LeaseQueue
@@ -120,38 +119,22 @@ def test_status_json_has_every_documented_field(zk_factory, zk_hosts, zk_root, c
     assert row[3:8] == ["6", "1", "2", "2", "0"]  # ok and failed apart
 
 
-def test_status_shows_hosts_held_back_by_cluster_politeness(zk, zk_hosts, zk_root, capsys):
-    pol = ClusterPoliteness(zk, zk_root, 0.01)
-    pol.reserve("quick.example:80")
-    pol.back_off("busy.example:80", 120)  # a Retry-After: 2 minutes
-    pol.back_off("[::1]:8080", 30)
-    rc, out, err = run(capsys, "status", "--json", *common(zk_hosts, zk_root))
-    assert rc == 0, err
-    h = json.loads(out)["hosts"]
-    assert h["tracked"] == 3 and h["held_back"] == 2
-    assert [x["host"] for x in h["longest"]] == ["busy.example:80", "[::1]:8080"]
-    assert 110 < h["longest"][0]["next_slot_in_s"] <= 120
+def test_stale_host_nodes_of_the_previous_layout_are_counted_not_read(zk, zk_hosts, zk_root,
+                                                                       capsys):
+    """``<root>/hosts`` nodes left by cluster politeness (before hosts had owners) are
+    ignored: counted once on the status (one line), their data -- garbage here -- never
+    read; no such line on a root without them."""
     rc, out, _ = run(capsys, "status", *common(zk_hosts, zk_root))
-    assert ("hosts     3 with a politeness slot, 2 held back (Retry-After, failures, "
-            "Crawl-delay): busy.example:80 (1") in out
-
-
-def test_a_slot_booked_ahead_by_waiting_items_is_not_held_back(zk, zk_hosts, zk_root, capsys):
-    """One host, many items waiting their turn 1 s apart: the slot is booked ~20 s ahead,
-    which is politeness doing its job, not a Retry-After."""
-    q = LeaseQueue(zk, zk_root, "c1")
-    q.offer_many([Item(url=f"http://one.example/a/{i}") for i in range(24)])
-    assert len(q.claim(24, timeout=5)) == 24
-    register(zk, zk_root, "c1", {"id": "c1", "state": "running", "domain_delay": 1.0,
-                                 "in_flight": 4, "backlog": 20, "control": "running"})
-    pol = ClusterPoliteness(zk, zk_root, 1.0)
-    for _ in range(20):
-        pol.reserve("one.example")
-    pol.back_off("busy.example", 120)
+    assert rc == 0 and "/hosts from before" not in out
+    for name, data in (("busy.example%3A80", b"1e300"), ("x", b"\xff\xfe not a time")):
+        zk.create(f"{zk_root}/hosts/{name}", data, makepath=True)
     rc, out, err = run(capsys, "status", "--json", *common(zk_hosts, zk_root))
-    hosts = json.loads(out)["hosts"]
-    assert rc == 0 and hosts["tracked"] == 2, err
-    assert [h["host"] for h in hosts["longest"]] == ["busy.example"]
+    assert rc == 0 and json.loads(out)["stale_hosts"] == 2 and "hosts" not in json.loads(out)
+    assert "malformed" not in err
+    rc, out, _ = run(capsys, "status", *common(zk_hosts, zk_root))
+    lines = [ln for ln in out.splitlines() if "/hosts from before" in ln]
+    assert rc == 0 and lines == [f"stale     2 nodes under {zk_root}/hosts from before hosts "
+                                 "had owners: ignored (safe to delete)"]
 
 
 def test_status_of_an_empty_root_and_orphan_leases(zk_factory, zk_hosts, zk_root, capsys):

@@ -23,6 +23,7 @@ from consumer.sink import Sink
 from tests.test_admin_cli import common, run
 from zkcrawl import logs
 from zkcrawl.admin.report import load_records, parse_line, render_html, render_text, summarize
+from zkcrawl.jsonclean import json_clean
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.leases import LeaseQueue
 from zkcrawl.textsafe import printable, scrub
@@ -106,6 +107,41 @@ def test_sink_encode_replaces_surrogates_and_nulls_non_finite_floats() -> None:
                    "process_ms": None, "fields": {"w": [None, 1.5]}}
     clean = {"url": "http://x/é", "title": "\u2028", "n": 3, "f": 0.25, "e": None}
     assert json.loads(Sink.encode(clean)) == clean  # the fast path changes nothing
+
+
+def _encode_as_before(record: Any) -> bytes:
+    """The sink's encoding before its C encoder was built once: JSONEncoder.encode."""
+    enc = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    try:
+        return (enc.encode(record) + "\n").encode("utf-8")
+    except ValueError:
+        return (enc.encode(json_clean(record)) + "\n").encode("utf-8")
+
+
+odd_keys = st.one_of(any_text, st.integers(), st.floats(), st.booleans(), st.none())
+
+
+@given(st.dictionaries(odd_keys, json_values | st.dictionaries(odd_keys, json_values),
+                       max_size=8))
+def test_sink_encode_writes_what_jsonencoder_wrote(record: dict[Any, Any]) -> None:
+    """The C encoder built once gives the bytes JSONEncoder.encode gave, NaN, surrogates and
+    non-string keys included."""
+    assert Sink.encode(record) == _encode_as_before(record)
+
+
+def test_sink_encode_refuses_what_jsonencoder_refused() -> None:
+    """A cycle, a set, a key JSON has not: the error JSONEncoder raised (its message is
+    the dead letter's reason), not the built-once encoder's."""
+    cyclic: dict[str, Any] = {"url": "u"}
+    cyclic["self"] = cyclic  # (cleaning it after the circular check overflows: as before)
+    for record in (cyclic, {"fields": {1, 2}}, {("a",): 1}):
+        with pytest.raises((TypeError, ValueError, RecursionError)) as before:
+            _encode_as_before(record)
+        with pytest.raises(type(before.value)) as now:
+            Sink.encode(record)
+        if not isinstance(before.value, RecursionError):
+            assert str(now.value) == str(before.value)
+    assert Sink.encode({"ok": [1, 2.5, None]}) == b'{"ok":[1,2.5,null]}\n'  # then fine
 
 
 # ------------------------------------------------------------------ report --

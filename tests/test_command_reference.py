@@ -1,5 +1,6 @@
-"""The README's Command reference is the real ``--help`` of every command: this test fails when
-they differ. ``python -m tests.test_command_reference`` rewrites the README section.
+"""The docs' command reference (docs/reference/commands.md) is the real ``--help`` of every
+command: this test fails when they differ. ``python -m tests.test_command_reference`` rewrites
+the generated part of that page (the one copy of the flags: the README links to it).
 
 Each command shows its description, its own option groups and its examples verbatim; the
 groups every command shares (ZooKeeper, security, logging, configuration, general) appear once,
@@ -18,12 +19,11 @@ from unittest import mock
 
 from consumer.main import main as consumer_main
 from producer.main import main as producer_main
-from zkcrawl.admin.commands import COMMANDS
-from zkcrawl.cli import build_parser
+from zkcrawl.cli import COMMANDS, build_parser
 from zkcrawl.cli import main as admin_main
 from zkcrawl.settings import SHARED_GROUPS
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "reference" / "commands.md"
 START, END = "<!-- command-reference:start -->", "<!-- command-reference:end -->"
 SHARED = (*SHARED_GROUPS, "general")
 
@@ -50,7 +50,7 @@ def sections(text: str) -> list[tuple[str, str]]:
 
 def command_block(title: str, text: str, own: bool = True) -> str:
     keep = [b for t, b in sections(text) if (t not in SHARED) == own]
-    return f"### `{title}`\n\n```text\n" + "\n\n".join(b for b in keep if b) + "\n```\n"
+    return f"## `{title}`\n\n```text\n" + "\n\n".join(b for b in keep if b) + "\n```\n"
 
 
 def commands() -> list[tuple[str, object, list[str]]]:
@@ -65,39 +65,39 @@ def render() -> str:
     blocks = [command_block(title, help_text(main, argv)) for title, main, argv in commands()]
     shared = help_text(admin_main, ["status"])
     keep = [b for t, b in sections(shared) if t in SHARED]
-    blocks.append("### Flags every command takes\n\n```text\n" + "\n\n".join(keep) + "\n```\n")
+    blocks.append("## Flags every command takes\n\n```text\n" + "\n\n".join(keep) + "\n```\n")
     return "\n".join(blocks)
 
 
-def readme_section() -> str:
-    text = README.read_text(encoding="utf-8")
+def page_section() -> str:
+    text = PAGE.read_text(encoding="utf-8")
     match = re.search(re.escape(START) + r"\n(.*?)" + re.escape(END), text, re.S)
-    assert match, f"README.md has no {START} ... {END} section"
+    assert match, f"{PAGE} has no {START} ... {END} section"
     return match.group(1)
 
 
-def test_readme_command_reference_is_the_real_help():
+def test_command_reference_is_the_real_help():
     expected = render()
-    if readme_section() != expected:
+    if page_section() != expected:
         import difflib
 
-        diff = "\n".join(difflib.unified_diff(readme_section().splitlines(),
-                                              expected.splitlines(), "README.md", "--help",
+        diff = "\n".join(difflib.unified_diff(page_section().splitlines(),
+                                              expected.splitlines(), "commands.md", "--help",
                                               lineterm="", n=1))
-        raise AssertionError("README Command reference differs from --help; run "
+        raise AssertionError("docs/reference/commands.md differs from --help; run "
                              f"`python -m tests.test_command_reference`:\n{diff[:4000]}")
 
 
 def test_every_command_is_in_the_reference():
-    section = readme_section()
+    section = page_section()
     for title, _main, _argv in commands():
-        assert f"### `{title}`" in section, title
+        assert f"## `{title}`" in section, title
 
 
 if __name__ == "__main__":
-    text = README.read_text(encoding="utf-8")
-    readme_section()
+    text = PAGE.read_text(encoding="utf-8")
+    page_section()
     new = re.sub(re.escape(START) + r"\n.*?" + re.escape(END),
                  lambda _m: f"{START}\n{render()}{END}", text, flags=re.S)
-    README.write_text(new, encoding="utf-8")
-    sys.stdout.write(f"{README}: command reference rewritten\n")
+    PAGE.write_text(new, encoding="utf-8")
+    sys.stdout.write(f"{PAGE}: command reference rewritten\n")

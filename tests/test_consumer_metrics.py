@@ -98,32 +98,6 @@ def test_metrics_and_healthz_follow_zookeeper_and_the_run_state(own_zk, tmp_path
     assert sorted(r["url"] for r in records(out)).count(srv.url("/slow")) == 1
 
 
-def test_cluster_politeness_is_counted_at_scrape_time(zk, zk_hosts, zk_root, tmp_path):
-    """``zkcrawl_consumer_politeness_total{event}``: one turn and one conditional write per
-    request to a host only this consumer crawls, read from the politeness at scrape time."""
-    port, out = free_port(), tmp_path / "o.jsonl"
-    with TestServer({"/p/*": page}) as srv:
-        offer(zk, zk_root, [srv.url(f"/p/{i}") for i in range(4)])
-        run = Running(settings_for(zk_hosts, zk_root, out, "--metrics-port", str(port),
-                                   "--metrics-host", "127.0.0.1", "--domain-delay", "0.05",
-                                   "--politeness", "cluster", "--threads", "2"))
-        try:
-            wait_for(lambda: len(records(out)) == 4, what="4 records")
-            text = get(port, "/metrics")[1]
-        finally:
-            run.stop()
-    for line in ('zkcrawl_consumer_politeness_total{event="reservations"} 4.0',
-                 'zkcrawl_consumer_politeness_total{event="races"} 0.0',
-                 'zkcrawl_consumer_politeness_total{event="fallbacks"} 0.0'):
-        assert line in text, line
-    writes = [ln for ln in text.splitlines()
-              if ln.startswith('zkcrawl_consumer_politeness_total{event="writes"}')]
-    moves = [ln for ln in text.splitlines()
-             if ln.startswith('zkcrawl_consumer_politeness_total{event="moves"}')]
-    # one write a turn, one more for each turn moved (its write answered late)
-    assert float(writes[0].split()[-1]) == 4 + float(moves[0].split()[-1])
-
-
 # ------------------------------------------------------------ outcome and reason --
 def samples(m: Metrics, name: str) -> dict[tuple[str, str], float]:
     from prometheus_client.parser import text_string_to_metric_families

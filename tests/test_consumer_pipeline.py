@@ -24,6 +24,7 @@ from zkcrawl.web.fetch import Fetcher
 from zkcrawl.web.urls import host_of
 
 RECORD_KEYS = {"url", "final_url", "status", "title", "fields", "bytes", "item", "attempt",
+               "fetches", "holder_deaths",  # issue #26: tries apart from redeliveries
                "consumer", "fetched_at", "queue_ms", "dispatch_ms", "wait_ms", "polite_ms",
                "process_ms", "error"}
 
@@ -301,3 +302,19 @@ def test_out_is_never_written_through_a_planted_symlink(tmp_path):
     finally:
         os.umask(old)
     assert fresh.stat().st_mode & 0o777 == 0o640
+
+
+def test_iso_now_is_datetimes_isoformat_to_the_millisecond():
+    """iso_now formats the second once and adds the milliseconds (issue #23: per record):
+    the text is datetime's, truncated to milliseconds."""
+    from datetime import UTC, datetime
+
+    from consumer import pipeline
+    for _ in range(3):
+        before = datetime.now(UTC).replace(microsecond=0)
+        text = pipeline.iso_now()
+        after = datetime.now(UTC)
+        assert len(text) == 24 and text.endswith("Z") and text[19] == "."
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        assert before <= parsed <= after
+        assert text == parsed.isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -15,8 +15,8 @@ import pytest
 from consumer.main import main
 from tests.conftest import wait_for
 from tests.httpd import TestServer, delayed
+from tests.queue_view import held, queued_urls
 from tests.test_consumer_support import Running, offer, records, settings_for, spawn
-from zkcrawl.queue import items as wire
 from zkcrawl.signals import StopSignals
 
 
@@ -28,11 +28,6 @@ def args(zk_hosts: str, zk_root: str, out: Path, *extra: str) -> list[str]:
     return ["--zk", zk_hosts, "--root", zk_root, "--out", str(out), "--no-robots",
             "--domain-delay", "0", "--log-format", "json", "--session-timeout", "3",
             "--allow-private-addresses", *extra]
-
-
-def queued_urls(zk, root: str) -> list[str]:  # type: ignore[no-untyped-def]
-    names = zk.get_children(f"{root}/queue")
-    return [wire.decode(zk.get(f"{root}/queue/{n}")[0]).item.url for n in names]
 
 
 def no_traceback(text: str) -> bool:
@@ -48,14 +43,14 @@ def test_sigterm_finishes_running_fetches_releases_the_rest_and_exits_0(zk, zk_h
         proc = spawn(args(zk_hosts, zk_root, out, "--threads", "2", "--backlog", "4",
                           "--grace", "10"), err)
         srv.wait_for_requests(2, timeout=20)
-        wait_for(lambda: len(zk.get_children(f"{zk_root}/leases")) == 6, what="6 leases")
+        wait_for(lambda: len(held(zk, zk_root)) == 6, what="6 items held")
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=15) == 0
         assert time.monotonic() - t0 < 5  # the two running fetches (0.8 s), not the grace
     done = {r["url"] for r in records(out)}
     assert len(done) >= 2  # the fetches running at SIGTERM were finished and recorded
-    assert zk.get_children(f"{zk_root}/leases") == []
+    assert held(zk, zk_root) == []
     assert sorted(queued_urls(zk, zk_root)) == sorted(set(urls) - done)  # nothing lost
     assert no_traceback(err.read_text())
 
@@ -76,7 +71,7 @@ def test_a_second_signal_releases_everything_and_exits_at_once(zk, zk_hosts, zk_
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=10) == 0
         assert time.monotonic() - t0 < 3
-    assert zk.get_children(f"{zk_root}/leases") == []
+    assert held(zk, zk_root) == []
     assert sorted(queued_urls(zk, zk_root)) == sorted(urls) and records(out) == []
     assert no_traceback(err.read_text())
 
@@ -92,14 +87,14 @@ def test_sigkill_mid_crawl_every_url_is_still_recorded_at_least_once(zk, zk_host
         wait_for(lambda: len(records(out_a, strict=False)) >= 8, what="a under way")
         a.send_signal(signal.SIGKILL)
         a.wait(timeout=10)
-        # b starts while a's leases still stand; they vanish when a's session expires (3 s).
+        # b starts while a still owns the partitions; they pass to b when a's session expires (3 s).
         b = spawn(args(zk_hosts, zk_root, out_b, "--id", "b", "--threads", "4",
                        "--exit-when-idle", "5"), tmp_path / "b.log")
         assert b.wait(timeout=60) == 0
     got = [r["url"] for r in records(out_a, strict=False) + records(out_b)]
     assert set(got) == set(urls)
-    assert len(got) - len(urls) <= 8  # duplicates only from a's 8 leases at the kill
-    assert zk.get_children(f"{zk_root}/queue") == [] == zk.get_children(f"{zk_root}/leases")
+    assert len(got) - len(urls) <= 8  # duplicates only from a's 8 items held at the kill
+    assert queued_urls(zk, zk_root) == [] == held(zk, zk_root)
 
 
 def test_a_sink_failure_stops_releases_and_exits_1_losing_nothing(zk, zk_hosts, zk_root,
@@ -120,7 +115,7 @@ def test_a_sink_failure_stops_releases_and_exits_1_losing_nothing(zk, zk_hosts, 
     assert no_traceback(err.decode())
     recorded = [r["url"] for r in records(out)]  # only whole lines: the partial one was cut
     assert 0 < len(recorded) < len(urls)
-    assert zk.get_children(f"{zk_root}/leases") == []
+    assert held(zk, zk_root) == []
     assert set(recorded) | set(queued_urls(zk, zk_root)) == set(urls)  # nothing lost
 
 
@@ -237,3 +232,21 @@ def test_stop_signals_off_the_main_thread_install_nothing():
     t.start()
     t.join(5)
     assert seen == [False] and signal.getsignal(signal.SIGTERM) == before
+
+
+def test_a_lingering_stop_absorbs_a_late_signal_until_restored():
+    """The consumer's teardown after its run: a second SIGTERM arriving then is counted,
+    not the default action (CI: the process died with -15 instead of exiting 0)."""
+    import os
+
+    before = signal.getsignal(signal.SIGTERM)
+    calls: list[bool] = []
+    signals = StopSignals(calls.append, linger=True)
+    with signals:
+        os.kill(os.getpid(), signal.SIGTERM)
+        wait_for(lambda: calls == [False], 5, "the first signal handled")
+    os.kill(os.getpid(), signal.SIGTERM)  # after the block: absorbed, this process lives
+    wait_for(lambda: signals.received == 2, 5, "the late signal counted")
+    assert calls == [False]  # nothing more asked of the worker
+    signals.restore()
+    assert signal.getsignal(signal.SIGTERM) == before

@@ -8,6 +8,7 @@ from collections import Counter
 
 from tests.conftest import expire_session, wait_for
 from tests.httpd import TestServer, delayed, html, sequence, static
+from tests.queue_view import held, queued_urls
 from tests.test_consumer_support import Running, offer, records, settings_for
 from zkcrawl.queue import control
 
@@ -31,9 +32,10 @@ def test_two_consumers_record_every_item_exactly_once(zk, zk_hosts, zk_root, tmp
     assert sorted(r["url"] for r in recs) == sorted(urls)  # every item, once
     assert all(r["error"] is None and r["title"] == f"T/a/{r['url'].rsplit('/', 1)[1]}"
                for r in recs)
-    by_consumer = Counter(r["consumer"] for r in recs)
-    assert by_consumer["a"] > 0 and by_consumer["b"] > 0
-    assert zk.get_children(f"{zk_root}/queue") == [] == zk.get_children(f"{zk_root}/leases")
+    # Hosts have owners: a host's items go to the consumer that owns its partition (two
+    # hosts here: one consumer or both, as the partitions fell).
+    assert set(Counter(r["consumer"] for r in recs)) <= {"a", "b"}
+    assert queued_urls(zk, zk_root) == [] == held(zk, zk_root)
     assert all(r.error is None and int(r.status) == 0 for r in runs)
 
 
@@ -81,7 +83,7 @@ def test_failures_are_retried_at_the_tail_dead_lettered_or_recorded(zk, zk_hosts
     [dead] = zk.get_children(f"{zk_root}/dead")
     letter = json.loads(zk.get(f"{zk_root}/dead/{dead}")[0])
     assert letter["url"] == srv.url("/always") and letter["error"] == "http-503"
-    assert zk.get_children(f"{zk_root}/queue") == []
+    assert queued_urls(zk, zk_root) == []
 
 
 def test_malformed_and_bare_url_items_from_the_wire(zk, zk_hosts, zk_root, tmp_path):
@@ -94,12 +96,12 @@ def test_malformed_and_bare_url_items_from_the_wire(zk, zk_hosts, zk_root, tmp_p
         run.join(30)
         run.close()
     recs = records(tmp_path / "o.jsonl")
-    assert {r["error"] for r in recs} == {None, "malformed: not UTF-8"}
-    assert [r["title"] for r in recs if r["error"] is None] == ["Bare"]
+    # The malformed node never reached a partition: its mover made it a dead letter.
+    assert [(r["title"], r["error"]) for r in recs] == [("Bare", None)]
     [dead] = zk.get_children(f"{zk_root}/dead")
     data = zk.get(f"{zk_root}/dead/{dead}")[0]
     assert json.loads(data)["error"] == "malformed: not UTF-8" and len(data) < 24_000
-    assert zk.get_children(f"{zk_root}/queue") == []
+    assert queued_urls(zk, zk_root) == []
 
 
 def test_status_node_and_the_lease_bound(zk, zk_hosts, zk_root, tmp_path):
@@ -112,7 +114,7 @@ def test_status_node_and_the_lease_bound(zk, zk_hosts, zk_root, tmp_path):
         leases = []
         deadline = time.monotonic() + 2.5
         while time.monotonic() < deadline:  # sample the lease count while it works
-            leases.append(len(zk.get_children(f"{zk_root}/leases")))
+            leases.append(len(held(zk, zk_root)))
             time.sleep(0.05)
         later = json.loads(wait_for(
             lambda: (d := json.loads(zk.get(path)[0]))["heartbeat_at"] > first["heartbeat_at"]
@@ -170,7 +172,7 @@ def test_session_expiry_mid_crawl_loses_nothing_and_re_registers(zk, zk_hosts, z
     recs = records(tmp_path / "o.jsonl")
     assert set(r["url"] for r in recs) == set(urls)  # at least once; lost ones may repeat
     assert run.error is None and int(run.status) == 0
-    assert zk.get_children(f"{zk_root}/queue") == []
+    assert queued_urls(zk, zk_root) == []
 
 
 def test_at_most_once_deletes_on_take_and_still_records_everything(zk, zk_hosts, zk_root,
@@ -183,4 +185,21 @@ def test_at_most_once_deletes_on_take_and_still_records_everything(zk, zk_hosts,
         run.join(30)
         run.close()
     assert sorted(r["url"] for r in records(tmp_path / "o.jsonl")) == sorted(urls)
-    assert zk.get_children(f"{zk_root}/queue") == [] == zk.get_children(f"{zk_root}/leases")
+    assert queued_urls(zk, zk_root) == [] == held(zk, zk_root)
+
+
+def test_at_most_once_items_leave_their_batch_before_their_fetch(zk, zk_hosts, zk_root,
+                                                                 tmp_path):
+    with TestServer({"/m/*": delayed(1.0, page)}) as srv:
+        urls = [srv.url(f"/m/{i}") for i in range(6)]
+        offer(zk, zk_root, urls)
+        run = Running(settings_for(zk_hosts, zk_root, tmp_path / "o.jsonl", "--delivery",
+                                   "at-most-once", "--threads", "2", "--backlog", "0"))
+        try:
+            srv.wait_for_requests(2, timeout=20)
+            fetching = {srv.url(r.path) for r in srv.requests}
+            # Deleted on the take (SPEC §3): what runs is neither held nor queued any more.
+            assert held(zk, zk_root) == []
+            assert fetching.isdisjoint(queued_urls(zk, zk_root))
+        finally:
+            run.stop()

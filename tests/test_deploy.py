@@ -52,6 +52,9 @@ PRODUCER_FLAGS = frozenset({
     "deny", "same-host", "from-file", "seen", "max-depth", "batch", "delay", "robots",
     "no-robots",
 })
+# The producer's sources that keep a crawl current (SPEC §4): sitemaps, --watch.
+PRODUCER_WATCH_FLAGS = frozenset({"sitemap", "sitemaps-from-robots", "since", "watch",
+                                  "watch-depth"})
 DEFAULT_GRACE = 30  # --grace default, seconds
 DEFAULT_ZK_TIMEOUT = 10  # --zk-timeout default, seconds
 # A stop may take --grace, plus --zk-timeout while ZooKeeper is unreachable (SPEC §4), plus
@@ -140,7 +143,8 @@ def test_flag_lists_match_the_spec() -> None:
     text = spec.read_text(encoding="utf-8")
     section = text.split("## 4.", 1)[1].split("\n## ", 1)[0]
     spec_flags = set(re.findall(r"--([a-z][a-z-]*[a-z])", section))
-    missing = (COMMON_FLAGS | CONSUMER_FLAGS | PRODUCER_FLAGS) - spec_flags
+    missing = (COMMON_FLAGS | CONSUMER_FLAGS | PRODUCER_FLAGS | PRODUCER_WATCH_FLAGS) \
+        - spec_flags
     assert not missing, f"flags not in SPEC §4: {sorted(missing)}"
 
 
@@ -205,6 +209,7 @@ UNITS = {
     "producer": SYSTEMD / "zkcrawl-producer.service",
     "timer": SYSTEMD / "zkcrawl-producer.timer",
     "exporter": SYSTEMD / "zkcrawl-exporter.service",
+    "watch": SYSTEMD / "zkcrawl-producer-watch.service",
 }
 HARDENING = {
     "ProtectSystem": "strict",
@@ -328,6 +333,43 @@ def test_producer_unit_and_timer() -> None:
     assert _one(timer, "Install", "WantedBy") == "timers.target"
 
 
+def test_watching_producer_unit() -> None:
+    """zkcrawl-producer --watch as a long-running service: flags the real CLI parses, its
+    own --seen file, restarted unless the configuration is wrong, a stop timeout that
+    covers a pass cut short, the producer's sandbox."""
+    unit = _unit(UNITS["watch"])
+    assert _one(unit, "Service", "Type") == "exec"
+    argv = shlex.split(_one(unit, "Service", "ExecStart"))
+    assert argv[0] == "/opt/zkcrawl/venv/bin/zkcrawl-producer"
+    assert set(_flags_in(argv[1:])) <= COMMON_FLAGS | PRODUCER_FLAGS | PRODUCER_WATCH_FLAGS
+    env = _environment(unit)
+    assert env["ZKCRAWL_PRODUCER_CONFIG"] == "/etc/zkcrawl/producer.toml"
+    settings = _program_settings("zkcrawl-producer", [*argv[1:], "--start",
+                                                      "https://blog.example.com/"], {})
+    assert settings.watch == "10m" and settings.watch_depth >= 1
+    seen = settings.seen
+    timer_argv = shlex.split(_one(_unit(UNITS["producer"]), "Service", "ExecStart"))
+    assert seen.startswith("/var/lib/zkcrawl/") and seen not in timer_argv
+    assert _one(unit, "Service", "Restart") == "on-failure"
+    assert _all(unit, "Service", "RestartPreventExitStatus") == ["2"]
+    assert str(EX_TEMPFAIL) not in _all(unit, "Service", "SuccessExitStatus")
+    zk_timeout = float(env.get("ZKCRAWL_ZK_TIMEOUT", DEFAULT_ZK_TIMEOUT))
+    per_start = zk_timeout + _seconds(_one(unit, "Service", "RestartSec"))
+    interval = _seconds(_one(unit, "Unit", "StartLimitIntervalSec"))
+    assert interval / per_start < float(_one(unit, "Unit", "StartLimitBurst"))
+    assert _one(unit, "Service", "KillSignal") == "SIGTERM"
+    # a stop: the fetch running (<= 2 x --timeout), the offers in flight, --seen saved
+    assert _seconds(_one(unit, "Service", "TimeoutStopSec")) >= \
+        zk_timeout + 2 * settings.timeout + STOP_MARGIN
+    for key, value in HARDENING.items():
+        assert _one(unit, "Service", key) == value, key
+    assert "/var/lib/zkcrawl" in _all(unit, "Service", "ReadWritePaths")
+    assert _one(unit, "Install", "WantedBy") == "multi-user.target"
+    readme = (SYSTEMD / "README.md").read_text(encoding="utf-8")
+    assert "zkcrawl-producer-watch.service" in readme
+    assert "zkcrawl-producer-watch.service.d" in NETWORK_DROPIN.read_text(encoding="utf-8")
+
+
 def test_exporter_unit() -> None:
     """``zkcrawl exporter`` as a service: the admin console script, flags the real CLI
     parses, 127.0.0.1 by default, restarted unless the configuration is wrong, the
@@ -378,7 +420,7 @@ def _systemd_lets_through(allow: list[IPNet], deny: list[IPNet], address: str) -
     return not any(addr in net for net in deny)
 
 
-@pytest.mark.parametrize("name", ["consumer", "producer", "exporter"])
+@pytest.mark.parametrize("name", ["consumer", "producer", "exporter", "watch"])
 def test_units_deny_metadata_and_private_addresses(name: str) -> None:
     """IPAddressDeny= (BPF on the unit's cgroup) backs up the consumer's SSRF guard."""
     unit = _unit(UNITS[name])
@@ -465,7 +507,7 @@ def test_systemd_security_exposure(tmp_path: Path) -> None:
     measured_on, stated = _stated_exposure()
     assert measured_on, "README: name the systemd version the scores come from"
     assert set(stated) == {"zkcrawl-consumer@1.service", "zkcrawl-producer.service",
-                           "zkcrawl-exporter.service"}
+                           "zkcrawl-exporter.service", "zkcrawl-producer-watch.service"}
     tool = shutil.which("systemd-analyze")
     if tool is None:
         pytest.skip("systemd-analyze not installed")
@@ -473,7 +515,7 @@ def test_systemd_security_exposure(tmp_path: Path) -> None:
                            timeout=60, check=False).stdout
     running = re.match(r"systemd (\d+)", about)
     names = []
-    for key in ("consumer", "producer", "exporter"):
+    for key in ("consumer", "producer", "exporter", "watch"):
         path = UNITS[key]
         name = path.name.replace("@.service", "@1.service")
         (tmp_path / name).write_text(path.read_text(encoding="utf-8"))
@@ -758,6 +800,72 @@ def test_producer_cronjob(manifests: dict[tuple[str, str], dict[str, Any]]) -> N
     rules = job.get("podFailurePolicy", {}).get("rules", [])
     assert any(r["action"] == "FailJob" and 2 in r["onExitCodes"]["values"]
                for r in rules if "onExitCodes" in r)
+
+
+WATCH = K8S_ROOT / "watch"
+
+
+def test_watching_producer_deployment(yaml_mod: Any,
+                                      manifests: dict[tuple[str, str], dict[str, Any]]
+                                      ) -> None:
+    """deploy/kubernetes/watch: one pod, Recreate (a ReadWriteOnce --seen volume), args
+    the real CLI parses with --watch, the CronJob's --seen state, the producer's
+    NetworkPolicy (by its labels) and pod security."""
+    (deploy,) = _yaml_docs(yaml_mod, (WATCH / "deployment.yaml").read_text("utf-8"))
+    assert deploy["kind"] == "Deployment" and deploy["metadata"]["namespace"] == "zkcrawl"
+    spec = deploy["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"]["type"] == "Recreate"
+    pod = spec["template"]["spec"]
+    container = _container(pod, "producer")
+    assert container["command"] == ["zkcrawl-producer"]
+    args = [str(a) for a in container["args"]]
+    assert set(_flags_in(args)) <= COMMON_FLAGS | PRODUCER_FLAGS | PRODUCER_WATCH_FLAGS
+    env = dict(manifests[("ConfigMap", "zkcrawl-common")]["data"])
+    settings = _program_settings("zkcrawl-producer", args, env)
+    assert settings.watch and settings.sitemaps_from_robots
+    cron = manifests[("CronJob", "zkcrawl-producer")]
+    cron_args = [str(a) for a in _container(
+        cron["spec"]["jobTemplate"]["spec"]["template"]["spec"], "producer")["args"]]
+    assert settings.seen == _arg_value(cron_args, "--seen") and _under_mount(settings.seen,
+                                                                             container)
+    claims = {v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"]
+              if "persistentVolumeClaim" in v}
+    assert claims == {"zkcrawl-seen"} and ("PersistentVolumeClaim", "zkcrawl-seen") in manifests
+    _check_pod_security(pod, container)
+    policy = manifests[("NetworkPolicy", "zkcrawl-producer")]["spec"]["podSelector"]
+    assert policy["matchLabels"].items() <= spec["template"]["metadata"]["labels"].items()
+    consumer = manifests[("Deployment", "zkcrawl-consumer")]["spec"]["selector"]
+    assert not consumer["matchLabels"].items() <= spec["template"]["metadata"]["labels"].items()
+    grace = pod["terminationGracePeriodSeconds"]
+    assert grace >= float(env["ZKCRAWL_ZK_TIMEOUT"]) + 2 * settings.timeout + STOP_MARGIN
+
+
+def test_watch_component_renders_instead_of_the_cronjob(yaml_mod: Any, tmp_path: Path
+                                                         ) -> None:
+    """The Component added to an overlay: the Deployment is there, the CronJob suspended,
+    and the result validates strictly."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl not installed")
+    import os
+
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(json.dumps({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [os.path.relpath(OVERLAYS / "dev", overlay)],
+        "components": [os.path.relpath(WATCH, overlay)],
+        "images": [{"name": "zkcrawl", "newName": "registry.example.com/zkcrawl",
+                    "newTag": "0.1.0"}]}))
+    proc = subprocess.run([kubectl, "kustomize", str(overlay)], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    objects = _yaml_docs(yaml_mod, proc.stdout)
+    _validate_strict(objects, "dev + watch")
+    kinds = _by_kind(objects)
+    assert kinds["CronJob"]["zkcrawl-producer"]["spec"]["suspend"] is True
+    watch = kinds["Deployment"]["zkcrawl-producer-watch"]
+    assert _pod_containers(watch)[0]["image"] == "registry.example.com/zkcrawl:0.1.0"
 
 
 def test_consumer_metrics_listen_on_the_pod_address(

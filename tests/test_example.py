@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.queue_view import held, queued_urls
 from tests.test_consumer_support import ROOT, records
 from zkcrawl.admin import samplesite as ss
 from zkcrawl.admin.localzk import free_port
@@ -43,8 +44,9 @@ def test_the_example_crawls_the_sample_site_keeping_articles_with_an_author(
         assert r["fields"]["published"] == f"2024-03-{n % 28 + 1:02d}"
         assert r["title"] == ss.article_title(n)
     assert "RequireAuthor: kept 40 records, dropped" in proc.stderr
-    for part in ("queue", "leases", "discovered"):
-        assert zk.get_children(f"{zk_root}/{part}") == [], part
+    # The books: nothing queued (ingress or partitions), nothing held, discovered/ drained.
+    assert queued_urls(zk, zk_root) == [] == held(zk, zk_root)
+    assert zk.get_children(f"{zk_root}/discovered") == []
 
 
 def test_try_shows_the_example_processor_and_pipeline(capsys: pytest.CaptureFixture[str],

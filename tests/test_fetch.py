@@ -459,15 +459,16 @@ def test_a_repeated_header_counts_once_and_cookies_are_not_kept(srv: TestServer,
     assert "Cookie" not in srv.requests_for("/")[0].headers
 
 
-def test_an_unsupported_content_coding_is_a_connection_error(srv: TestServer,
-                                                             fetch: Fetch) -> None:
+def test_an_unsupported_content_coding_is_a_protocol_error(srv: TestServer,
+                                                           fetch: Fetch) -> None:
     srv.route("/lzw", (200, {"Content-Type": "text/html", "Content-Encoding": "compress"},
                        b"\x1f\x9d\x90<p>"))  # LZW: neither libcurl nor urllib3 inflates it
     srv.route("/bad-gzip", (200, {"Content-Type": "text/html", "Content-Encoding": "gzip"},
                             b"not gzip at all"))
     for path in ("/lzw", "/bad-gzip"):
         res = fetch(FAST, srv.url(path))
-        assert (res.error, res.retryable, res.status, res.body) == ("connection", True, 200,
+        # issue #27: permanent, not retried (it was "connection", retried)
+        assert (res.error, res.retryable, res.status, res.body) == ("protocol", False, 200,
                                                                      b""), path
 
 
@@ -526,3 +527,23 @@ def test_http_flag_takes_curl_or_requests(argv: list[str]) -> None:
         parse(cls, parser, [*argv, "--http", "urllib"], {})
     with pytest.raises(UsageError, match="--http"):
         parse(cls, parser, argv, {var: "urllib"})
+
+
+def test_curl_handle_takes_each_gets_limits_though_it_sets_them_only_on_a_change(
+        srv: TestServer) -> None:
+    """The libcurl handle keeps its timeouts between GETs (set only when they change): a
+    GET with a short budget after one with a long budget is cut at the short one, and the
+    next long one is not cut at it."""
+    from zkcrawl.web.transports.curl import Wire
+    srv.route("/slow", delayed(0.6, html(PAGE)))
+    wire = Wire("t", guard=None)
+    try:
+        def get(budget: float) -> tuple[str | None, int | None]:
+            res = wire.get(srv.url("/slow"), connect=budget, idle=budget, budget=budget,
+                           limit=10_000, accept=())
+            return res.error, res.status
+        assert get(10.0) == (None, 200)
+        assert get(0.2) == ("timeout", None)  # its own budget (the first's: a 200)
+        assert get(10.0) == (None, 200)  # and not the short one
+    finally:
+        wire.close()

@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import wait_for
 from tests.httpd import TestServer, delayed, html
+from tests.queue_view import held, queued_urls
 from tests.test_consumer_support import offer, records, spawn
 from zkcrawl.cli import main as admin_main
 from zkcrawl.queue import items as wire
@@ -55,6 +56,12 @@ def hostile_items(ok: TestServer, failing: TestServer) -> dict[str, bytes]:
     }
 
 
+def hostile_urls(ok: TestServer) -> dict[str, str]:
+    """The URL of each hostile item that decodes (moved into a partition, then recorded)."""
+    return {"javascript": "javascript:alert(1)", "nested meta": ok.url("/n/meta"),
+            "huge attempt": ok.url("/n/attempt")}
+
+
 def admin(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
     capsys.readouterr()
     rc = admin_main(list(argv), {})
@@ -93,10 +100,10 @@ def test_poison_items_and_nodes_do_not_take_the_cluster_down(zk, zk_hosts, zk_ro
                    for what, data in hostile_items(ok, failing).items()}
         offer(zk, zk_root, urls[20:])
         plant_poison(zk, zk_root)
-        zk.create(f"{zk_root}/leases/qn-9999999999", b'{"consumer":' + NESTED + b"}",
-                  ephemeral=True)
+        forged = zk.create(f"{zk_root}/partitions/0/owner", b'{"consumer":' + NESTED + b"}",
+                           ephemeral=True, makepath=True)  # an owner node is untrusted too
         admin_views_survive(capsys, zk_hosts, zk_root)
-        zk.delete(f"{zk_root}/leases/qn-9999999999")
+        zk.delete(forged)
 
         outs = [tmp_path / f"o{i}.jsonl" for i in range(2)]
         errs = [tmp_path / f"e{i}.log" for i in range(2)]
@@ -121,18 +128,23 @@ def test_poison_items_and_nodes_do_not_take_the_cluster_down(zk, zk_hosts, zk_ro
         doc, _ = load_json(zk.get(f"{zk_root}/dead/{name}")[0])  # one is the planted poison
         if isinstance(doc, dict) and "item" in doc:
             dead[doc["item"]] = doc
-    recorded = {r["item"] for r in recs}
+    # An ingress item that decodes is moved into its partition under a batch entry's name
+    # ("<p>/<batch>/<i>"): its record is found by its URL; one that does not decode is a
+    # dead letter under its ingress name at the move (SPEC §2). None vanishes.
+    recorded = {r["url"] for r in recs}
     limit_item = next(n for n, w in hostile.items() if w.startswith("at the limit"))
     for name, what in hostile.items():
-        assert name in dead or name in recorded or name == limit_item, what
+        url = hostile_urls(ok).get(what)
+        assert name in dead or (url is not None and url in recorded) or name == limit_item, what
+    [script] = [r for r in recs if r["url"] == "javascript:alert(1)"]
+    assert script["error"] == "bad-url"  # SPEC §3: a permanent failure
     # Retried twice (a new znode each time, never larger than the limit), then dead.
     [limited] = [d for d in dead.values() if d["url"] == failing_url]
     assert limited["error"] == "http-503" and limited["attempts"] == 3
     for what in ("nested url", "url not a string", "invalid utf-8", "empty", "lone surrogate"):
         name = next(n for n, w in hostile.items() if w == what)
         assert dead[name]["error"].startswith("malformed"), what
-    assert zk.get_children(f"{zk_root}/queue") == []
-    assert zk.get_children(f"{zk_root}/leases") == []
+    assert queued_urls(zk, zk_root) == [] and held(zk, zk_root) == []
     admin_views_survive(capsys, zk_hosts, zk_root)
 
 
@@ -160,8 +172,7 @@ def test_a_page_that_kills_its_consumers_is_abandoned_after_max_attempts(zk, zk_
     doc = json.loads(zk.get(f"{zk_root}/dead/{name}")[0])
     assert doc["error"] == "abandoned" and doc["attempts"] == 3
     assert [r["error"] for r in records(out, strict=False)] == ["abandoned"]
-    assert zk.get_children(f"{zk_root}/queue") == []
-    assert zk.get_children(f"{zk_root}/leases") == []
+    assert queued_urls(zk, zk_root) == [] and held(zk, zk_root) == []
 
 
 def _killed_or_exited(proc: subprocess.Popen[bytes], srv: TestServer, nth: int) -> object:

@@ -36,7 +36,7 @@ SCALEDOBJECT = REPO / "deploy" / "kubernetes" / "keda" / "scaledobject.yaml"
 OUR_METRIC = re.compile(r"\b(?:zkcrawl|process|python)_[a-z0-9_]+\b")
 ALERTS = {"ZkcrawlQueueNotDraining", "ZkcrawlNoLiveConsumers", "ZkcrawlDeadLettersGrowing",
           "ZkcrawlConsumerNotReady", "ZkcrawlZooKeeperSessionLost",
-          "ZkcrawlZooKeeperUnreachable"}
+          "ZkcrawlZooKeeperUnreachable", "ZkcrawlPartitionWithoutOwner"}
 
 
 @pytest.fixture(scope="module")
@@ -195,7 +195,9 @@ def test_dashboard_covers_what_an_operator_looks_at():
                    "zkcrawl_consumer_wait_seconds", "zkcrawl_consumer_process_seconds",
                    "zkcrawl_cluster_queue_depth", "zkcrawl_cluster_queue_oldest_age_seconds",
                    "zkcrawl_cluster_leases", "zkcrawl_cluster_dead_letters",
-                   "zkcrawl_consumer_politeness_total"):
+                   "zkcrawl_consumer_handovers_total", "zkcrawl_consumer_rebalances_total",
+                   "zkcrawl_partitions_hosts_backed_off", "zkcrawl_partitions_owned",
+                   "zkcrawl_partitions_unowned_with_items", "zkcrawl_partition_items"):
         assert needle in exprs, needle
     rows = [p for p in dash["panels"] if p["type"] == "row"]
     assert any(r.get("repeat") == "pod" for r in rows), "per-consumer rows"

@@ -11,11 +11,10 @@ import time
 import pytest
 
 from tests.httpd import TestServer, html
-from zkcrawl.politeness.gate import DOWN_BACK_OFF_CAP, EARLY, HostGate, down_back_off
+from zkcrawl.politeness.gate import DOWN_BACK_OFF_CAP, HostGate, down_back_off
 from zkcrawl.politeness.local import (
     MAX_BACK_OFF,
     MAX_CRAWL_DELAY,
-    SLOT_SLACK,
     LocalPoliteness,
     Politeness,
     wait_for_slot,
@@ -207,86 +206,8 @@ def test_gate_keeps_its_state_in_the_local_table_one_lock_one_copy() -> None:
     assert gate.admit("b.com", 1005.0) == (1015.0, None)
     pol.back_off("c.com", 1e9)
     assert pol.reserve("c.com") == clock.now + MAX_BACK_OFF
-
-
-class Shared:
-    """Stands for the cluster's turns (a fake for a pure unit: the gate's side only): a turn
-    is taken when the host's time has come and holds it for ``length``; ``other`` takes a
-    turn as another consumer would."""
-
-    def __init__(self, clock: FakeClock, length: float) -> None:
-        self.clock, self.length = clock, length
-        self.free: dict[str, float] = {}
-        self.turns = self.done = 0
-        self.min_delay: dict[str, float] = {}
-
-    def take_turn(self, host: str) -> tuple[float | None, float | None]:
-        now = self.clock()
-        if self.free.get(host, -math.inf) > now + EARLY:
-            return None, self.free[host]
-        self.other(host)
-        self.turns += 1
-        return now, None
-
-    def other(self, host: str) -> None:
-        self.free[host] = self.clock() + self.length
-
-    def request_done(self, host: str) -> None:
-        self.done += 1
-
-    def reserve(self, host: str) -> float:
-        start = max(self.clock(), self.free.get(host, -math.inf))
-        self.free[host] = start + self.length
-        return start
-
-    def back_off(self, host: str, seconds: float) -> None:
-        self.free[host] = max(self.free.get(host, -math.inf), self.clock() + seconds)
-
-    def set_min_delay(self, host: str, seconds: float) -> None:
-        self.min_delay[host] = seconds
-
-
-def test_gate_over_cluster_turns_keeps_a_table_of_this_process() -> None:
-    """Cluster politeness: this process's own gap (from the end of its last request) is
-    checked first, and only then is the cluster's turn taken -- now, never ahead."""
-    clock = FakeClock()
-    turns = Shared(clock, 0.6)
-    gate = HostGate(turns, 0.5, clock=clock)
-    assert gate.table is not turns and gate.table.clock is clock
-    assert gate.admit("a.com", None) == (1000.0, None) and turns.turns == 1
-    gate.set_min_delay("a.com", 2.0)
-    assert turns.min_delay["a.com"] == gate.table.delay_for("a.com") == 2.0
-    clock.advance(0.1)
-    gate.finished("a.com")
-    assert turns.done == 1
-    # This process's own gap (2 s from the end of its request) comes first; the cluster is
-    # not asked before it.
-    assert gate.admit("a.com", None) == (None, 1002.1) and turns.turns == 1
-    clock.advance(2.0)
-    assert gate.admit("a.com", None) == (1002.1, None) and turns.turns == 2
-    with pytest.raises(TypeError, match="does not take turns"):
-        HostGate(LocalPoliteness(0.5), 0.5, table=LocalPoliteness(0.5))
-
-
-def test_a_turn_held_by_another_consumer_withdraws_the_admission() -> None:
-    """Another consumer holds the host: the item waits until that turn ends, this process's
-    table is left as it was (not in flight, its last request unchanged), and an item picked
-    up late -- every thread busy -- still starts: there is no slot to lose."""
-    clock = FakeClock()
-    turns = Shared(clock, 1.0 + SLOT_SLACK)
-    gate = HostGate(turns, 1.0, clock=clock)
-    turns.other("a.com")  # another consumer's turn: until 1001.02
-    assert gate.admit("a.com", None) == (None, 1000.0 + 1.0 + SLOT_SLACK)
-    clock.advance(0.5)
-    assert gate.admit("b.com", None) == (1000.5, None)  # other hosts go
-    clock.advance(0.52 + 0.3)  # woken 0.3 s late
-    start, due = gate.admit("a.com", None)
-    assert due is None and start == clock.now  # withdrawn before: no gap of its own to wait
-    gate.finished("a.com")
-    clock.advance(1.0)
-    turns.other("a.com")
-    assert gate.admit("a.com", None)[0] is None
-    assert gate.table.admit("a.com", -math.inf, EARLY)[1] is None  # not left in flight
+    with pytest.raises(ValueError, match="not its table's"):  # one gap, said once
+        HostGate(LocalPoliteness(0.5), 1.0)
 
 
 def test_a_down_host_is_left_alone_longer_after_each_failure_for_all_its_items() -> None:

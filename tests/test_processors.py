@@ -143,7 +143,7 @@ def test_a_plain_dict_is_the_fields_and_the_page_has_headers_and_meta(site: Test
 def test_a_processor_that_raises_is_a_recorded_permanent_failure(site: TestServer):
     out, _ = process(make(f"re:/blog/ {P}:boom"), site.url("/blog/1"))
     assert out.kind == COMPLETE  # permanent: recorded and completed, never retried
-    assert out.error == f"processor: ValueError: no date on {site.url('/blog/1')}"
+    assert out.error == f"processor: ValueError: no date on {site.url('/blog/1')} (procs.py:20)"
     assert out.record["error"] == out.error and out.record["status"] == 200
     # Routing: another URL gets the default processor, which works.
     ok, _ = process(make(f"re:/blog/ {P}:boom"), site.url("/a"))

@@ -9,6 +9,7 @@ Retry-After. The offered set must be exactly the expected one.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 import sys
@@ -24,8 +25,10 @@ from producer import listing
 from producer.main import main
 from tests.conftest import wait_for
 from tests.httpd import TestServer, html, sequence
+from tests.queue_view import queued_count, queued_items
 from zkcrawl.queue import items as wire
-from zkcrawl.queue.leases import LeaseQueue
+from zkcrawl.queue import partition_batch as pb
+from zkcrawl.queue.layout import Layout
 from zkcrawl.zk.client import ZkClient
 
 NEXT = '//a[@rel="next"]/@href'
@@ -100,8 +103,25 @@ def expected_items(base: str) -> set[str]:
 
 
 def queue_items(zk: ZkClient, root: str) -> list[dict[str, Any]]:
-    names = [n for _, n in wire.sort_names(zk.get_children(f"{root}/queue"))]
-    return [json.loads(zk.get(f"{root}/queue/{n}")[0]) for n in names]
+    """What is queued (ingress and partitions), each item as its fields."""
+    return [dataclasses.asdict(i) for i in queued_items(zk, root)]
+
+
+def drain_batches(zk: ZkClient, root: str) -> list[str]:
+    """Remove every batch now in the partitions (as consumers settle them): their URLs."""
+    lay = Layout.of(root)
+    urls: list[str] = []
+    parts = zk.get_children(lay.partitions) if zk.exists(lay.partitions) else []
+    for p in parts:
+        for name in zk.get_children(lay.partition(int(p))):
+            if not name.startswith(wire.PREFIX):
+                continue
+            path = f"{lay.partition(int(p))}/{name}"
+            batch, why = pb.decode(zk.get(path)[0])
+            assert batch is not None, why
+            zk.delete(path)
+            urls += [batch.items[i].url for i in batch.pending]  # type: ignore[union-attr]
+    return urls
 
 
 def summary(stderr: str) -> dict[str, Any]:
@@ -196,12 +216,9 @@ def test_pages_template_and_an_unreachable_listing_exit_1(zk, zk_hosts, zk_root,
 
 def test_backpressure_holds_at_max_depth_until_items_are_removed(
         zk, zk_hosts, zk_root, tmp_path, capsys):
-    urls = [f"http://127.0.0.1:9/bp/{i}" for i in range(250)]
+    urls = [f"http://h{i}.example/bp/{i}" for i in range(250)]  # spread over partitions
     src = tmp_path / "urls.txt"
     src.write_text("\n".join(urls) + "\n")
-    zk.ensure_path(f"{zk_root}/queue")
-    sizes: list[int] = []
-    zk.watch_children(f"{zk_root}/queue", lambda c: sizes.append(len(c)))
     rc: list[int] = []
     argv = common(zk_hosts, zk_root, "--from-file", str(src), "--max-depth", "100",
                   "--batch", "40", "--id", "bp")
@@ -212,19 +229,21 @@ def test_backpressure_holds_at_max_depth_until_items_are_removed(
         stat = zk.exists(f"{zk_root}/producers/bp")
         return json.loads(zk.get(f"{zk_root}/producers/bp")[0])["state"] if stat else None
 
-    queue = LeaseQueue(zk, zk_root, "drainer")
-    wait_for(lambda: state() == "waiting" and queue.depth() == 100, what="held at 100")
-    assert queue.depth() == 100 and runner.is_alive()
+    wait_for(lambda: state() == "waiting" and queued_count(zk, zk_root) == 100,
+             what="held at 100")
+    assert runner.is_alive()
     taken: list[str] = []
-    while runner.is_alive() or queue.depth():
-        got = queue.claim(15, timeout=5)
-        taken += [c.url for c in got]
-        queue.complete(got)
+    depths: list[int] = []
+    while runner.is_alive() or queued_count(zk, zk_root):
+        depths.append(queued_count(zk, zk_root))
+        taken += drain_batches(zk, zk_root)
         assert len(taken) <= 250
+        wait_for(lambda: not runner.is_alive() or queued_count(zk, zk_root) > 0,
+                 what="more offered after the drain")
     runner.join(10)
     assert rc == [0]
     assert sorted(taken) == sorted(urls)  # every URL once, none lost while held
-    assert max(sizes) == 100  # never more than --max-depth at any moment
+    assert max(depths) == 100  # never more than --max-depth (ingress + partitions, items)
     # It waited at least once (how often depends on how fast the drain runs).
     assert summary(capsys.readouterr().err)["backpressure_waits"] >= 1
 

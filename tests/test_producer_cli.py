@@ -15,10 +15,13 @@ from typing import Any
 import pytest
 
 from producer.main import main
+from producer.partition_offerer import partition_bound
 from producer.summary import Counts, render_table
 from tests.conftest import wait_for
+from tests.queue_view import queued_count, queued_counter, queued_items
 from tests.test_producer import _fresh_loggers  # noqa: F401 - autouse fixture
-from zkcrawl.queue import items as wire
+from zkcrawl.queue.items import Item
+from zkcrawl.queue.partitions import DEFAULT_PARTITIONS
 from zkcrawl.zk.client import ZkClient
 
 REPO = Path(__file__).resolve().parent.parent
@@ -91,9 +94,9 @@ def _summary(stderr: bytes) -> dict[str, Any]:
     return s
 
 
-def _queued(zk: ZkClient, root: str) -> list[dict[str, Any]]:
-    names = [n for _, n in wire.sort_names(zk.get_children(f"{root}/queue"))]
-    return [json.loads(zk.get(f"{root}/queue/{n}")[0]) for n in names]
+def _queued(zk: ZkClient, root: str) -> list[Item]:
+    """What the producer offered, wherever it is queued (ingress or partitions)."""
+    return queued_items(zk, root)
 
 
 def test_from_stdin(zk, zk_hosts, zk_root):
@@ -106,9 +109,9 @@ def test_from_stdin(zk, zk_hosts, zk_root):
     _out, err = proc.communicate(("\n".join(lines) + "\n").encode(), timeout=60)
     assert proc.returncode == 0, err.decode()[-2000:]
     items = _queued(zk, zk_root)
-    assert [i["url"] for i in items] == [
-        "http://example.com/a", "https://example.com/c", "http://xn--bcher-kva.example/d"]
-    assert {i["meta"]["source"] for i in items} == {"stdin"}
+    assert Counter(i.url for i in items) == Counter([  # each once; hosts' partitions differ
+        "http://example.com/a", "https://example.com/c", "http://xn--bcher-kva.example/d"])
+    assert {i.meta["source"] for i in items} == {"stdin"}
     s = _summary(err)
     assert (s["lines_read"], s["rejected"], s["duplicates"], s["offered"]) == (8, 3, 1, 3)
     assert s["dropped"] == {"deny": 1}
@@ -126,9 +129,7 @@ def test_signal_offers_what_was_read_saves_seen_and_exits_0(sig, zk, zk_hosts, z
         assert proc.stdin is not None
         proc.stdin.write(("\n".join(urls) + "\n").encode())
         proc.stdin.flush()  # stdin stays open: a stream that has not ended
-        depth = f"{zk_root}/queue"
-        wait_for(lambda: zk.exists(depth) and zk.exists(depth).numChildren == 30,
-                 what="the streamed lines offered")
+        wait_for(lambda: queued_count(zk, zk_root) == 30, what="the streamed lines offered")
         assert zk.exists(f"{zk_root}/producers/sig") is not None
         proc.send_signal(sig)
         _out, err = proc.communicate(timeout=30)
@@ -148,7 +149,7 @@ def test_signal_offers_what_was_read_saves_seen_and_exits_0(sig, zk, zk_hosts, z
     assert again.returncode == 0, err2.decode()[-2000:]
     s = _summary(err2)
     assert (s["offered"], s["duplicates"]) == (5, 5)
-    assert Counter(i["url"] for i in _queued(zk, zk_root)) == Counter(
+    assert Counter(i.url for i in _queued(zk, zk_root)) == Counter(
         [f"http://example.com/s/{i}" for i in range(35)])
 
 
@@ -188,14 +189,17 @@ def test_sigterm_while_held_by_backpressure_leaves_the_rest_for_the_next_run(
         proc.kill()
     assert proc.returncode == 0, err.decode()[-2000:]
     s = _summary(err)
-    assert (s["offered"], s["unoffered"]) == (100, 200)  # counted and logged, not dropped
+    # One host, one partition: its bound (a quarter of --max-depth by default) holds it.
+    bound = partition_bound(100, DEFAULT_PARTITIONS)
+    assert bound == 25
+    assert (s["offered"], s["unoffered"]) == (bound, 300 - bound)  # counted, logged, not dropped
     assert any(e["event"] == "producer.unoffered" for e in _events(err))
-    assert zk.exists(f"{zk_root}/queue").numChildren == 100
+    assert queued_count(zk, zk_root) == bound
 
-    # Only offered URLs entered the seen state: the next run offers the other 200.
+    # Only offered URLs entered the seen state: the next run offers the others.
     again = _producer(zk_hosts, zk_root, "--from-file", str(src), "--seen", str(seen),
-                      "--max-depth", "1000")
+                      "--max-depth", "1000", "--max-partition-depth", "1000")
     _out, err2 = again.communicate(timeout=60)
     assert again.returncode == 0, err2.decode()[-2000:]
-    assert (_summary(err2)["offered"], _summary(err2)["duplicates"]) == (200, 100)
-    assert sorted(i["url"] for i in _queued(zk, zk_root)) == sorted(urls)
+    assert (_summary(err2)["offered"], _summary(err2)["duplicates"]) == (300 - bound, bound)
+    assert queued_counter(zk, zk_root) == Counter(urls)

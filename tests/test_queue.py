@@ -195,6 +195,28 @@ def test_a_lost_offer_is_checked_again_when_the_connection_goes_while_checking(
     assert q.depth() == 5
 
 
+def test_a_marker_delete_lost_with_the_connection_is_sent_again_before_the_end(zk, zk_root):
+    """CI (the leader killed during the producer's offers): a committed batch's marker
+    delete, pipelined, was lost with the connection, and the session's close did not reach
+    the server either -- a marker stayed after a clean exit. settle_markers sends such
+    deletes again while connected. (The lost answer is injected; the nodes are real.)"""
+    from zkcrawl.zk import ConnectionLoss
+
+    q = LeaseQueue(zk, zk_root, "p", offer_batch=5)
+    offers = q._offers
+    assert len(q.offer_many(urls(12))) == 12
+    marker = f"{zk_root}/offers/{'m' * 32}"
+    zk.create(marker, b"", ephemeral=True)
+    lost = zk._kazoo.handler.async_result()
+    lost.set_exception(ConnectionLoss("answer lost"))
+    offers._marker_deletes.appendleft((marker, lost))  # the oldest delete, its answer lost
+    offers._drop_marker(f"{zk_root}/offers/{'x' * 32}")  # prunes: the lost one is kept
+    assert any(m == marker for m, _ in offers._marker_failed)
+    assert q.settle_offer_markers() == 0
+    assert zk.get_children(f"{zk_root}/offers") == []
+    assert not offers._marker_deletes and not offers._marker_failed
+
+
 def test_delivery_and_run_state_are_str_enums(zk, zk_root):
     from zkcrawl.queue import control
     from zkcrawl.queue.claims import AT_LEAST_ONCE, Delivery

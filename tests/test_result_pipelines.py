@@ -15,7 +15,9 @@ from consumer.results import ResultChain
 from tests.conftest import wait_for
 from tests.httpd import TestServer, html
 from tests.plugins import pipes, procs
+from tests.queue_view import held, queued_urls
 from tests.test_consumer_support import Running, offer, records, settings_for
+from zkcrawl import logs
 from zkcrawl.errors import UsageError
 from zkcrawl.zk.client import ZkClient
 
@@ -41,7 +43,7 @@ def test_pipelines_drop_change_and_fail_items_and_processors_fail_alone(
             "--pipeline", f"{P}.pipes:Tag", "--pipeline", f"{P}.pipes:DropMarked",
             "--pipeline", f"{P}.pipes:FailOnBad"))
         try:
-            wait_for(lambda: not zk.get_children(f"{zk_root}/queue"), 60, "queue drained")
+            wait_for(lambda: not queued_urls(zk, zk_root), 60, "queue drained")
             snapshot = run.worker.timings.snapshot(0, 0, 0)
         finally:
             run.stop()
@@ -55,14 +57,15 @@ def test_pipelines_drop_change_and_fail_items_and_processors_fail_alone(
     assert urls["drop1"] not in by_url
     # A raising pipeline: retried, then a dead letter with its record (never half-changed).
     bad = by_url[urls["bad1"]]
-    assert bad["error"] == (f"pipeline {P}.pipes:FailOnBad: RuntimeError: database said no")
+    assert bad["error"] == (f"pipeline {P}.pipes:FailOnBad: RuntimeError: database said no "
+                            "(pipes.py:46)")
     assert bad["attempt"] == 1 and "half" not in bad["fields"]
     (dead,) = [json.loads(zk.get(f"{zk_root}/dead/{n}")[0])
                for n in zk.get_children(f"{zk_root}/dead")]
     assert dead["url"] == urls["bad1"] and dead["error"].startswith("pipeline ")
     # A raising processor: a permanent failure with type and message, recorded at once.
     boom = by_url[urls["boom1"]]
-    assert boom["error"] == f"processor: ValueError: no date on {urls['boom1']}"
+    assert boom["error"] == f"processor: ValueError: no date on {urls['boom1']} (procs.py:20)"
     assert boom["attempt"] == 0 and boom["status"] == 200
     # One metrics/stats label for processor failures, whatever their messages.
     assert run.worker.timings.outcomes["processor"] == 1
@@ -72,7 +75,7 @@ def test_pipelines_drop_change_and_fail_items_and_processors_fail_alone(
     # The books: every item accounted for, nothing held.
     assert set(by_url) == set(urls.values()) - {urls["drop1"]}
     assert len(records(out)) == len(by_url)  # no duplicate
-    assert zk.get_children(f"{zk_root}/leases") == []
+    assert held(zk, zk_root) == []
 
 
 def test_the_chain_copies_the_record_and_reports_a_non_record():
@@ -112,6 +115,8 @@ def test_a_bad_pipeline_is_a_usage_error(spec: str, message: str):
 
 def test_a_pipeline_whose_open_fails_is_one_line_and_exit_2(capsys, tmp_path: Path):
     pipes.EVENTS.clear()
+    logs.flush()  # an earlier test's pipeline.traceback line is not this test's stderr
+    capsys.readouterr()
     code = main(["--pipeline", f"{P}.pipes:Tag", "--pipeline", f"{P}.pipes:FailOpen",
                  "--zk", "127.0.0.1:1", "--out", str(tmp_path / "o.jsonl")], {})
     assert code == 2

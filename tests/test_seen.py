@@ -148,7 +148,10 @@ def test_bytes_per_url() -> None:
     assert s.nbytes / 1_000_000 > 1.0  # sanity: it is a real filter
 
 
-def test_saturation_warns_once() -> None:
+def test_saturation_warns_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a fresh proxy: an in-process command of an earlier test (logs.configure caches each
+    # logger on first use) may have bound the module's logger past capture_logs' reach
+    monkeypatch.setattr(seen_mod, "log", structlog.get_logger("zkcrawl.seen"))
     s = SeenSet.open(None, expected=EXACT_LIMIT, fp_rate=0.01)
     with structlog.testing.capture_logs() as logs:
         s.add_many(urls("s", EXACT_LIMIT + 5_000))  # some are false positives: not counted

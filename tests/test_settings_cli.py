@@ -50,7 +50,7 @@ def test_zk_hosts_check_never_raises(text):
 
 
 def test_bench_without_zk_means_a_throwaway_server_not_a_bad_zk():
-    from zkcrawl.admin.commands import bench
+    from zkcrawl.bench import command as bench
 
     settings = bench.Settings()
     settings.validate()  # "" is allowed here, and only here
@@ -192,7 +192,7 @@ def test_print_config_of_an_invalid_value_is_exit_2(capsys):
 REQUIRED = {"zkcrawl-producer": ["--start", "http://x.test/"], "zkcrawl dead": ["list"],
             "zkcrawl queue": ["list"], "zkcrawl report": ["r.jsonl"],
             "zkcrawl local-zk": ["status"], "zkcrawl bench": ["queue"],
-            "zkcrawl try": ["http://x.test/"]}
+            "zkcrawl try": ["http://x.test/"], "zkcrawl acl": ["check"]}
 
 
 @pytest.mark.parametrize("prog, main, argv", ALL_HELP, ids=[p for p, _, _ in ALL_HELP])

@@ -14,7 +14,8 @@ ZooKeeper, real HTTP servers and real consumer processes:
   lines) and finishes by itself;
 * SIGKILL mid-crawl, right after a commit and from outside: every offered URL has exactly
   one row (slow);
-* start-up: a password in the URL, a table that does not fit: exit 2; no server: exit 75;
+* start-up: a password in the URL, a table that does not fit, a missing database: exit 2;
+  no server: exit 75;
 * ``zkcrawl report postgresql://...`` reads the table; ``zkcrawl demo --out`` writes to it.
 """
 
@@ -42,6 +43,7 @@ from consumer.sink import Entry, Sink, SinkUnavailable, open_sink
 from consumer.sink_postgres import PostgresSink
 from tests.conftest import wait_for
 from tests.httpd import TestServer, delayed
+from tests.queue_view import held, queued_urls
 from tests.test_consumer_support import ROOT, Running, offer, settings_for, spawn
 from zkcrawl.admin import report
 from zkcrawl.admin.localpg import PgServer
@@ -101,12 +103,12 @@ def consumer_args(zk_hosts: str, zk_root: str, out: str, *extra: str) -> list[st
 
 
 def books(zk: Any, zk_root: str) -> tuple[list[str], list[str], list[dict[str, Any]]]:
-    """(queue, leases, dead letters) of a root."""
+    """(URLs queued -- ingress or partitions --, URLs held, dead letters) of a root."""
     dead = []
     for name in zk.get_children(f"{zk_root}/dead") if zk.exists(f"{zk_root}/dead") else []:
         data, _ = zk.get(f"{zk_root}/dead/{name}")
         dead.append(json.loads(data))
-    return (zk.get_children(f"{zk_root}/queue"), zk.get_children(f"{zk_root}/leases"), dead)
+    return (queued_urls(zk, zk_root), held(zk, zk_root), dead)
 
 
 # -- the URL: untrusted input -----------------------------------------------------------------
@@ -282,12 +284,12 @@ def test_database_down_stops_claiming_releases_and_resumes(zk, zk_hosts, zk_root
             pg.stop()
             wait_for(lambda: events(err, "sink.down"), 30, "sink.down")
             # Nothing held while the database is away, and nothing completed either.
-            wait_for(lambda: zk.get_children(f"{zk_root}/leases") == [], 30, "leases released")
-            left = len(zk.get_children(f"{zk_root}/queue"))
+            wait_for(lambda: held(zk, zk_root) == [], 30, "items released")
+            left = len(queued_urls(zk, zk_root))
             assert left > 0
             pg.start()
             wait_for(lambda: events(err, "sink.up"), 60, "sink.up")
-            wait_for(lambda: zk.get_children(f"{zk_root}/queue") == [], 60, "the crawl done")
+            wait_for(lambda: queued_urls(zk, zk_root) == [], 60, "the crawl done")
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(30) == 0
         stored = rows_per_url(pg, url)
@@ -384,12 +386,13 @@ def test_a_password_in_the_url_is_refused_and_never_shown(zk_hosts, zk_root):
     assert len(err.strip().splitlines()) == 1
 
 
-def test_no_server_is_exit_75_and_a_misfit_table_is_exit_2(pg_server, zk_hosts, zk_root):
+def test_no_server_is_exit_75_a_missing_db_and_a_misfit_table_exit_2(pg_server, zk_hosts,
+                                                                       zk_root):
     nobody_listens = f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"
     status, err = run_consumer(consumer_args(zk_hosts, zk_root, nobody_listens))
     assert status == ExitStatus.TEMPFAIL and len(err.strip().splitlines()) == 1, err
     status, err = run_consumer(consumer_args(zk_hosts, zk_root, pg_server.url(db="nosuchdb")))
-    assert status == ExitStatus.TEMPFAIL and 'database "nosuchdb" does not exist' in err, err
+    assert status == ExitStatus.USAGE and 'database "nosuchdb" does not exist' in err, err
     url = pg_server.url()
     pg_server.query(f"CREATE TABLE {table_of(url)} (url text)")
     status, err = run_consumer(consumer_args(zk_hosts, zk_root, url))
@@ -429,6 +432,7 @@ def test_report_reads_the_table(pg_server, capsys):
 def test_demo_writes_to_a_table(pg_server, tmp_path):
     from tests.test_demo import finish, start_demo
     from zkcrawl.admin.demo import ROOT as DEMO_ROOT
+    from zkcrawl.admin.demo import owner_runs
     from zkcrawl.admin.samplesite import expected_articles
 
     url = pg_server.url()
@@ -441,11 +445,13 @@ def test_demo_writes_to_a_table(pg_server, tmp_path):
     proc = start_demo(out_dir, "--out", url)
     out, err = finish(proc, 120)
     assert proc.returncode == 0, f"{out}\n{err}"
-    rows = pg_server.query(f"SELECT url, error, consumer FROM {table_of(url)} WHERE root = %s",
-                           DEMO_ROOT)
+    rows = pg_server.query(f"SELECT url, error, consumer, fetched_at FROM {table_of(url)} "
+                           "WHERE root = %s", DEMO_ROOT)
     base = rows[0][0].split("/blog/")[0]
-    assert {u: e or "ok" for u, e, _ in rows} == expected_articles(base)  # each once
+    assert {u: e or "ok" for u, e, _, _ in rows} == expected_articles(base)  # each once
     assert len(rows) == len(expected_articles(base))
-    assert {c for _, _, c in rows} == {"consumer-1", "consumer-2"}
+    # One host: one owner at a time, changed at most once (when the second one joined).
+    runs = owner_runs([{"consumer": c, "fetched_at": t.isoformat()} for _, _, c, t in rows])
+    assert {c for c, _ in runs} <= {"consumer-1", "consumer-2"} and 1 <= len(runs) <= 2, runs
     assert f"Table      {url}" in out and "Traceback" not in err
     assert len((out_dir / "results.jsonl").read_text().splitlines()) == len(rows)

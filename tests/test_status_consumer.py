@@ -19,10 +19,12 @@ import pytest
 
 from tests.conftest import wait_for
 from tests.httpd import TestServer, delayed, html
+from tests.queue_view import held, queued_urls
 from zkcrawl.cli import main
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.layout import Layout
-from zkcrawl.queue.leases import LeaseQueue
+from zkcrawl.queue.partition_offers import recorded_partitions
+from zkcrawl.queue.partition_queue import PartitionQueue
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -38,7 +40,8 @@ def test_status_of_one_real_consumer(zk, zk_hosts, zk_root, tmp_path, capsys):
     common = ["--zk", zk_hosts, "--root", zk_root, "--log-format", "json"]
     with TestServer({"/slow/*": delayed(60, html("<title>late</title>"))}) as site:
         urls = [site.url(f"/slow/{i}") for i in range(4)]
-        LeaseQueue(zk, zk_root, "producer").offer_many([Item(url=u) for u in urls])
+        PartitionQueue(zk, zk_root, recorded_partitions(zk, zk_root)).offer(
+            [Item(url=u) for u in urls])
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         env = {k: v for k, v in env.items() if not k.startswith("ZKCRAWL_")}
         proc = subprocess.Popen(
@@ -62,17 +65,19 @@ def test_status_of_one_real_consumer(zk, zk_hosts, zk_root, tmp_path, capsys):
             assert sorted(x["url"] for x in doc["leases"]) == sorted(urls)
             ages = [x["age_s"] for x in doc["leases"]]
             assert ages == sorted(ages, reverse=True) and all(a >= 0 for a in ages)
+            # Held = marked started in its partition's batch (no lease nodes): one host,
+            # one owner, so one partition holds the four.
+            assert len({x["item"].split("/")[0] for x in doc["leases"]}) == 1
+            assert sorted(held(zk, zk_root)) == sorted(urls)
             host = urls[0].split("/")[2]
-            assert doc["hosts"] == [{"host": host, "leased_items": 4,
-                                     "next_slot_in_s": None}]  # --domain-delay 0: no slot
+            assert [(h["host"], h["leased_items"]) for h in doc["hosts"]] == [(host, 4)]
 
             rc, out, _ = run(capsys, "status", "--consumer", "watched", *common)
             assert rc == 0
             assert "leases    4 held: 1 fetching now, 3 waiting in its backlog" in out
             assert "heartbeat" in out and "STALE" not in out
-            assert sum(1 for line in out.splitlines() if line.startswith("qn-")) == 4
-            rc, out, _ = run(capsys, "status", *common)  # the cluster view agrees
-            assert "leases    4 held: 1 fetching now, 3 waiting in consumer backlogs" in out
+            assert sum(1 for line in out.splitlines()
+                       if line.split("/", 1)[0].isdigit() and "/qn-" in line) == 4
         finally:
             proc.send_signal(signal.SIGTERM)
             try:
@@ -82,9 +87,8 @@ def test_status_of_one_real_consumer(zk, zk_hosts, zk_root, tmp_path, capsys):
                     proc.kill()
                     proc.wait()
     assert proc.returncode == 0, err
-    layout = Layout.of(zk_root)
-    assert len(zk.get_children(layout.queue)) == 4  # released, not lost
-    assert zk.get_children(layout.leases) == []
+    assert sorted(queued_urls(zk, zk_root)) == sorted(urls)  # released, not lost
+    assert held(zk, zk_root) == []  # and unmarked: the next owner charges no death
 
 
 def test_unknown_consumer_is_one_line_exit_1(zk, zk_hosts, zk_root, capsys):

@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zkcrawl.admin import cluster as admin
-from zkcrawl.politeness.cluster import _time
 from zkcrawl.queue import control, untrusted
 from zkcrawl.queue import items as wire
 from zkcrawl.queue.items import Item
@@ -159,19 +158,6 @@ def test_malformed_log_warns_once_per_version():
     log = untrusted.MalformedLog()
     assert log.warn("/x", 1, "bad") and not log.warn("/x", 1, "bad")
     assert log.warn("/x", 2, "bad")
-
-
-@FAST
-@given(st.binary(max_size=128))
-def test_host_slot_decoding_never_raises(data):
-    value = _time(data)
-    assert value == -math.inf or math.isfinite(value)
-
-
-def test_a_host_slot_far_in_the_future_is_not_believed():
-    assert _time(b"1e300") == -math.inf
-    assert _time(b"99999999999") == -math.inf
-    assert _time(b"inf") == -math.inf
 
 
 @FAST

@@ -6,6 +6,8 @@
 :mod:`zkcrawl.page`, :func:`run_consumer` / :func:`run_producer` in :mod:`zkcrawl.api`,
 :class:`ExitStatus` in :mod:`zkcrawl.errors`. The names load on first use (PEP 562), so the
 commands, which import submodules only, do not pay for lxml at start-up through this file.
+
+"SPEC §N" in the code cites section N of the product contract, docs/reference/contract.md.
 """
 
 from __future__ import annotations

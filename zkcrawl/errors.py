@@ -22,6 +22,7 @@ class ZkCrawlError(Exception):
     """Root of every error zkcrawl raises on purpose."""
 
     exit_status: ExitStatus = ExitStatus.FAILURE
+    prog: str | None = None  # the command its line names; None: the process's own name
 
 
 class UsageError(ZkCrawlError):

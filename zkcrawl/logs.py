@@ -12,6 +12,14 @@ ASCII (``ensure_ascii``), so a surrogate is a ``\\ud800`` escape there. Either w
 writer only ever writes text that encodes as UTF-8: a line that would not is scrubbed, so
 one bad value never loses a batch of lines.
 
+kazoo's reconnect chatter (``Connection dropped``, ``Transition to CONNECTING``, a
+``Connection time-out`` per retry...) is folded into zkcrawl's own lines: such a record is
+not written (unless ``--log-level debug``), the first one and how many there were are kept,
+and :func:`zk_chatter` hands them to the ``zk.suspended`` / ``zk.reconnected`` line that
+says what happened (``kazoo="Connection dropped: socket connection broken"``,
+``kazoo_lines=14``); a program that logs such lines turns it on (:func:`fold_zk_chatter`,
+the consumer does). Every other kazoo warning and error is written as it comes.
+
 Under systemd (``JOURNAL_STREAM`` names the device and inode of our stderr) every line starts
 with its syslog priority, ``<7>`` debug, ``<6>`` info, ``<4>`` warning, ``<3>`` error,
 ``<2>`` critical: journald's stream reader takes that prefix off and files the line at that
@@ -25,17 +33,17 @@ from __future__ import annotations
 import atexit
 import json
 import logging
-import math
 import os
 import queue
 import re
 import sys
 import threading
 import time
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import structlog
 
+from zkcrawl.jsonclean import json_clean
 from zkcrawl.textsafe import printable, redact_userinfo, scrub
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
@@ -50,7 +58,16 @@ PRIORITIES = {"debug": 7, "info": 6, "warning": 4, "warn": 4, "error": 3, "excep
 _JOURNAL_STREAM = re.compile(r"[0-9]{1,20}:[0-9]{1,20}")  # DEVICE:INODE, ASCII digits
 
 
-def journald_stream(stream: IO[str], env: dict[str, str] | None = None) -> bool:
+class TextSink(Protocol):
+    """What the log writer uses of its stream: an ``IO[str]``, or :class:`_CurrentStderr`."""
+
+    def write(self, text: str, /) -> int: ...
+    def flush(self) -> None: ...
+    def isatty(self) -> bool: ...
+    def fileno(self) -> int: ...
+
+
+def journald_stream(stream: TextSink, env: dict[str, str] | None = None) -> bool:
     """``stream`` is connected to journald: ``JOURNAL_STREAM`` (``DEVICE:INODE``, set by
     systemd for a unit's stdout/stderr) names the file ``stream`` writes to. A child that
     inherited the variable but writes elsewhere (a pipe, a file) gets no prefix."""
@@ -91,14 +108,15 @@ def _escape_values(_logger: Any, _name: str, event_dict: dict[str, Any]) -> dict
 
 
 def _redact_urls(_logger: Any, _name: str, event_dict: dict[str, Any]) -> dict[str, Any]:
-    """Credentials inside URLs (``https://user:pass@host``) never reach a log line."""
+    """Credentials inside URLs (``https://user:pass@host``, ``?password=``) never reach a
+    log line."""
     for key, value in event_dict.items():
-        if isinstance(value, str) and "@" in value:
+        if isinstance(value, str) and "://" in value:
             event_dict[key] = redact_userinfo(value)
     return event_dict
 
 
-def _renderer(fmt: str, stream: IO[str], journald: bool) -> list[Any]:
+def _renderer(fmt: str, stream: TextSink, journald: bool) -> list[Any]:
     """The last processors: value escaping (console only) and the renderer (with the
     journald priority prefix when ``journald``)."""
     if fmt == "auto":
@@ -143,7 +161,7 @@ class _Writer:
         self._q: queue.SimpleQueue[str | threading.Event | _Status] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
-        self.stream: IO[str] = _CurrentStderr()  # type: ignore[assignment]
+        self.stream: TextSink = _CurrentStderr()
         self._status = ""  # the refreshing line under the log lines (a TTY's), "" = none
 
     def put(self, line: str | _Status) -> None:
@@ -255,11 +273,67 @@ class _NamedLogger:
     fatal = failure = err = error = critical = exception = msg
 
 
+#: kazoo's messages about a connection going and coming back (folded, see the docstring).
+_CHATTER = ("Connection dropped", "Connection time-out", "Transition to CONNECTING",
+            "Failed connecting to Zookeeper", "Cannot resolve", "Zookeeper connection lost",
+            "Session has expired", "socket connection error", "Connection stopped")
+
+
+class _Chatter:
+    """kazoo's reconnect messages since :func:`zk_chatter` was last asked (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.first: str | None = None
+        self.count = 0
+        self.enabled = False
+
+    def fold(self, record: logging.LogRecord) -> bool:
+        """Keep ``record`` if it is reconnect chatter (True: not to be written)."""
+        if not self.enabled or not record.name.startswith("kazoo") \
+                or record.levelno >= logging.ERROR:
+            return False
+        message = record.getMessage()
+        if not any(message.startswith(c) or c in message[:80] for c in _CHATTER):
+            return False
+        with self._lock:  # the first of a spell says why; the rest are its retries
+            if self.first is None:
+                self.first = message[:300]
+            self.count += 1
+        return True
+
+    def take(self) -> dict[str, Any]:
+        with self._lock:
+            first, count = self.first, self.count
+            self.first, self.count = None, 0
+        return {"kazoo": first, "kazoo_lines": count} if count else {}
+
+
+_CHATTER_FOLD = _Chatter()
+
+
+def fold_zk_chatter(on: bool = True) -> None:
+    """Fold kazoo's reconnect chatter from now on (the caller's ``zk.*`` lines carry it,
+    :func:`zk_chatter`); not at ``--log-level debug``."""
+    _CHATTER_FOLD.enabled = on
+
+
+def zk_chatter() -> dict[str, Any]:
+    """``{"kazoo": first message, "kazoo_lines": n}`` of kazoo's reconnect messages folded
+    since the last call (``{}``: none), for a ``zk.*`` line."""
+    return _CHATTER_FOLD.take()
+
+
 class _QueueHandler(logging.Handler):
-    """stdlib records (kazoo's, any library's) rendered by the same processors and writer."""
+    """stdlib records (kazoo's, any library's) rendered by the same processors and writer;
+    kazoo's reconnect chatter folded (:func:`zk_chatter`) unless the level is debug."""
+
+    fold = True
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
+            if self.fold and _CHATTER_FOLD.fold(record):
+                return
             _WRITER.put(self.format(record) + "\n")
         except Exception:  # logging's contract: never raise from emit
             self.handleError(record)
@@ -278,8 +352,7 @@ def configure(fmt: str = "auto", level: str = "info", stream: IO[str] | None = N
     by the same processors into the same stream.
     """
     _WRITER.flush()
-    _WRITER.stream = stream or _CurrentStderr()  # type: ignore[assignment]
-    stream = _WRITER.stream
+    _WRITER.stream = sink = stream or _CurrentStderr()
     lvl = _LEVELS.get(level, logging.INFO)
     shared: list[Any] = [
         _redact_urls,
@@ -289,8 +362,8 @@ def configure(fmt: str = "auto", level: str = "info", stream: IO[str] | None = N
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
     if journald is None:
-        journald = journald_stream(stream)
-    renderer = _renderer(fmt, stream, journald)
+        journald = journald_stream(sink)
+    renderer = _renderer(fmt, sink, journald)
     structlog.configure(
         processors=[*shared, structlog.processors.format_exc_info, *renderer],
         logger_factory=lambda *args: _NamedLogger(args[0] if args else None),
@@ -303,6 +376,7 @@ def configure(fmt: str = "auto", level: str = "info", stream: IO[str] | None = N
                     structlog.processors.format_exc_info, *renderer],
     )
     handler = _QueueHandler()
+    handler.fold = lvl > logging.DEBUG  # at debug, kazoo's own lines as they come
     handler.setFormatter(formatter)
     root = logging.getLogger()
     for old in list(root.handlers):
@@ -321,18 +395,17 @@ def get_logger(name: str, **context: Any) -> Any:
     return structlog.get_logger(name, **context)
 
 
+def enabled(logger: Any, level: int) -> bool:
+    """Whether ``logger`` (a structlog logger or lazy proxy) emits events at ``level`` (a
+    ``logging`` level): a caller asks once for a batch of per-item debug events instead of
+    building each one's fields for a filtering logger to drop. True when the logger cannot
+    tell (a wrapper class without ``is_enabled_for``)."""
+    check = getattr(logger, "is_enabled_for", None)
+    return True if check is None else bool(check(level))
+
+
 def _json_line(event: Any, **kw: Any) -> str:
     try:
         return json.dumps(event, allow_nan=False, **kw)
     except ValueError:  # a non-finite float somewhere: null it, keep the line
-        return json.dumps(_finite(event), **kw)
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
+        return json.dumps(json_clean(event, str), **kw)  # zkcrawl.jsonclean's rule

@@ -9,8 +9,15 @@ Guarantees of :class:`Page`: every attribute is computed from data already in me
 here makes a request; :attr:`Page.text` and :attr:`Page.tree` are built on first use and at
 most once (a processor that only reads the title pays for a few hundred bytes of parsing, one
 that uses XPath for one parse); decoding and parsing never raise on any body
-(:mod:`zkcrawl.web.decode`, :mod:`zkcrawl.web.extract`). :attr:`Page.meta` is the item's
+(:mod:`zkcrawl.web.decode`, :mod:`zkcrawl.web.extract`); :meth:`Page.article` raises only
+``ArticleError``, whose message is the record's reason. :attr:`Page.meta` is the item's
 ``meta`` as a read-only mapping: it came from ZooKeeper, so it is untrusted data.
+
+Selectors as Scrapy users reach for them: :meth:`Page.css` (``::text`` and ``::attr(NAME)``
+included, :mod:`zkcrawl.web.css`) returns a :class:`Selected` list whose ``get()`` is the
+first value (or a default) and ``getall()`` every value, as text (an element as its HTML);
+``page.get(CSS)`` and ``page.getall(CSS)`` are the short forms. A selector that does not
+compile raises ``ValueError`` with the reason (your code's error, recorded with its line).
 """
 
 from __future__ import annotations
@@ -21,12 +28,15 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Generic, Protocol, TypeVar, overload, runtime_checkable
 
+import lxml.etree
 import lxml.html
 
+from zkcrawl.web import article as _article
+from zkcrawl.web.css import css_to_xpath
 from zkcrawl.web.decode import decode_html, html_encoding
 from zkcrawl.web.extract import parse_html, record_from_doc
 
-__all__ = ["Page", "PageResult", "Processor", "ResultPipeline"]
+__all__ = ["Page", "PageResult", "Processor", "ResultPipeline", "Selected"]
 
 _TITLE_END = re.compile(rb"</title\s*>", re.IGNORECASE)
 _TITLE_SCAN = 64 * 1024
@@ -97,6 +107,19 @@ class Page:
         result = self.tree.xpath(expr)
         return result if isinstance(result, list) else [result]
 
+    def css(self, selector: str) -> Selected:
+        """What the CSS ``selector`` matches, in document order: elements, or strings for
+        ``::text`` / ``::attr(NAME)`` (``page.css("h2 a::attr(href)").getall()``)."""
+        return Selected(self.xpath(css_to_xpath(selector)))
+
+    def get(self, selector: str, default: str | None = None) -> str | None:
+        """``self.css(selector).get(default)``: the first match as text."""
+        return self.css(selector).get(default)
+
+    def getall(self, selector: str) -> list[str]:
+        """``self.css(selector).getall()``: every match as text."""
+        return self.css(selector).getall()
+
     @lazy
     def title(self) -> str | None:
         """Text of the first ``<title>``, whitespace collapsed; None without one. Parses only
@@ -116,6 +139,39 @@ class Page:
                 if title is not None:
                     return title
         return record_from_doc(self.tree).title
+
+    def article(self) -> dict[str, Any]:
+        """The article in the page (``--extract article``'s fields, SPEC §4): ``text``,
+        ``author``, ``date`` (ISO 8601), ``language``, ``canonical``, ``tags``,
+        ``description``, ``jsonld``, each None when the page has none; computed once (in the
+        consumer's extraction processes while ``--extract-workers`` > 0). Raises only
+        :class:`zkcrawl.web.article.ArticleError` (``extract: too-large``, ``extract:
+        timeout``...); a processor lets it propagate, and the record gets that reason."""
+        cached: dict[str, Any] | None = self.__dict__.get("_article")
+        if cached is None:
+            cached = self.__dict__["_article"] = _article.article(
+                self.body, self.final_url or self.url, self.content_type)
+        return dict(cached)
+
+
+class Selected(list[Any]):
+    """Matches of :meth:`Page.css` (a list: index, iterate, ``len``), with Scrapy's
+    ``get()``/``getall()``: strings as they are, elements as their HTML."""
+
+    def get(self, default: str | None = None) -> str | None:
+        """The first match as text, ``default`` when nothing matched."""
+        return _as_text(self[0]) if self else default
+
+    def getall(self) -> list[str]:
+        """Every match as text."""
+        return [_as_text(v) for v in self]
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, lxml.html.HtmlElement | lxml.etree._Element):
+        text: str = lxml.html.tostring(value, encoding="unicode", with_tail=False)
+        return text  # encoding="unicode": a str (lxml declares no types)
+    return str(value)
 
 
 @dataclass(frozen=True)

@@ -27,14 +27,14 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from zkcrawl.errors import ExitStatus, UsageError, ZkCrawlError
-from zkcrawl.textsafe import printable
+from zkcrawl.textsafe import printable, redact_userinfo
 
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["COLUMNS", "DEFAULT_TABLE", "KEY", "SCHEMES", "DatabaseUnavailable", "PgTarget",
-           "connect", "create_table", "first_line", "is_database_url", "load_rows",
-           "parse_url", "qualified"]
+__all__ = ["COLUMNS", "DEFAULT_TABLE", "KEY", "SCHEMES", "DatabaseRefused",
+           "DatabaseUnavailable", "PgTarget", "connect", "create_table", "first_line",
+           "is_database_url", "load_rows", "parse_url", "qualified", "refusal"]
 
 SCHEMES = ("postgresql", "postgres")
 DEFAULT_TABLE = "pages"
@@ -60,7 +60,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("attempt", "integer"), ("consumer", "text"), ("fetched_at", "timestamptz"),
     ("queue_ms", "double precision"), ("dispatch_ms", "double precision"),
     ("wait_ms", "double precision"), ("process_ms", "double precision"), ("error", "text"))
-#: The unique key: one row per item, however often it is delivered (README, PostgreSQL sink).
+#: The unique key: one row per item, however often it is delivered (docs/guide/postgresql.md).
 KEY = ("root", "item", "item_created")
 
 
@@ -68,6 +68,51 @@ class DatabaseUnavailable(ZkCrawlError):
     """The database could not be reached: exit 75 (EX_TEMPFAIL), worth a restart."""
 
     exit_status = ExitStatus.TEMPFAIL
+
+
+class DatabaseRefused(UsageError):
+    """The server refused this configuration for good (a database or role that does not
+    exist, a wrong password, no pg_hba.conf entry): exit 2, so a supervisor does not restart
+    a typo for ever (SPEC §4)."""
+
+
+#: The server's FATAL lines at connection time that a restart cannot cure, with the SQLSTATE
+#: each stands for. libpq keeps a failed connection's SQLSTATE to itself (psycopg's
+#: ``sqlstate`` is None), so its message is matched: the server's English texts, and libpq's
+#: own for a password the server asked for and nobody gave.
+_REFUSALS: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
+    (re.compile(pattern), code, what) for pattern, code, what in (
+        (r'database "[^"]*" does not exist', "3D000", "no such database"),
+        (r'role "[^"]*" does not exist', "28000", "no such role"),
+        (r"no pg_hba\.conf entry|pg_hba\.conf rejects connection", "28000",
+         "pg_hba.conf refuses this connection"),
+        (r"(?:Peer|Ident|GSSAPI|SSPI|LDAP|RADIUS|certificate) authentication failed",
+         "28000", "authentication refused"),
+        (r"password authentication failed for user", "28P01", "wrong password"),
+        (r"fe_sendauth: no password supplied", "28P01",
+         "the server asks for a password (PGPASSWORD or ~/.pgpass)"),
+    ))
+
+
+def refusal(message: str) -> tuple[str, str] | None:
+    """``(SQLSTATE, what)`` when a failed connection's ``message`` is a refusal for good
+    (:data:`_REFUSALS`), else None (an outage: worth a restart)."""
+    for pattern, code, what in _REFUSALS:
+        if pattern.search(message):
+            return code, what
+    return None
+
+
+def connection_error(target: PgTarget, exc: BaseException) -> ZkCrawlError:
+    """A failed connection as the error it is: :class:`DatabaseRefused` (exit 2) for a
+    refusal for good, else :class:`DatabaseUnavailable` (exit 75)."""
+    line = first_line(exc)
+    refused = refusal(str(exc))
+    if refused is None:
+        return DatabaseUnavailable(f"{target.shown}: {line}")
+    code, what = refused
+    return DatabaseRefused(f"{target.shown}: {line} (SQLSTATE {code}, {what}: a "
+                           "configuration error, not retried)")
 
 
 @dataclass(frozen=True)
@@ -89,7 +134,7 @@ def is_database_url(text: str) -> bool:
 
 def parse_url(url: str, flag: str = "--out") -> PgTarget:
     """Decode a results-database URL; :class:`UsageError` (one line) for anything wrong."""
-    shown = printable(url, 300)
+    masked = printable(redact_userinfo(url), 300)  # before the password check: masked
     try:
         url.encode("utf-8")
         if "\x00" in url:
@@ -97,13 +142,14 @@ def parse_url(url: str, flag: str = "--out") -> PgTarget:
         parts = urlsplit(url)
         params = parse_qsl(parts.query, keep_blank_values=True, errors="strict")
     except (ValueError, UnicodeError):
-        raise UsageError(f"{flag}: not a valid PostgreSQL URL: {shown}") from None
+        raise UsageError(f"{flag}: not a valid PostgreSQL URL: {masked}") from None
     if not is_database_url(url):  # urlsplit lower-cases the scheme: compare the text
-        raise UsageError(f"{flag}: not a postgresql:// URL: {shown}")
+        raise UsageError(f"{flag}: not a postgresql:// URL: {masked}")
     userinfo, at, _ = parts.netloc.rpartition("@")
     if (at and ":" in userinfo) or _SECRET_PARAMS & {k for k, _ in params}:
         raise UsageError(f"{flag}: no password in the URL (it would show in ps, logs and "
                          "unit files): use PGPASSWORD, PGPASSFILE or ~/.pgpass")
+    shown = printable(url, 300)  # no password in it: the user name may be shown
     if parts.fragment:
         raise UsageError(f"{flag}: a PostgreSQL URL has no #fragment: {shown}")
     tables = [v for k, v in params if k == "table"]
@@ -134,11 +180,11 @@ def first_line(exc: BaseException, limit: int = 300) -> str:
 
 def connect(target: PgTarget, application_name: str, statement_timeout_ms: int = 0
             ) -> psycopg.Connection[Any]:
-    """An autocommit connection (transactions are explicit). Any failure is
-    :class:`DatabaseUnavailable` (exit 75), with the server's reason: libpq gives no
-    SQLSTATE for a failed connection, and its FATAL lines mix what a restart cures (the
-    server starting up, too many connections) with what it does not (a missing database,
-    a refused login), so no guess is made from the text."""
+    """An autocommit connection (transactions are explicit). A failure is
+    :class:`DatabaseRefused` (exit 2) when the server refused the configuration for good (a
+    missing database or role, a wrong password: :func:`refusal`), else
+    :class:`DatabaseUnavailable` (exit 75: the server down or starting up, too many
+    connections), with the server's reason either way."""
     import psycopg
 
     given = {k for k, _ in parse_qsl(urlsplit(target.conninfo).query)}
@@ -153,7 +199,7 @@ def connect(target: PgTarget, application_name: str, statement_timeout_ms: int =
     try:
         return psycopg.connect(target.conninfo, autocommit=True, **extra)
     except psycopg.Error as exc:
-        raise DatabaseUnavailable(f"{target.shown}: {first_line(exc)}") from None
+        raise connection_error(target, exc) from None
 
 
 def create_table(conn: psycopg.Connection[Any], target: PgTarget) -> None:

@@ -43,9 +43,12 @@ class StopSignals:
     """
 
     def __init__(self, request_stop: Callable[[bool], object] | None = None, *,
-                 hard_second: bool = False) -> None:
+                 hard_second: bool = False, linger: bool = False) -> None:
+        """``linger``: after the block, signals are only counted until :meth:`restore`
+        (the consumer's teardown, which a second SIGTERM must not kill: exit 0)."""
         self._request_stop = request_stop
         self._hard_second = hard_second
+        self._linger = linger
         self._saved: dict[int, Any] = {}
         self.received = 0  # signals received so far
         self.signum: int | None = None  # the first one
@@ -78,6 +81,19 @@ class StopSignals:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._linger:
+            # The teardown after the run (bounded: every ZooKeeper call by --zk-timeout) is
+            # not cut by a late signal's default action; :meth:`restore` ends it.
+            for sig in self._saved:
+                signal.signal(sig, self._late)
+            return
+        self.restore()
+
+    def _late(self, _signum: int, _frame: FrameType | None) -> None:
+        self.received += 1  # stopping already: nothing more to ask
+
+    def restore(self) -> None:
+        """Put the previous handlers back (at exit; again: a no-op)."""
         for sig, old in self._saved.items():
             signal.signal(sig, old)
         self._saved = {}

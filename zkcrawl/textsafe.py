@@ -6,9 +6,18 @@ an error text, a consumer id. Guarantees:
 * :func:`printable` returns text with no C0/C1 control character (so no ESC: an ANSI or
   OSC sequence cannot recolour, retitle or clear a terminal), no DEL, no lone surrogate and
   no bidi embedding/override/isolate/mark or line/paragraph separator (no "Trojan Source"
-  reordering). Each such character becomes a visible escape (``\\x1b``, ``\\u202e``,
-  ``\\t``, ``\\n``); every other character, printable ASCII included, is left untouched.
-  It never raises for a ``str``, and its result always encodes as UTF-8.
+  reordering), and no invisible character: zero-width spaces and joiners (U+200B-U+200D),
+  word joiner and invisible operators (U+2060-U+2064), BOM/ZWNBSP (U+FEFF), soft hyphen,
+  Hangul fillers, Mongolian vowel separator and variation selectors, interlinear
+  annotations and the tag characters (U+E0000-U+E007F, "ASCII smuggling"). Each such
+  character becomes a visible escape (``\\x1b``, ``\\u202e``, ``\\U000e0041``, ``\\t``,
+  ``\\n``); every other character, printable ASCII included, is left untouched. It never
+  raises for a ``str``, and its result always encodes as UTF-8.
+* :func:`redact_userinfo` masks the whole userinfo of every ``scheme://user:pass@host`` in a
+  text (``***@host``), whatever ``@`` or ``:`` the password holds, and ``?password=``.
+* :func:`shown_url` is a URL for an operator: userinfo masked, a non-ASCII host shown as its
+  punycode A-label (``xn--...``: a homograph such as a Cyrillic U+0430 in ``p\\u0430ypal.com``
+  cannot pass for the ASCII name), then :func:`printable`.
 * :func:`scrub` returns text that always encodes as UTF-8: lone surrogates become U+FFFD
   (a surrogate *pair* is joined into its character); nothing else changes.
 
@@ -19,14 +28,21 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["ELLIPSIS", "printable", "scrub"]
+__all__ = ["ELLIPSIS", "printable", "redact_userinfo", "scrub", "shown_host", "shown_url"]
 
 ELLIPSIS = "\u2026"
 
 # C0 controls, DEL and C1 controls; Arabic letter mark; LRM/RLM; line/paragraph separators;
 # bidi embeddings/overrides (LRE RLE PDF LRO RLO) and isolates (LRI RLI FSI PDI); surrogates.
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069"
-                     "\ud800-\udfff]")
+# Invisible ones: soft hyphen, combining grapheme joiner, Hangul fillers, Khmer inherent vowels,
+# Mongolian vowel separator and free variation selectors, zero-width space/joiners, word
+# joiner and invisible operators, deprecated format characters, variation selectors, BOM,
+# interlinear annotations, Hangul half-width filler, tag characters and variation selectors
+# supplement (Unicode's Default_Ignorable_Code_Point, in effect).
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\xad\u034f\u061c\u115f\u1160\u17b4\u17b5"
+                     "\u180b-\u180f\u200b-\u200f\u2028-\u202e\u2060-\u206f\u3164"
+                     "\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufffb\ud800-\udfff"
+                     "\U000e0000-\U000e0fff\U0001bca0-\U0001bca3]")
 _NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 
 
@@ -36,7 +52,9 @@ def _escape(match: re.Match[str]) -> str:
     if named is not None:
         return named
     code = ord(ch)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def printable(text: str, limit: int | None = None) -> str:
@@ -61,12 +79,60 @@ def scrub(text: str) -> str:
     return text
 
 
-_USERINFO = re.compile(r"(?<=://)[^/?#@\s]*@")
+# The authority of a URL ends at the first / ? # (or whitespace, in a text); its userinfo
+# ends at the LAST @ before that: ``user:p@ss@host`` is all userinfo. Masking too much (a
+# text with no / after a host) is harmless; too little would leak.
+_USERINFO = re.compile(r"(?<=://)[^/?#\s]*@")
+
+
+_PASSWORD_PARAM = re.compile(r"(?i)([?&;](?:ssl)?pass(?:word|wd)?=)[^&#\s]*")
 
 
 def redact_userinfo(text: str) -> str:
     """``https://user:pass@host/x`` -> ``https://***@host/x``: credentials in URLs are never
-    logged or recorded. Cheap when there is nothing to redact (two substring tests)."""
-    if "@" not in text or "://" not in text:
+    logged, shown or recorded; the whole userinfo is masked (``user:p@ss@host`` ->
+    ``***@host``), and so is the value of a ``password=``/``sslpassword=``/``passwd=``
+    query parameter (libpq takes one). Cheap when there is nothing to redact (substring
+    tests)."""
+    if "://" not in text:
         return text
-    return _USERINFO.sub("***@", text)
+    if "@" in text:
+        text = _USERINFO.sub("***@", text)
+    if "pass" in text.lower():
+        text = _PASSWORD_PARAM.sub(r"\1***", text)
+    return text
+
+
+_AUTHORITY = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]{0,30}://)([^/?#]*)")
+_HOST_LIMIT = 1024  # characters of a host IDNA is asked about (it is not cheap)
+
+
+def shown_host(host: str) -> str:
+    """``host`` for display: ASCII as is; otherwise its punycode A-label (``xn--...``), or,
+    when it has none, every non-ASCII character escaped (``\\u0430``). Never raises."""
+    if host.isascii():
+        return printable(host)
+    if len(host) <= _HOST_LIMIT:
+        import idna  # a dependency of zkcrawl.web.urls; imported late: textsafe stays light
+
+        try:
+            return printable(idna.encode(host, uts46=True).decode("ascii"))
+        except (idna.IDNAError, UnicodeError, ValueError):
+            pass
+    return printable(host).encode("ascii", "backslashreplace").decode("ascii")
+
+
+def shown_url(url: str, limit: int | None = None) -> str:
+    """A URL (or any text holding URLs) for an operator: userinfo masked, a non-ASCII host
+    of a leading ``scheme://`` shown by :func:`shown_host`, unsafe characters escaped."""
+    text = redact_userinfo(url)
+    match = _AUTHORITY.match(text)
+    if match and not match.group(2).isascii():
+        userinfo, at, hostport = match.group(2).rpartition("@")
+        host, colon, port = hostport.rpartition(":") if not hostport.endswith("]") else (
+            hostport, "", "")
+        if not colon or not port.isdigit():
+            host, colon, port = hostport, "", ""
+        shown = f"{'***' if userinfo else ''}{at}{shown_host(host)}{colon}{port}"
+        text = match.group(1) + shown + text[match.end():]
+    return printable(text, limit)

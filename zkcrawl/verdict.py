@@ -27,6 +27,11 @@ backlog        ``pool`` when ``polite`` is unknown (records   -- (politeness and
                of consumers older than ``polite_ms``)         told apart)
 =============  =============================================  =============================
 
+**Failures first.** When more than :data:`FAILURE_LEAD` of the items measured failed for one
+reason (``Stages.failures``), the verdict leads with it -- ``100 % of items failed:
+blocked-address`` and what to do -- before any pace analysis: how fast a crawl fails is no
+news to an operator whose every page is an error. ``Verdict.failure`` names that reason.
+
 ``fetch`` may include parsing when the two are not measured apart (records carry
 ``process_ms``, fetch + parse); ``write`` and ``fill`` are known to a running consumer only.
 Every number is untrusted-safe: negative, NaN or infinite figures count as 0.
@@ -35,13 +40,34 @@ Every number is untrusted-safe: negative, NaN or infinite figures count as 0.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["SUPPLY_FILL", "PaceSetter", "Stages", "Verdict", "judge"]
+from zkcrawl.textsafe import printable
+
+__all__ = ["FAILURE_LEAD", "SUPPLY_FILL", "PaceSetter", "Stages", "Verdict", "failures_of",
+           "judge"]
 
 #: Below this share of its capacity held, the consumer is not what limits the crawl.
 SUPPLY_FILL = 0.5
+#: A reason that more than this share of the items failed with leads the verdict.
+FAILURE_LEAD = 0.5
+#: What to do about a dominant failure reason (a prefix of it: ``http-4`` covers 404, 410...).
+_FAILURE_HINTS = (
+    ("blocked-address", "the address guard refused the hosts' addresses: if the site is "
+     "yours, run the consumer with --allow-private-addresses, then `zkcrawl dead requeue "
+     "--error blocked-address`"),
+    ("processor", "your --processor raised: its traceback is in the consumer's log "
+     "(processor.failed); try it with `zkcrawl try URL --processor ...`"),
+    ("pipeline", "your --pipeline raised: its traceback is in the consumer's log"),
+    ("robots", "robots.txt disallows these URLs (--no-robots only where you may)"),
+    ("http-4", "the site answers these URLs with a client error: check the URLs offered"),
+    ("http-5", "the site fails: check it, the items are retried up to --max-attempts"),
+    ("connection", "the site does not answer: check that it is up and reachable"),
+    ("timeout", "the site answers too slowly: check it, or raise --timeout"),
+    ("content-type", "these URLs are not HTML pages: check the links offered"),
+)
 
 
 class PaceSetter(StrEnum):
@@ -75,6 +101,10 @@ class Stages:
     write: float | None = None
     queue: float | None = None
     fill: float | None = None
+    #: ``(reason, count)`` of the items that failed, among ``finals`` items with a final
+    #: outcome (None: among ``items``).
+    failures: tuple[tuple[str, int], ...] = ()
+    finals: int | None = None
 
 
 @dataclass(frozen=True)
@@ -86,10 +116,11 @@ class Verdict:
     figure_ms: float
     share: float
     text: str
+    failure: str | None = None  # the reason most items failed with, when it leads the text
 
     def as_dict(self) -> dict[str, object]:
         return {"pace": str(self.pace), "figure_ms": round(self.figure_ms, 3),
-                "share": round(self.share, 4), "text": self.text}
+                "share": round(self.share, 4), "text": self.text, "failure": self.failure}
 
 
 #: Stages that are waits: a consumer not full whose items wait is still held by them
@@ -113,8 +144,42 @@ def _ms(value: float) -> str:
     return f"{value:.0f} ms" if value >= 10 else f"{value:.2g} ms"
 
 
+def failures_of(counts: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
+    """``Stages.failures`` from a reason -> count mapping (bad counts dropped), largest first."""
+    kept = [(str(k), int(v)) for k, v in counts.items()
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+    return tuple(sorted(kept, key=lambda kv: (-kv[1], kv[0])))
+
+
+def _failure_lead(st: Stages) -> tuple[str, str] | None:
+    """``(reason, sentence)`` when one reason holds more than :data:`FAILURE_LEAD` of the
+    items, else None."""
+    total = st.finals if st.finals is not None else st.items
+    if total <= 0 or not st.failures:
+        return None
+    reason, count = max(st.failures, key=lambda kv: (kv[1], kv[0]))
+    share = min(1.0, max(0, count) / total)
+    if share <= FAILURE_LEAD:
+        return None
+    reason = printable(reason, 60)
+    hint = next((h for prefix, h in _FAILURE_HINTS if reason.startswith(prefix)),
+                "see the records' error and the consumer's log")
+    return reason, f"{round(share * 100)} % of items failed: {reason} -- {hint}"
+
+
 def judge(st: Stages) -> Verdict:
-    """Name the pace-setter of ``st`` (see the module docstring) in one line."""
+    """Name the pace-setter of ``st`` (see the module docstring) in one line; a reason most
+    items failed with leads it."""
+    verdict = _judge_pace(st)
+    lead = _failure_lead(st)
+    if lead is None:
+        return verdict
+    reason, text = lead
+    return Verdict(verdict.pace, verdict.figure_ms, verdict.share, f"{text}; {verdict.text}",
+                   reason)
+
+
+def _judge_pace(st: Stages) -> Verdict:
     wait = "pool" if st.polite is not None else "backlog"
     parts = {"polite": _clean(st.polite), wait: _clean(st.pool),
              "dispatch": _clean(st.dispatch), "fetch": _clean(st.fetch),

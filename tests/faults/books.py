@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.test_consumer_support import records
+from zkcrawl.queue import partition_batch as pb
 from zkcrawl.queue.layout import Layout
 from zkcrawl.zk import NoNodeError
 from zkcrawl.zk.client import ZkClient
@@ -45,9 +46,13 @@ class Books:
 
 def held_leases(zk: ZkClient, root: str, consumer: str | None = None) -> dict[str, str]:
     """Items leased right now (by ``consumer``, or by anyone): item name -> URL. Items
-    that vanish between the two listings are left out (they were completed)."""
+    that vanish between the two listings are left out (they were completed). With owners
+    (the partitioned layout) an item is held when it is marked started in a batch of a
+    partition whose owner node names ``consumer``."""
     layout = Layout.of(root)
-    held: dict[str, str] = {}
+    held: dict[str, str] = _held_in_partitions(zk, layout, consumer)
+    if not zk.exists(layout.leases):
+        return held
     for name in zk.get_children(layout.leases):
         try:
             lease = json.loads(zk.get(layout.lease(name))[0])
@@ -57,6 +62,40 @@ def held_leases(zk: ZkClient, root: str, consumer: str | None = None) -> dict[st
         except (NoNodeError, ValueError, KeyError, TypeError):
             continue  # gone between listing and reading (or not ours to judge here)
     return held
+
+
+def _held_in_partitions(zk: ZkClient, layout: Layout, consumer: str | None
+                        ) -> dict[str, str]:
+    held: dict[str, str] = {}
+    if not zk.exists(layout.partitions):
+        return held
+    for p in zk.get_children(layout.partitions):
+        try:
+            owner = json.loads(zk.get(layout.partition_owner(int(p)))[0])
+        except (NoNodeError, ValueError):
+            continue
+        if consumer is not None and owner.get("consumer") != consumer:
+            continue
+        path = layout.partition(int(p))
+        for name in zk.get_children(path):
+            if not name.startswith("qn-"):
+                continue
+            try:
+                batch, _ = pb.decode(zk.get(f"{path}/{name}")[0])
+            except NoNodeError:
+                continue
+            for i in batch.in_flight if batch is not None else ():
+                item = batch.items[i]
+                if item is not None:
+                    held[f"{p}/{name}/{i}"] = item.url
+    return held
+
+
+def _batches_left(zk: ZkClient, layout: Layout) -> list[str]:
+    if not zk.exists(layout.partitions):
+        return []
+    return [f"{p}/{n}" for p in zk.get_children(layout.partitions)
+            for n in zk.get_children(f"{layout.partitions}/{p}") if n.startswith("qn-")]
 
 
 def _dead_urls(zk: ZkClient, layout: Layout) -> list[str]:
@@ -96,7 +135,9 @@ def check_books(zk: ZkClient, root: str, offered: Iterable[str], outs: Sequence[
     assert not unexplained, (f"{len(unexplained)} duplicates no victim held at the fault: "
                              f"{sorted(unexplained)[:5]}")
     assert zk.get_children(layout.queue) == [], "items left in the queue"
-    assert zk.get_children(layout.leases) == [], "leases left"
+    assert not zk.exists(layout.leases) or zk.get_children(layout.leases) == [], "leases left"
+    batches = _batches_left(zk, layout)
+    assert batches == [], f"batches left in partitions: {batches[:5]}"
     claims = zk.get_children(layout.claims) if zk.exists(layout.claims) else []
     assert claims == [], f"claim records left: {claims[:5]}"
     return Books(len(want), sum(recorded.values()), len(dead), duplicates)

@@ -26,6 +26,7 @@ from tests.faults.books import check_books, held_leases
 from tests.faults.conftest import SESSION, heal, new_leader, no_traceback, resumed, written
 from tests.faults.netns import Forwarder, Netns, make_netns
 from tests.httpd import TestServer, delayed
+from tests.queue_view import queued_count, queued_counter
 from tests.test_consumer_support import ROOT, offer
 from zkcrawl.queue.layout import Layout
 
@@ -195,8 +196,7 @@ def test_leader_killed_during_the_producers_offers(ens, admin, zk_root, site, tm
     procs.append(producer)
     kills = []
     for at in (800, 2000):  # two kill points: each time the leader of the moment
-        wait_for(lambda at=at: admin.exists(layout.queue)
-                 and len(admin.get_children(layout.queue)) >= at, 60, f"{at} offered")
+        wait_for(lambda at=at: queued_count(admin, zk_root) >= at, 60, f"{at} offered")
         leader = ens.leader()
         assert leader is not None
         leader.kill()
@@ -204,8 +204,8 @@ def test_leader_killed_during_the_producers_offers(ens, admin, zk_root, site, tm
         heal(ens)  # back to three before the next kill
     _, err = producer.communicate(timeout=120)
     assert producer.returncode == 0, err.decode()[-3000:]
-    queued = admin.get_children(layout.queue)
-    assert len(queued) == len(urls)  # none missing, none doubled (checked per URL below)
+    queued = queued_counter(admin, zk_root)
+    assert set(queued) == set(urls) and set(queued.values()) == {1}  # none missing or doubled
     assert not admin.exists(layout.offers) or admin.get_children(layout.offers) == []
     c, out, cerr = start_consumer(ens.hosts, zk_root, "c", "--threads", "16",
                                   "--exit-when-idle", "2")

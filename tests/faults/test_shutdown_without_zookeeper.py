@@ -34,7 +34,8 @@ def test_sigterm_while_zookeeper_is_gone_exits_in_bounded_time_and_saves_seen(ow
     seen, src = tmp_path / "seen", tmp_path / "urls.txt"
     src.write_text("\n".join(f"http://example.com/z/{i}" for i in range(3000)) + "\n")
     proc = _producer(own_zk.hosts, "/gone", "--from-file", str(src), "--seen", str(seen),
-                     "--max-depth", "1000", "--batch", "100", "--id", "p",
+                     "--max-depth", "1000", "--max-partition-depth", "1000",  # one host
+                     "--batch", "100", "--id", "p",
                      "--zk-timeout", str(ZK_TIMEOUT), "--session-timeout", "4")
     zk = ZkClient(own_zk.hosts).connect()
     try:

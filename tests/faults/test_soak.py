@@ -22,6 +22,7 @@ from tests.faults.conftest import no_traceback
 from tests.test_consumer_support import ROOT
 from zkcrawl.admin.localzk import ZkServer, four_letter
 from zkcrawl.bench.site import start_benchsite, stop_benchsite
+from zkcrawl.queue.partitions import DEFAULT_PARTITIONS
 from zkcrawl.zk.client import ZkClient
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
@@ -154,13 +155,16 @@ def test_soak_50k_items_4_consumers(soak_zk, tmp_path):
     first, last = warm[0], late[-1]
     growth = [round(b - a, 1) for a, b in zip(first.rss, last.rss, strict=True)]
     assert max(growth) < 8.0, (first.rss, last.rss)  # MB; a leak of 100 B/item is 5 MB
-    # Watches come and go as consumers list with one (control, queue, leases: at most 3
-    # each); a leak would pass that bound within the first thousands of items.
+    # Watches come and go as owners list their partitions with one (per partition: its
+    # children for its owner, its owner node for a consumer waiting to take it, the
+    # partition node; plus control, the ingress and the members per consumer); a leak would
+    # pass that bound within the first thousands of items.
+    bound = 3 * DEFAULT_PARTITIONS + 3 * CONSUMERS
     crawling = [s.watches for s in warm]
-    assert all(0 < w <= 3 * CONSUMERS for w in crawling), crawling
-    # Idle at the end (all done, waiting to exit): at most control, queue and leases each.
+    assert all(0 < w <= bound for w in crawling), crawling
+    # Idle at the end (all done, waiting to exit): the same bound.
     idle = [s.watches for s in sampler.samples if s.done >= ITEMS]
-    assert all(0 < w <= 3 * CONSUMERS for w in idle), idle
+    assert all(0 < w <= bound for w in idle), idle
     print(f"FIGURE soak: {books.line()}, {elapsed:.0f} s ({ITEMS / elapsed:.0f} items/s), "
           f"RSS MB at {first.done} {[round(r, 1) for r in first.rss]} and at {last.done} "
           f"{[round(r, 1) for r in last.rss]}, watches while crawling "

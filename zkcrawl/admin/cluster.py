@@ -12,12 +12,12 @@ round trips, not one per consumer or lease.
      "leases": {"count", "fetching", "waiting", "by_consumer": {id: n}},
      "consumers": [{"id", "host", "pid", "state", "processed", "ok", "failed", "in_flight",
                     "waiting", "items_per_s", "heartbeat_age_s", "heartbeat_interval_s",
-                    "stale", "leases", "control_seen", "acknowledged"}],
+                    "stale", "leases", "control_seen", "acknowledged", "partitions"}],
      "producers": [{"id", "host", "state", "heartbeat_age_s", ...as published}],
      "dead": {"count"}, "control_pending": [ids that have not acknowledged yet],
      "discovered": {"batches"},                        # waiting for a --follow producer
-     "hosts": {"tracked", "held_back", "longest": [{"host", "next_slot_in_s",
-                                                    "leased_items"}]}}
+     "stale_hosts": n,                                 # <root>/hosts nodes: ignored
+     "partitions": {...} | null}                       # zkcrawl.admin.partition_status
 
 Words mean one thing: ``processed`` counts every finished item, ``ok`` those without an error
 and ``failed`` the others (``processed = ok + failed``); a lease is *held* from the claim to
@@ -26,24 +26,29 @@ thread now while ``waiting`` sit in its backlog. A consumer is ``stale`` when it
 is older than :data:`STALE_AFTER` x the interval it publishes (5 s, SPEC §2, if it does not
 say): frozen, or cut off from ZooKeeper but not yet expired.
 
-``hosts`` reads ``<root>/hosts`` (cluster politeness): hosts with a slot, and those *held
-back* -- a ``Retry-After``, a failure's cool-down, a large ``Crawl-delay`` -- the ten longest
-first. A slot booked ahead only because items wait their turn at the host is not held back:
-a host counts when its next slot is further away than its leased items x the largest
-``--domain-delay`` the consumers publish, plus 5 s.
+Hosts live in their owners' memory (SPEC §4): the ``partitions`` section has, per partition,
+its hosts with items and those backed off (a ``Retry-After`` or a down host), as each
+verified owner publishes them. ``stale_hosts`` counts the children of ``<root>/hosts``, the
+per-host slots of the cluster politeness before hosts had owners: nothing reads or writes
+them any more (one ``exists``, their data never read), so a root made with that layout may
+keep them until someone deletes them.
 
 ``consumer_status(zk, root, id)`` is ``zkcrawl status --consumer ID --json``: that consumer's
-entry, its leases with ages and URLs (oldest first) and the hosts of those items with their
-next slot::
+entry, its leases with ages and URLs (oldest first) and the hosts of those items::
 
     {"root", "time", "id", "registered", "consumer": {...as above} | null,
      "leases": [{"item", "age_s", "attempt", "url", "host"}],
-     "hosts": [{"host", "leased_items", "next_slot_in_s"}]}
+     "hosts": [{"host", "leased_items"}]}
 
 A consumer *acknowledges* the control state when its status node reports it: the node's
 ``control`` key (the state its ControlWatch last saw) equals the cluster's; a node without
 that key is judged by its ``state`` (``paused`` acknowledges a pause, ``running`` or ``idle``
 a resume).
+
+Credentials never leave here: every URL (and a dead letter's error and data) in what these
+functions return has its userinfo masked (``https://***@host/``,
+:func:`~zkcrawl.textsafe.redact_userinfo`), whatever an old item or letter holds; text
+output shows URLs through :func:`~zkcrawl.textsafe.shown_url` (punycode hosts, escapes).
 """
 
 from __future__ import annotations
@@ -58,16 +63,18 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from zkcrawl.admin.held import held_items
+from zkcrawl.admin.partition_status import partition_status
 from zkcrawl.errors import UsageError, ZkCrawlError
-from zkcrawl.politeness.cluster import read_slots
-from zkcrawl.politeness.local import MAX_CRAWL_DELAY
 from zkcrawl.queue import items as wire
 from zkcrawl.queue import untrusted
+from zkcrawl.queue.claims import attempts_text
 from zkcrawl.queue.control import PAUSED, RUNNING, parse_state
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.layout import Layout
 from zkcrawl.runner import connect
 from zkcrawl.settings import CommonSettings
+from zkcrawl.textsafe import redact_userinfo
 from zkcrawl.web.urls import host_key
 from zkcrawl.zk import (
     KazooException,
@@ -91,10 +98,12 @@ DEFAULT_HEARTBEAT_S = 5.0
 
 
 @contextlib.contextmanager
-def session(settings: CommonSettings) -> Iterator[ZkClient]:
-    """A connected client for one admin command (unreachable -> exit 2); a ZooKeeper
-    error in the middle of the command becomes one line and exit 1, not a traceback."""
-    zk = connect(settings)  # unreachable: one line (ZkClient holds kazoo's warnings back)
+def session(settings: CommonSettings, guard: bool = True) -> Iterator[ZkClient]:
+    """A connected client for one admin command (unreachable -> exit 75); a ZooKeeper
+    error in the middle of the command becomes one line and exit 1, not a traceback.
+    ``guard``: check the root's ACLs first (``zkcrawl acl`` repairs them: it does not)."""
+    # unreachable: one line (ZkClient holds kazoo's warnings back)
+    zk = connect(settings, guard=guard)
     try:
         yield zk
     except KazooException as exc:
@@ -185,6 +194,7 @@ def _consumer(now: float, name: str, doc: dict[str, Any], stat: Stat, leases: in
         "processed": processed,
         "ok": max(0, processed - failed),
         "failed": failed,
+        "redelivered": _num(doc, "redelivered"),  # claims after a holder died: no fetch
         "in_flight": _num(doc, "in_flight", leases),
         "waiting": _num(doc, "backlog", None),
         "items_per_s": _num(doc, "items_per_s", 0.0),
@@ -213,25 +223,6 @@ def _oldest_age(zk: ZkClient, queue: str, names: list[str], now: float) -> float
     return None
 
 
-BACKING_OFF_S = 5.0  # held back: the next slot is this much further than its turns explain
-_HOSTS_SHOWN = 10
-_DEFAULT_GAP = 1.0  # --domain-delay's default, for consumers that do not publish theirs
-
-
-def _hosts(zk: ZkClient, base: str, now: float, leased: Counter[str], gap: float
-           ) -> dict[str, Any]:
-    """``<root>/hosts`` (cluster politeness): how many hosts have a slot, and those held back
-    longest (a Retry-After, a retry's cool-down or a large Crawl-delay): booked further
-    ahead than the host's leased items waiting their turn ``gap`` apart would explain."""
-    slots = read_slots(zk, base)
-    held = [(slot.time - now, slot.host) for slot in slots
-            if slot.time - now > leased.get(slot.host, 0) * gap + BACKING_OFF_S]
-    held.sort(reverse=True)
-    return {"tracked": len(slots), "held_back": len(held),
-            "longest": [{"host": h, "next_slot_in_s": round(w, 1),
-                         "leased_items": leased.get(h, 0)} for w, h in held[:_HOSTS_SHOWN]]}
-
-
 def _leased_items(zk: ZkClient, p: dict[str, str], leases: list[tuple[str, dict[str, Any], Stat]],
                   now: float) -> list[dict[str, Any]]:
     """Each lease with its holder, age and the item's URL and host (items read pipelined; an
@@ -245,19 +236,16 @@ def _leased_items(zk: ZkClient, p: dict[str, str], leases: list[tuple[str, dict[
         out.append({"item": name, "consumer": str(doc.get("consumer", "?")),
                     "age_s": round(max(0.0, now - claimed), 3),
                     "attempt": item.attempt if item else None,
-                    "url": item.url if item else None,
+                    "url": redact_userinfo(item.url) if item else None,
                     "host": host_key(item.url) if item else None})
     return out
 
 
-def _largest_gap(consumers: list[dict[str, Any]]) -> float:
-    gaps = [untrusted.number(c.get("domain_delay"), _DEFAULT_GAP, lo=0.0, hi=MAX_CRAWL_DELAY)
-            for c in consumers]
-    return max(gaps, default=_DEFAULT_GAP)
-
-
-def cluster_status(zk: ZkClient, root: str, now: float | None = None) -> dict[str, Any]:
-    """The ``zkcrawl status --json`` document for ``root`` (see the module docstring)."""
+def cluster_status(zk: ZkClient, root: str, now: float | None = None, *,
+                   partitions: bool = True) -> dict[str, Any]:
+    """The ``zkcrawl status --json`` document for ``root`` (see the module docstring);
+    ``partitions=False`` leaves the ``partitions`` section out (the key absent: the
+    exporter reads it less often)."""
     p = _paths(root)
     now = time.time() if now is None else now
     names = {k: _children(zk, p[k]) for k in ("queue", "leases", "consumers", "producers",
@@ -265,15 +253,15 @@ def cluster_status(zk: ZkClient, root: str, now: float | None = None) -> dict[st
     control_stat = zk.exists(p["control"])
     control = parse_state(zk.get(p["control"])[0]) if control_stat else RUNNING
     leases = _read_json(zk, p["leases"], names["leases"])
-    leased = _leased_items(zk, p, leases, now)
     by_consumer = Counter(str(doc.get("consumer", "?")) for _, doc, _ in leases)
+    registered = _read_json(zk, p["consumers"], sorted(names["consumers"]))
     consumers = [_consumer(now, n, doc, st, by_consumer.get(str(doc.get("id") or n), 0),
                            control)
-                 for n, doc, st in _read_json(zk, p["consumers"], sorted(names["consumers"]))]
+                 for n, doc, st in registered]
     producers = [_producer(now, n, doc, st)
                  for n, doc, st in _read_json(zk, p["producers"], sorted(names["producers"]))]
     depth = len(names["queue"])
-    return {
+    out: dict[str, Any] = {
         "root": root,
         "exists": zk.exists(root.rstrip("/") or "/") is not None,
         "time": round(now, 3),
@@ -291,9 +279,51 @@ def cluster_status(zk: ZkClient, root: str, now: float | None = None) -> dict[st
         # Batches of links found by page processors, waiting for a --follow producer: the
         # parent's child count (one stat, however many nodes).
         "discovered": {"batches": _child_count(zk, p["discovered"])},
-        "hosts": _hosts(zk, p["hosts"], now, Counter(x["host"] for x in leased if x["host"]),
-                        _largest_gap(consumers)),
+        # The previous layout's per-host slots: ignored, counted (one stat) so that an
+        # operator sees them once and may delete them.
+        "stale_hosts": _child_count(zk, p["hosts"]),
     }
+    if partitions:
+        # --politeness owner: the partitions, their owners and queues (None without them).
+        # An owner is verified by the session of the status node it names (the node name).
+        out["partitions"] = partition_status(zk, root, now, {n: int(st.ephemeralOwner or 0)
+                                                             for n, _, st in registered},
+                                             {n: doc for n, doc, _ in registered})
+        _owned_by(out["partitions"], registered, consumers)
+        _held_by_owners(out, registered)
+    return out
+
+
+def _held_by_owners(out: dict[str, Any], registered: list[tuple[str, Any, Stat]]) -> None:
+    """Hosts have owners (SPEC §3): items are queued in partition batches, held by their
+    partition's owner -- no lease nodes. The queue's depth counts the batches' items too
+    (when counted) and its oldest age is the oldest batch's; a consumer that owns
+    partitions (verified by its session) holds what its status node publishes (``leases``:
+    its pool and backlog)."""
+    section = out.get("partitions")
+    if not section or out["leases"]["count"]:
+        return  # no partitions, or a root of the previous layout with lease nodes
+    queue, leases = out["queue"], out["leases"]
+    queue["depth"] += section["items"] or 0
+    ages = [a for a in (queue["oldest_age_s"], section["oldest_age_s"]) if a is not None]
+    queue["oldest_age_s"] = max(ages, default=None)  # the ingress's or the oldest batch's
+    docs = {n: doc for n, doc, _ in registered}
+    for c, (name, _, _) in zip(out["consumers"], registered, strict=True):
+        if c.get("partitions"):
+            c["leases"] = int(untrusted.number(docs[name].get("leases"), 0, lo=0, hi=1e9))
+            leases["by_consumer"][c["id"]] = c["leases"]
+    leases["by_consumer"] = dict(sorted(leases["by_consumer"].items()))
+    leases["count"] = sum(leases["by_consumer"].values())
+    queue["claimable"] = max(0, queue["depth"] - leases["count"])
+
+
+def _owned_by(section: dict[str, Any] | None, registered: list[tuple[str, Any, Stat]],
+              consumers: list[dict[str, Any]]) -> None:
+    """Each consumer's ``partitions``: the owner nodes its session holds (verified), None
+    on a root without partitions -- what ZooKeeper says, not what the consumer publishes."""
+    held = Counter(x["owner"] for x in section["list"] if x["verified"]) if section else None
+    for (name, _, _), c in zip(registered, consumers, strict=True):
+        c["partitions"] = None if held is None else held.get(name, 0)
 
 
 def consumer_status(zk: ZkClient, root: str, consumer_id: str, now: float | None = None
@@ -305,16 +335,13 @@ def consumer_status(zk: ZkClient, root: str, consumer_id: str, now: float | None
     control = parse_state(zk.get(p["control"])[0]) if control_stat else RUNNING
     leases = [lease for lease in _read_json(zk, p["leases"], _children(zk, p["leases"]))
               if str(lease[1].get("consumer", "?")) == consumer_id]
-    mine = sorted(_leased_items(zk, p, leases, now), key=lambda x: (-x["age_s"], x["item"]))
+    mine = sorted(_leased_items(zk, p, leases, now) + held_items(zk, root, consumer_id, now),
+                  key=lambda x: (-x["age_s"], x["item"]))  # leases, or items held in batches
     found = _read_json(zk, p["consumers"], [n for n in _children(zk, p["consumers"])
                                             if n == consumer_id])
     entry = (_consumer(now, *found[0], len(mine), control) if found else None)
-    slots = {s.host: s.time for s in read_slots(zk, p["hosts"])}
     per_host = Counter(x["host"] for x in mine if x["host"])
-    hosts = [{"host": h, "leased_items": n,
-              "next_slot_in_s": round(max(0.0, slots[h] - now), 1) if h in slots else None}
-             for h, n in per_host.most_common()]
-    hosts.sort(key=lambda h: -(h["next_slot_in_s"] or 0.0))
+    hosts = [{"host": h, "leased_items": n} for h, n in per_host.most_common()]
     for x in mine:
         del x["consumer"]
     return {"root": root, "time": round(now, 3), "id": consumer_id,
@@ -334,10 +361,18 @@ class DeadLetter:
     attempts: int
     dead_at: float | None
     data: str | None
+    holder_deaths: int = 0  # of the attempts, holders that died (the rest were fetches)
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "item": self.item, "url": self.url, "error": self.error,
-                "attempts": self.attempts, "dead_at": self.dead_at, "data": self.data}
+                "attempts": self.attempts, "holder_deaths": self.holder_deaths,
+                "fetches": self.attempts - self.holder_deaths, "dead_at": self.dead_at,
+                "data": self.data}
+
+    @property
+    def attempts_text(self) -> str:
+        """``3 (2 fetched, 1 holder died)``."""
+        return attempts_text(self.attempts, self.holder_deaths)
 
 
 @dataclass
@@ -361,17 +396,21 @@ def _decode_dead(name: str, data: bytes, stat: Stat) -> DeadLetter:
     if not isinstance(doc, dict):
         text = data[:wire.DEAD_DATA_LIMIT].decode("utf-8", errors="backslashreplace")
         return DeadLetter(name, None, None, "unreadable dead letter", 0,
-                          stat.ctime / 1000.0, text)
+                          stat.ctime / 1000.0, redact_userinfo(text))
     url = doc.get("url")
     attempts = doc.get("attempts")
     dead_at = doc.get("dead_at")
+    error = str(doc["error"])[:wire.ERROR_LIMIT] if doc.get("error") is not None else None
+    shown = doc.get("data") if isinstance(doc.get("data"), str) else None
     return DeadLetter(
         id=name, item=doc.get("item") if isinstance(doc.get("item"), str) else None,
-        url=url if isinstance(url, str) else None,
-        error=str(doc["error"])[:wire.ERROR_LIMIT] if doc.get("error") is not None else None,
-        attempts=int(untrusted.number(attempts, 0, lo=0, hi=1e9)),
+        url=redact_userinfo(url) if isinstance(url, str) else None,
+        error=redact_userinfo(error) if error is not None else None,
+        attempts=(tries := int(untrusted.number(attempts, 0, lo=0, hi=1e9))),
+        holder_deaths=min(tries, int(untrusted.number(doc.get("holder_deaths"), 0, lo=0,
+                                                      hi=1e9))),
         dead_at=untrusted.number(dead_at, stat.ctime / 1000.0, lo=0.0),
-        data=doc.get("data") if isinstance(doc.get("data"), str) else None)
+        data=redact_userinfo(shown) if shown is not None else None)
 
 
 def list_dead(zk: ZkClient, root: str) -> list[DeadLetter]:
@@ -438,6 +477,10 @@ def select_dead(zk: ZkClient, root: str, ids: Sequence[str], all_: bool,
     return [by_id[w] for w in dict.fromkeys(wanted) if where.matches(by_id[w], now)]
 
 
+#: What :func:`~zkcrawl.textsafe.redact_userinfo` leaves of a URL's credentials.
+MASKED = "://***@"
+
+
 def requeue_item(letter: DeadLetter) -> Item | None:
     """The item to offer again: the original (if its data is a JSON item) with attempt 0."""
     if letter.url is None:
@@ -483,6 +526,10 @@ def requeue_dead(zk: ZkClient, root: str, letters: Sequence[DeadLetter]) -> Outc
         item = requeue_item(letter)
         if item is None:
             out.skipped.append((letter.id, "no URL (a malformed item): purge it instead"))
+            continue
+        if MASKED in item.url:
+            out.skipped.append((letter.id, "its URL's credentials were masked (never stored "
+                                "in a dead letter): offer it again from its source, or purge it"))
             continue
         body, why = _requeue_body(item)
         if body is None:
@@ -534,7 +581,7 @@ def list_queue(zk: ZkClient, root: str, limit: int) -> list[dict[str, Any]]:
         if not isinstance(lease, Exception):
             doc, _why = untrusted.load_object(lease[0], {"consumer": str})
             holder = (doc or {}).get("consumer", "?")
-        out.append({"item": name, "url": dec.item.url if dec.item else None,
+        out.append({"item": name, "url": redact_userinfo(dec.item.url) if dec.item else None,
                     "attempt": dec.item.attempt if dec.item else 0, "error": dec.error,
                     "age_s": round(max(0.0, now - res[1].ctime / 1000.0), 3),
                     "leased_by": holder})
@@ -577,7 +624,7 @@ def wait_acknowledged(zk: ZkClient, root: str, timeout: float) -> list[str]:
             names = []
         for name in names:
             zk.exists(f"{p['consumers']}/{name}", watch=wake)
-        pending = cluster_status(zk, root)["control_pending"]
+        pending: list[str] = cluster_status(zk, root, partitions=False)["control_pending"]
         remaining = deadline - time.monotonic()
         if not pending or remaining <= 0:
             return pending

@@ -31,16 +31,20 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 import zkcrawl
 from zkcrawl import postgres
 from zkcrawl.admin import report, samplesite
 from zkcrawl.admin.localzk import ZkServer
+from zkcrawl.admin.partition_status import partition_status
 from zkcrawl.errors import UsageError, ZkCrawlError
 from zkcrawl.queue import untrusted
 from zkcrawl.queue.layout import Layout
 from zkcrawl.zk.client import ZkClient
+
+if TYPE_CHECKING:
+    import psycopg
 
 ROOT = "/zkcrawl-demo"
 #: Where the producer starts and how it reads the sample blog.
@@ -263,7 +267,8 @@ class TableTally(Tally):
     def __init__(self, parts: dict[str, Path], url: str) -> None:
         super().__init__(parts)
         self.target = postgres.parse_url(url)
-        self._conn: Any = None  # one connection for every refresh, made again after a failure
+        # one connection for every refresh, made again after a failure
+        self._conn: psycopg.Connection[Any] | None = None
 
     def update(self) -> int:
         from psycopg import sql
@@ -377,8 +382,15 @@ def _estimate(before: int, zk: ZkClient, children: Children, seen: int) -> int:
 
 
 def _depth(zk: ZkClient) -> int:
+    """Items queued: in the ingress and, not done yet, in the partitions (a few batches in
+    a demo: their data is read)."""
     stat = zk.exists(Layout.of(ROOT).queue)
-    return int(stat.numChildren) if stat else 0
+    ingress = int(stat.numChildren) if stat else 0
+    parts = partition_status(zk, ROOT, time.time(), {})
+    if parts is None:
+        return ingress
+    items = parts.get("items")
+    return ingress + int(items if items is not None else parts.get("batches") or 0)
 
 
 def _await_first_item(zk: ZkClient, children: Children, timeout: float) -> None:
@@ -508,6 +520,29 @@ def _check(ended: str, producer_exit: int | None, exits: dict[str, int | None],
                            f"{_log_tail(logs / f'{name}.log', 1)} (see {logs}/{name}.log)")
 
 
+def owner_runs(records: list[dict[str, Any]]) -> list[tuple[str, int]]:
+    """``(consumer, records)`` of each run of one consumer in fetch order: who owned the
+    sample site's one host, and for how long (SPEC §2: a host has one owner at a time)."""
+    runs: list[tuple[str, int]] = []
+    for r in sorted(records, key=lambda r: str(r.get("fetched_at") or "")):
+        who = str(r.get("consumer"))
+        if runs and runs[-1][0] == who:
+            runs[-1] = (who, runs[-1][1] + 1)
+        else:
+            runs.append((who, 1))
+    return runs
+
+
+def owners_note(records: list[dict[str, Any]]) -> str:
+    """The summary's line on owners: the demo site is one host, so one consumer fetches it
+    at a time; the shares between consumers come from many hosts."""
+    runs = owner_runs(records)
+    who = " then ".join(f"{c} ({n})" for c, n in runs)
+    again = " -- a hand-over when the second joined" if len(runs) > 1 else ""
+    return (f"Owners     one host here, so one owner at a time: {who}{again}; with more "
+            "hosts their partitions spread over the consumers")
+
+
 def _finish(out_dir: Path, logs: Path, parts: dict[str, Path], producer: int | None,
             exits: dict[str, int | None], base_url: str, left: int, t0: float,
             table: str | None = None) -> DemoResult:
@@ -525,6 +560,8 @@ def _finish(out_dir: Path, logs: Path, parts: dict[str, Path], producer: int | N
                      left_in_queue=left, producer_summary=producer_summary(logs / "producer.log"))
     if left:
         res.notes.append(f"{left} item(s) were still queued when the demo stopped")
+    if records:
+        res.notes += [owners_note(records), ""]
     if not records:
         raise ZkCrawlError(f"the demo produced no results; see the logs in {logs}")
     return res

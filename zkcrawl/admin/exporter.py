@@ -15,14 +15,22 @@ as often as they like cost ZooKeeper nothing.
   completing hundreds of items a second fires watches all the time, and costs one read a
   second;
 * and at least every ``--refresh`` (default 15 s) with no watch firing: the ages (oldest
-  item, heartbeats), what consumers publish in their status nodes (refreshed by them every
-  5 s) and the hosts' politeness slots change without a child being added or removed.
+  item, heartbeats) and what consumers publish in their status nodes (refreshed by them every
+  5 s) change without a child being added or removed; so do the partitions' owners and
+  batches (no watch on them, which would fire on every checkpoint);
+* the partitions (:mod:`zkcrawl.admin.partition_status`: a listing and an owner read per
+  partition, batch data up to its caps) are read on start, on a refresh and at most once
+  per ``--refresh`` on watches -- their figures are at most ``--refresh`` (+ a read) old --
+  so a busy ingress that fires watches every second does not make every read list every
+  partition.
 
 One read is what ``zkcrawl status`` costs: five child listings, the control node, one
-pipelined read of the lease and status nodes, the head of the queue and the hosts' slots
-(plus the five listings that arm the watches). While ZooKeeper is away the exporter keeps
-serving the last figures with ``zkcrawl_cluster_up 0`` and the time of the last good read
-(``zkcrawl_exporter_last_read_timestamp_seconds``), and re-reads when the session is back.
+pipelined read of the lease and status nodes, the head of the queue, one ``exists`` of
+``<root>/hosts`` (plus the five listings that arm the watches); with partitions, once per
+``--refresh``, the pipelined reads of :mod:`zkcrawl.admin.partition_status`. While ZooKeeper
+is away the exporter keeps serving the last figures with ``zkcrawl_cluster_up 0`` and the
+time of the last good read (``zkcrawl_exporter_last_read_timestamp_seconds``), and re-reads
+when the session is back.
 
 **Untrusted input** (SPEC §2): consumer ids become label values. prometheus-client escapes
 them; :func:`label` drops control characters and cuts them at :data:`LABEL_LIMIT` characters,
@@ -44,10 +52,26 @@ The metrics (every cluster metric has a ``root`` label):
 ``zkcrawl_cluster_consumer_heartbeat_age_seconds{consumer}``  since each one's status write
 ``zkcrawl_cluster_consumer_items_per_second{consumer}``  as each one publishes it
 ``zkcrawl_cluster_producers``                  live producers
+``zkcrawl_cluster_producer_last_pass_timestamp_seconds{producer}``  start of a watching
+                                               producer's last pass (``--watch``)
+``zkcrawl_cluster_producer_last_pass_pages{producer}``  listing pages its last pass read
+``zkcrawl_cluster_producer_last_pass_new_urls{producer}``  new URLs its last pass offered
+``zkcrawl_cluster_producer_watch_interval_seconds{producer}``  its ``--watch`` INTERVAL
+``zkcrawl_cluster_producer_held_back_items{producer}``  items a producer offering into
+                                               partitions holds back for full ones
 ``zkcrawl_cluster_paused``                     1 while the control node says ``paused``
 ``zkcrawl_cluster_control_pending``            consumers not yet acknowledging the control state
-``zkcrawl_cluster_hosts_tracked``              hosts with a politeness slot (cluster politeness)
-``zkcrawl_cluster_hosts_held_back``            hosts whose next slot is > 5 s away (Retry-After)
+``zkcrawl_partitions``                         P, from the root's data (``<root>/partitions``)
+``zkcrawl_partitions_owned``                   partitions with an owner node
+``zkcrawl_partitions_owner_unverified``        owner nodes not held by the consumer they name
+``zkcrawl_partitions_unowned_with_items``      partitions holding items without an owner
+``zkcrawl_partition_oldest_age_seconds``       the oldest batch of any partition (0: none)
+``zkcrawl_partition_batches{partition}``       batches queued, partitions holding some only
+``zkcrawl_partition_items{partition}``         items not done, partitions holding some only
+``zkcrawl_partitions_hosts_active``            hosts with items in their owners, in all
+``zkcrawl_partitions_hosts_backed_off``        hosts under a back-off kept for a hand-over
+``zkcrawl_partition_hosts_active{partition}``  the same per partition, those with any only
+``zkcrawl_partition_hosts_backed_off{partition}``  the same per partition (back-offs)
 ``zkcrawl_exporter_reads_total``               re-reads of the cluster, by ``trigger``
 ``zkcrawl_exporter_read_errors_total``         re-reads that failed (ZooKeeper away)
 ``zkcrawl_exporter_read_seconds``              duration of the last read
@@ -81,7 +105,7 @@ __all__ = ["LABEL_LIMIT", "MAX_CONSUMER_SERIES", "ClusterCollector", "ClusterVie
 log = logs.get_logger("zkcrawl.exporter")
 
 MIN_INTERVAL = 1.0  # seconds: a stale view is re-read at most this often
-REFRESH = 15.0  # seconds: re-read at least this often (ages, published counters, hosts)
+REFRESH = 15.0  # seconds: re-read at least this often (ages, published counters, partitions)
 LABEL_LIMIT = 128  # characters of an untrusted label value
 MAX_CONSUMER_SERIES = 500  # per-consumer series; the rest are summed under "_other"
 OTHER = "_other"
@@ -126,6 +150,7 @@ class ClusterView:
         self.read_seconds = 0.0
         self.last_read = 0.0  # wall clock of the last good read
         self._ticked = time.monotonic()  # the reader loop's last turn (liveness)
+        self._partitions_read = 0.0  # monotonic time of the last read of the partitions
         self._thread = threading.Thread(target=self._run, name="exporter-reader", daemon=True)
 
     # -- the reader thread ----------------------------------------------------------------
@@ -171,7 +196,12 @@ class ClusterView:
             if not self.zk.connected:  # a read now would only wait for the reconnect
                 raise ConnectionLoss("not connected")
             self._arm()
-            doc = cluster_status(self.zk, self.root)
+            due = self._partitions_due(trigger)
+            doc = cluster_status(self.zk, self.root, partitions=due)
+            if due:
+                self._partitions_read = time.monotonic()
+            else:  # the last partitions section, at most --refresh old
+                doc["partitions"] = (self._doc or {}).get("partitions")
         except Exception as exc:  # ZooKeeper errors, a timed-out wait
             # (not a KazooException), or a bug: the reader thread must outlive any of them,
             # or the metrics would freeze with nothing to say so but their age.
@@ -191,6 +221,13 @@ class ClusterView:
             self.read_seconds = time.monotonic() - started
             self.last_read = float(doc["time"])
         return True
+
+    def _partitions_due(self, trigger: str) -> bool:
+        """The partitions are read on start, on the refresh, after a failed read and at
+        least every ``refresh`` -- not on every watch (a busy ingress fires them every
+        second; a partition read lists every partition and reads its batches)."""
+        return (trigger != "watch" or self._doc is None or not self._up
+                or time.monotonic() - self._partitions_read >= self.refresh)
 
     def _run(self) -> None:
         trigger = "start"
@@ -316,16 +353,99 @@ def cluster_families(doc: dict[str, Any], root: str) -> Iterator[Metric]:
                  labels=("root", "consumer"))
     yield _gauge("zkcrawl_cluster_producers", "Live producers (status nodes)",
                  [([root], len(doc["producers"]))])
+    yield from _watch_families(doc["producers"], root)
     yield _gauge("zkcrawl_cluster_paused", "1 while the cluster is paused (zkcrawl pause)",
                  [([root], 1.0 if doc["control"] == "paused" else 0.0)])
     yield _gauge("zkcrawl_cluster_control_pending", "Live consumers that have not yet "
                  "acknowledged the control state", [([root], len(doc["control_pending"]))])
-    hosts = doc["hosts"]
-    yield _gauge("zkcrawl_cluster_hosts_tracked", "Hosts with a cluster politeness slot",
-                 [([root], hosts["tracked"])])
-    yield _gauge("zkcrawl_cluster_hosts_held_back", "Hosts whose next request slot is more "
-                 "than 5 s away (Retry-After, a retry's cool-down, a large Crawl-delay)",
-                 [([root], hosts["held_back"])])
+    yield from partition_families(doc.get("partitions"), root)
+
+
+def partition_families(s: dict[str, Any] | None, root: str) -> Iterator[Metric]:
+    """The partition gauges (hosts have owners): the families always, their samples
+    only when ``<root>/partitions`` exists; per-partition series only for partitions that
+    hold batches (no P idle series). Partition labels are decimal integers (parsed)."""
+    def one(value: Any) -> list[tuple[list[str], float]]:
+        return [] if s is None or value is None else [([root], float(value))]
+
+    full = [] if s is None else [x for x in s["list"] if x["batches"]]
+    yield _gauge("zkcrawl_partitions", "Partitions of the root (P, from the root's data)",
+                 one(s and s["count"]))
+    yield _gauge("zkcrawl_partitions_owned", "Partitions with an owner node",
+                 one(s and s["owned"]))
+    yield _gauge("zkcrawl_partitions_owner_unverified", "Owner nodes not held by the session "
+                 "of the live consumer they name (forged, or a consumer coming or going)",
+                 one(s and len(s["unverified"])))
+    yield _gauge("zkcrawl_partitions_unowned_with_items", "Partitions that hold items and "
+                 "have no owner node: nobody crawls them", one(s and s["unowned_with_items"]))
+    yield _gauge("zkcrawl_partition_oldest_age_seconds", "Age of the oldest batch of any "
+                 "partition (0 when none holds one)",
+                 one(s and (s["oldest_age_s"] or 0.0)))
+    yield _gauge("zkcrawl_partition_batches", "Batch nodes queued in a partition (partitions "
+                 "that hold some)", [([root, str(x["partition"])], float(x["batches"]))
+                                     for x in full], labels=("root", "partition"))
+    yield _gauge("zkcrawl_partition_items", "Items not done in a partition's batches "
+                 "(partitions that hold some; absent while items are not counted: over "
+                 "the status's read cap)",
+                 [([root, str(x["partition"])], float(x["depth"])) for x in full
+                  if x["depth"] is not None], labels=("root", "partition"))
+    yield _gauge("zkcrawl_partitions_hosts_active", "Hosts with items not done in their "
+                 "owners' memory, in all (as the verified owners publish them)",
+                 one(s and s.get("hosts_active")))
+    yield _gauge("zkcrawl_partitions_hosts_backed_off", "Hosts under a Retry-After or "
+                 "down-host back-off that their partition's checkpoint keeps for a hand-over, "
+                 "in all", one(s and s.get("hosts_backed_off")))
+    for key, name, what in (
+            ("hosts_active", "zkcrawl_partition_hosts_active", "Hosts with items not done in "
+             "a partition's owner (partitions that have some)"),
+            ("hosts_backed_off", "zkcrawl_partition_hosts_backed_off", "Hosts of a partition "
+             "under a Retry-After or down-host back-off (partitions that have some)")):
+        yield _gauge(name, what, [([root, str(x["partition"])], float(x[key]))
+                                  for x in ([] if s is None else s["list"])
+                                  if x.get(key)], labels=("root", "partition"))
+
+
+def _watch_families(producers: list[dict[str, Any]], root: str) -> Iterator[Metric]:
+    """The last pass of each watching producer (``--watch``), decoded from its untrusted
+    status node by :func:`producer.watch.last_pass`; at most MAX_CONSUMER_SERIES of them."""
+    from producer.watch import last_pass
+
+    passes: dict[str, dict[str, Any]] = {}
+    for p in producers:
+        lp = last_pass(p)
+        key = label(p.get("id"))
+        if lp is not None and key not in passes and len(passes) < MAX_CONSUMER_SERIES:
+            passes[key] = lp
+    rows = sorted(passes.items())
+    for suffix, field, doc in (
+            ("timestamp_seconds", "started_at", "Unix time a watching producer's last pass "
+             "started"),
+            ("pages", "pages", "Listing pages a watching producer's last pass read"),
+            ("new_urls", "new", "New URLs a watching producer's last pass offered")):
+        yield _gauge(f"zkcrawl_cluster_producer_last_pass_{suffix}", doc,
+                     [([root, name], float(lp[field])) for name, lp in rows],
+                     labels=("root", "producer"))
+    yield _gauge("zkcrawl_cluster_producer_watch_interval_seconds", "A watching producer's "
+                 "--watch INTERVAL", [([root, name], lp["interval_s"]) for name, lp in rows],
+                 labels=("root", "producer"))
+    yield _held_back_family(producers, root)
+
+
+def _held_back_family(producers: list[dict[str, Any]], root: str) -> Metric:
+    """Items a producer offering into partitions holds back for full ones (its untrusted
+    status node, decoded by :func:`producer.summary.held_back_of`)."""
+    from producer.summary import held_back_of
+
+    held: dict[str, float] = {}
+    for p in producers:
+        doc = held_back_of(p)
+        key = label(p.get("id"))
+        if doc is not None and key not in held and len(held) < MAX_CONSUMER_SERIES:
+            held[key] = float(doc["items"])
+    return _gauge("zkcrawl_cluster_producer_held_back_items", "Items a producer holds back "
+                  "in memory for partitions without room (--max-partition-depth)",
+                  [([root, name], n) for name, n in sorted(held.items())],
+                  labels=("root", "producer"))
 
 
 class ExporterMetrics:

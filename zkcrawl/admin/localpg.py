@@ -12,6 +12,7 @@ import pwd
 import shutil
 import subprocess
 import tempfile
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -108,6 +109,29 @@ class PgServer:
         with psycopg.connect(self.conninfo(), autocommit=True, connect_timeout=10) as conn:
             cur = conn.execute(text, args or None)
             return cur.fetchall() if cur.description else []
+
+    def add_password_role(self, role: str, password: str, timeout: float = 30) -> None:
+        """Create login ``role`` that must give ``password`` (scram-sha-256) over TCP, the
+        other roles keeping ``trust``; returns once the server asks it for the password."""
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(self.conninfo(), autocommit=True, connect_timeout=10) as conn:
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+                sql.Identifier(role), sql.Literal(password)))
+            hba = self.data / "pg_hba.conf"
+            rule = f"host all {role} 127.0.0.1/32 scram-sha-256\n"
+            hba.write_text(rule + hba.read_text())  # the first matching line wins
+            conn.execute("SELECT pg_reload_conf()")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:  # the reload is asynchronous
+            try:
+                psycopg.connect(f"postgresql://{role}@127.0.0.1:{self.port}/postgres",
+                                connect_timeout=5, password="", sslmode="disable").close()
+            except psycopg.OperationalError:
+                return
+            time.sleep(0.05)
+        raise LocalPgError(f"the server did not start asking {role} for a password")
 
     def log_tail(self, lines: int = 20) -> str:
         try:

@@ -11,10 +11,18 @@ For the security tests a server can also **require authentication** (``require_a
 DIGEST-MD5 through a JAAS file) and serve a **TLS client port** (``tls``: Netty, PEM key and
 trust stores that :func:`make_pki` generates with ``openssl`` in a directory of the caller's --
 nothing prebuilt).
+
+Files: the data directory and its ``data/`` (snapshots, transaction log: every znode's data
+and each digest ACL's unsalted SHA-1 of ``user:password``) are 0700, the config, JAAS file,
+log and PID file 0600, whatever the umask or an older version left. The PID file holds the
+PID and the process's start time: :func:`stop_pid` signals only the process whose command
+line runs ZooKeeper on this directory's ``zoo.cfg`` and that started then (an unrelated
+process whose PID the file names is left alone).
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -22,7 +30,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -171,7 +179,8 @@ class ZkServer:
                  tick_ms: int = 500, heap_mb: int = 256, quick_jit: bool = False,
                  require_auth: bool = False, sasl_users: Mapping[str, str] | None = None,
                  tls: ServerTls | None = None) -> None:
-        self.data_dir = Path(data_dir)
+        # Absolute: the server's command line names its zoo.cfg, which identifies it later.
+        self.data_dir = Path(data_dir).absolute()
         self.port = port or free_port()
         #: Every request needs an authenticated session (digest, or SASL with sasl_users):
         #: ``enforce.auth.enabled`` (ZooKeeper >= 3.7). Clients without one are refused.
@@ -207,21 +216,21 @@ class ZkServer:
         return f"127.0.0.1:{self.secure_port}" if self.tls else ""
 
     def _write_config(self) -> Path:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.data_dir)
         lines = [f"tickTime={self.tick_ms}", f"dataDir={self.data_dir / 'data'}",
                  f"clientPort={self.port}", "clientPortAddress=127.0.0.1",
                  "admin.enableServer=false", "4lw.commands.whitelist=ruok,srvr,mntr,stat",
                  "initLimit=20", "syncLimit=10", "minSessionTimeout=1000",
                  "maxSessionTimeout=60000", "maxClientCnxns=0",
                  "autopurge.purgeInterval=1", "jute.maxbuffer=1048575"]
-        (self.data_dir / "data").mkdir(exist_ok=True)
+        private_dir(self.data_dir / "data")  # snapshots and transaction logs: digests, data
         lines += self._security_config()
         if self.peers:
             for sid, (quorum, election) in sorted(self.peers.items()):
                 lines.append(f"server.{sid}=127.0.0.1:{quorum}:{election}")
-            (self.data_dir / "data" / "myid").write_text(f"{self.server_id}\n")
+            private_file(self.data_dir / "data" / "myid", f"{self.server_id}\n")
         cfg = self.data_dir / "zoo.cfg"
-        cfg.write_text("\n".join(lines) + "\n")
+        private_file(cfg, "\n".join(lines) + "\n")
         return cfg
 
     def _security_config(self) -> list[str]:
@@ -233,10 +242,9 @@ class ZkServer:
             schemes.append("sasl")
             users = "".join(f'\n    user_{name}="{password}"'
                             for name, password in sorted(self.sasl_users.items()))
-            jaas = self.data_dir / "jaas.conf"
-            jaas.write_text("Server {\n    org.apache.zookeeper.server.auth.DigestLoginModule "
-                            f"required{users};\n}};\n")
-            jaas.chmod(0o600)
+            private_file(self.data_dir / "jaas.conf",
+                         "Server {\n    org.apache.zookeeper.server.auth.DigestLoginModule "
+                         f"required{users};\n}};\n")
         if self.require_auth:
             lines += ["authProvider.digest="
                       "org.apache.zookeeper.server.auth.DigestAuthenticationProvider",
@@ -269,10 +277,13 @@ class ZkServer:
                "-Dorg.slf4j.simpleLogger.showDateTime=true",
                f"-Dzookeeper.log.dir={self.data_dir}", *self._jvm_security_options(),
                "-cp", install.classpath, main, str(cfg)]
-        with open(self.log_path, "ab") as log:
+        fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with open(fd, "ab") as log:
+            os.fchmod(fd, 0o600)  # one made by an older version may be world-readable
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=detach)
-        self.pid_path.write_text(f"{self.proc.pid}\n")
+        # The PID and its start time: `local-zk stop` signals that process only.
+        private_file(self.pid_path, f"{self.proc.pid} {process_start(self.proc.pid) or 0}\n")
         if wait > 0 and not self.peers:
             self.wait_serving(wait)
         return self
@@ -370,6 +381,69 @@ class Ensemble:
         return None
 
 
+def private_dir(path: Path) -> None:
+    """Make ``path`` (and its parents) and keep it 0700: only its owner may list or enter it
+    (ZooKeeper's transaction log holds every znode's data and each digest ACL's unsalted
+    SHA-1 of ``user:password``)."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.chmod(0o700)
+
+
+def private_file(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` created 0600 (an existing file is made 0600 first)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with open(fd, "w", encoding="utf-8") as fh:
+        os.fchmod(fd, 0o600)
+        fh.write(text)
+
+
+_MAINS = ("org.apache.zookeeper.server.ZooKeeperServerMain",
+          "org.apache.zookeeper.server.quorum.QuorumPeerMain")
+
+
+def process_start(pid: int) -> int | None:
+    """The process's start time (clock ticks after boot, /proc/PID/stat field 22): with the
+    PID, it names one process for good (a PID is reused, a PID with its start time is not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        return int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def is_server_of(pid: int, data_dir: Path, start: int | None) -> bool:
+    """True when ``pid`` is the ZooKeeper started for ``data_dir``: its command line runs a
+    ZooKeeper main class on ``data_dir/zoo.cfg`` and (when recorded) it started at
+    ``start``."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            args = fh.read().split(b"\0")
+    except OSError:
+        return False
+    cfg = os.fsencode(Path(data_dir).absolute() / "zoo.cfg")
+    if cfg not in args or not any(m.encode() in args for m in _MAINS):
+        return False
+    return not start or process_start(pid) == start
+
+
+def server_pid(data_dir: Path) -> tuple[int | None, str]:
+    """The local server of ``data_dir`` from its PID file: ``(pid, "running")``; ``(pid,
+    "other")`` when that PID is now another process (or gone: pid None is "none" then);
+    ``(None, "none")`` without a usable PID file."""
+    try:
+        words = (data_dir / "zookeeper.pid").read_text(encoding="ascii")[:100].split()
+        pid = int(words[0])
+        start = int(words[1]) if len(words) > 1 else None
+    except (OSError, ValueError, IndexError, UnicodeDecodeError):
+        return None, "none"
+    if pid <= 1:
+        return None, "none"
+    if not pid_alive(pid):
+        return None, "none"
+    return (pid, "running") if is_server_of(pid, data_dir, start) else (pid, "other")
+
+
 def pid_alive(pid: int) -> bool:
     """True while ``pid`` runs; a zombie (exited, not yet reaped) counts as gone."""
     try:
@@ -390,23 +464,64 @@ def pid_alive(pid: int) -> bool:
 
 
 def read_pid(data_dir: Path) -> int | None:
+    """The PID the PID file names (whatever process that is now: see :func:`server_pid`)."""
     try:
-        return int((data_dir / "zookeeper.pid").read_text().strip())
-    except (OSError, ValueError):
+        return int((data_dir / "zookeeper.pid").read_text(encoding="ascii")[:100].split()[0])
+    except (OSError, ValueError, IndexError, UnicodeDecodeError):
         return None
 
 
 def stop_pid(data_dir: Path, timeout: float = 10.0) -> bool:
-    """Stop the server recorded in ``data_dir`` (that PID only); False if none ran."""
-    pid = read_pid(data_dir)
-    if pid is None or not pid_alive(pid):
+    """Stop the server recorded in ``data_dir`` -- that process only: the PID file's PID is
+    signalled only while its command line and start time are those of the server started
+    there (checked through a pidfd, which pins the process, where the kernel has them).
+    False if none ran; a PID file naming another process is removed, that process left
+    alone."""
+    pid, state = server_pid(data_dir)
+    if state != "running" or pid is None:
         (data_dir / "zookeeper.pid").unlink(missing_ok=True)
         return False
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while pid_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)  # not our child: no wait() available; bounded
-    if pid_alive(pid):
-        os.kill(pid, signal.SIGKILL)
+    with _pinned(pid) as send:
+        if not is_server_of(pid, data_dir, server_start(data_dir)):
+            return False  # it ended and its PID was reused between the two checks
+        send(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)  # not our child: no wait() available; bounded
+        if pid_alive(pid):
+            send(signal.SIGKILL)
     (data_dir / "zookeeper.pid").unlink(missing_ok=True)
     return True
+
+
+def server_start(data_dir: Path) -> int | None:
+    try:
+        words = (data_dir / "zookeeper.pid").read_text(encoding="ascii")[:100].split()
+        return int(words[1]) if len(words) > 1 else None
+    except (OSError, ValueError, IndexError, UnicodeDecodeError):
+        return None
+
+
+@contextlib.contextmanager
+def _pinned(pid: int) -> Iterator[Callable[[int], None]]:
+    """A way to signal ``pid`` that cannot reach another process once it has been checked:
+    a pidfd (Linux >= 5.3) pins the process; without one, ``os.kill``."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        yield lambda sig: _kill(pid, sig)
+        return
+    try:
+        yield lambda sig: _pidfd_signal(fd, sig)
+    finally:
+        os.close(fd)
+
+
+def _kill(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
+def _pidfd_signal(fd: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        signal.pidfd_send_signal(fd, sig)

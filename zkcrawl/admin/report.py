@@ -32,17 +32,20 @@ import zlib
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import structlog
 
 from zkcrawl.errors import UsageError
-from zkcrawl.textsafe import ELLIPSIS, printable, scrub
-from zkcrawl.verdict import Stages, judge
+from zkcrawl.textsafe import ELLIPSIS, scrub, shown_url
+from zkcrawl.verdict import Stages, failures_of, judge
 
-__all__ = ["LABEL_LIMIT", "TIMINGS", "load_records", "parse_line", "render_html", "render_text",
-           "skipped_note", "summarize"]
+if TYPE_CHECKING:  # the type only: reading results files needs no ZooKeeper code
+    from zkcrawl.admin.cluster import DeadLetter
+
+__all__ = ["LABEL_LIMIT", "TIMINGS", "dead_records", "latest_records", "load_records",
+           "parse_line", "render_html", "render_text", "skipped_note", "summarize"]
 
 log = structlog.get_logger(__name__)
 
@@ -72,7 +75,7 @@ def load_records(paths: Sequence[str]) -> tuple[list[dict[str, Any]], int]:
     bad = 0
     for path in paths:
         try:
-            ctx: contextlib.AbstractContextManager[IO[bytes]]
+            ctx: contextlib.AbstractContextManager[IO[bytes] | gzip.GzipFile]
             if path == "-":
                 ctx = contextlib.nullcontext(sys.stdin.buffer)  # not ours to close
             elif path.endswith(".gz"):
@@ -277,10 +280,12 @@ def _ratio(timing: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return {"value": round(ratio, 4), "verdict": verdict, "interpretation": text}
 
 
-def _pace(timing: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def _pace(timing: dict[str, dict[str, Any]], outcomes: Counter[str] | None = None,
+          records: int = 0) -> dict[str, Any]:
     """The pace-setter (:func:`zkcrawl.verdict.judge`) from the records' mean stages: the
     politeness wait (``polite_ms``) apart from the pool wait (the rest of ``wait_ms``), the
-    fetch with its parse (``process_ms``); the sink's time is not in a record."""
+    fetch with its parse (``process_ms``); the sink's time is not in a record. A reason most
+    records failed with (``outcomes``) leads it."""
     def mean(key: str) -> float | None:
         value = timing[key]["mean"]
         return float(value) if value is not None else None
@@ -288,43 +293,144 @@ def _pace(timing: dict[str, dict[str, Any]]) -> dict[str, Any]:
     wait, polite = mean("wait_ms") or 0.0, mean("polite_ms")
     stages = Stages(items=timing["process_ms"]["n"], dispatch=mean("dispatch_ms") or 0.0,
                     polite=polite, pool=max(0.0, wait - (polite or 0.0)),
-                    fetch=mean("process_ms") or 0.0, queue=mean("queue_ms"))
+                    fetch=mean("process_ms") or 0.0, queue=mean("queue_ms"),
+                    failures=failures_of({k: v for k, v in (outcomes or {}).items()
+                                          if k != "ok"}), finals=records or None)
     return judge(stages).as_dict()
 
 
-def summarize(records: list[dict[str, Any]], bad_lines: int = 0) -> dict[str, Any]:
+#: URLs listed per failure reason (the counts are always exact).
+TOP_FAILED_URLS = 5
+DEAD_CONSUMER = "(dead letter)"  # the consumer column of a dead letter without a record
+_DEAD = "_dead_at"  # the key marking a record made from a dead letter (its time)
+
+
+def dead_records(letters: Sequence[DeadLetter], records: Sequence[dict[str, Any]]
+                 ) -> list[dict[str, Any]]:
+    """Records for the dead letters (:class:`~zkcrawl.admin.cluster.DeadLetter`) whose item
+    has no failed record among ``records`` (the sink refused the record, the discovered
+    links were not writable, a malformed item): so every dead letter is in the failure
+    totals once. Their ``consumer`` is :data:`DEAD_CONSUMER`; they carry no timing."""
+    failed_items = {item for r in records if r.get("error") is not None
+                    and isinstance(item := r.get("item"), str)}
+    out = []
+    for d in letters:
+        if d.item is not None and d.item in failed_items:
+            continue
+        t = _number(d.dead_at)
+        at = datetime.fromtimestamp(t, UTC).isoformat() if t is not None and 0 <= t < 2e11 else None
+        out.append({"url": d.url, "item": d.item, "error": d.error or "dead",
+                    "attempt": max(0, d.attempts - 1), "consumer": DEAD_CONSUMER, _DEAD: at})
+    return out
+
+
+def latest_records(records: Sequence[dict[str, Any]], dead: Sequence[dict[str, Any]] = ()
+                   ) -> tuple[list[dict[str, Any]], int]:
+    """Each URL's final outcome: the record with the latest ``fetched_at`` (a dead letter:
+    its time; the later line on a tie or without a time), so a requeued item that failed
+    and then succeeded counts once, as ok. Records without a URL stay. Returns (records,
+    how many were superseded); never raises. ``dead``: those of ``records`` that
+    :func:`dead_records` made (the others' ``_dead_at`` key, if any, is data, not a time)."""
+    made = {id(r) for r in dead}
+    best: dict[str, tuple[datetime, int]] = {}
+    keep: list[dict[str, Any] | None] = []
+    for index, rec in enumerate(records):
+        url = rec.get("url")
+        keep.append(rec)
+        if not isinstance(url, str):
+            continue
+        when = _parse_time(rec.get(_DEAD) if id(rec) in made else rec.get("fetched_at")
+                           ) or _EARLIEST
+        seen = best.get(url)
+        if seen is not None and seen[0] > when:
+            keep[index] = None
+            continue
+        if seen is not None:
+            keep[seen[1]] = None
+        best[url] = (when, index)
+    final = [r for r in keep if r is not None]
+    return final, len(records) - len(final)
+
+
+def _failures(failed: list[tuple[str, str, float | None, str]]) -> list[dict[str, Any]]:
+    """Per reason, most frequent first: its count and its :data:`TOP_FAILED_URLS` URLs
+    (most failures first) with the most attempts seen and the last consumer."""
+    by_reason: dict[str, dict[str, list[Any]]] = defaultdict(dict)
+    for reason, url, attempt, consumer in failed:
+        entry = by_reason[reason].setdefault(url, [0, 0, consumer])
+        entry[0] += 1
+        entry[1] = max(entry[1], int(attempt or 0) + 1)
+        entry[2] = consumer
+    out = []
+    for reason, urls in by_reason.items():
+        top = sorted(urls.items(), key=lambda kv: (-kv[1][0], kv[0]))[:TOP_FAILED_URLS]
+        out.append({"reason": reason, "count": sum(v[0] for v in urls.values()),
+                    "urls": len(urls),
+                    "top": [{"url": u, "failures": v[0], "attempts": v[1], "consumer": v[2]}
+                            for u, v in top]})
+    return sorted(out, key=lambda f: (-f["count"], f["reason"]))
+
+
+def _redelivered(s: dict[str, Any]) -> str:
+    return f", {s['redelivered']} redelivered after a holder died" if s.get("redelivered") else ""
+
+
+def summarize(records: list[dict[str, Any]], bad_lines: int = 0, *, latest: bool = False,
+              dead: Sequence[DeadLetter] = ()) -> dict[str, Any]:
     """Aggregate records into one JSON-serializable dict (see the module docs of the keys).
+
+    ``dead``: the crawl's dead letters (:func:`dead_records` adds those without a failed
+    record, so they are in the failure totals); ``latest``: each URL counted once, by its
+    final outcome (:func:`latest_records`).
 
     Outcome is ``"ok"`` when ``error`` is null/absent, else ``str(error)``.  Percentiles are
     nearest-rank over the records that carry a number for that field.  Throughput is bucketed
     by ``fetched_at``; records without a parseable one are counted in ``undated``.  Values
     that cannot be used are ignored and counted in ``bad_values``; never raises.
     """
+    extra = dead_records(dead, records) if dead else []
+    records = [*records, *extra]
+    superseded = 0
+    if latest:
+        records, superseded = latest_records(records, extra)
+    made = {id(r) for r in extra}
     n = len(records)
     outcomes: Counter[str] = Counter()
     statuses: Counter[str] = Counter()
     hosts: Counter[str] = Counter()
+    host_failed: Counter[str] = Counter()
+    failed_urls: list[tuple[str, str, float | None, str]] = []
     per_consumer: dict[str, Counter[str]] = defaultdict(Counter)
     timing_values: dict[str, list[float]] = {k: [] for k in TIMINGS}
     dated: list[tuple[datetime, str]] = []
-    total_bytes = retried = 0
+    total_bytes = retried = redelivered = 0
     fields = _Fields()
     for rec in records:
         failed = rec.get("error") is not None
         outcome = fields.label(rec, "error", "ok")
         outcomes[outcome] += 1
         consumer = fields.label(rec, "consumer", "") or "(unknown)"
-        per_consumer[consumer]["failed" if failed else "ok"] += 1
+        if id(rec) not in made:  # a dead letter's record is no consumer's work
+            per_consumer[consumer]["failed" if failed else "ok"] += 1
         statuses[fields.label(rec, "status", "None")] += 1
-        hosts[fields.host(rec)] += 1
+        host = fields.host(rec)
+        hosts[host] += 1
+        if failed:
+            host_failed[host] += 1
+            url = rec.get("url")
+            failed_urls.append((outcome, _clean_label(url) if isinstance(url, str)
+                                else "(none)", _number(rec.get("attempt")), consumer))
         for key in TIMINGS:
             v = fields.number(rec, key)
             if v is not None:
                 timing_values[key].append(v)
         b = fields.number(rec, "bytes")
         total_bytes += int(b) if b else 0
-        a = fields.number(rec, "attempt")
-        retried += 1 if a and a > 0 else 0
+        # tries apart from redeliveries: a holder's death is an attempt, not a fetch
+        a = fields.number(rec, "attempt") or 0
+        deaths = max(0.0, min(a, fields.number(rec, "holder_deaths") or 0))
+        retried += 1 if a - deaths > 0 else 0
+        redelivered += 1 if deaths > 0 else 0
         t = fields.time(rec)
         if t is not None:
             dated.append((t, consumer))
@@ -338,18 +444,23 @@ def summarize(records: list[dict[str, Any]], bad_lines: int = 0) -> dict[str, An
         "records": n,
         "bad_lines": bad_lines,
         "bad_values": fields.bad,
-        "ok": sum(c["ok"] for c in per_consumer.values()),
-        "failed": sum(c["failed"] for c in per_consumer.values()),
+        "ok": n - len(failed_urls),
+        "failed": len(failed_urls),
+        "failures": _failures(failed_urls),
+        "dead_letters": {"count": len(dead), "without_record": len(extra)},
+        "latest": latest,
+        "superseded": superseded,
         "outcomes": dict(outcomes.most_common()),
         "statuses": dict(statuses.most_common()),
         "consumers": [
             {"id": c, "count": (cnt := sum(per_consumer[c].values())),
-             "pct": round(100.0 * cnt / n, 2), "ok": per_consumer[c]["ok"],
+             "pct": round(100.0 * cnt / max(n, 1), 2), "ok": per_consumer[c]["ok"],
              "failed": per_consumer[c]["failed"],
              "items_per_s": round(cnt / duration, 3) if duration > 0 else None}
             for c in consumers
         ],
-        "hosts": [{"host": h, "count": c} for h, c in hosts.most_common()],
+        "hosts": [{"host": h, "count": c, "ok": c - host_failed[h], "failed": host_failed[h]}
+                  for h, c in hosts.most_common()],
         "timing": timing,
         "histograms": {k: _histogram(timing_values[k], timing[k]) for k in TIMINGS},
         "first_fetched_at": _iso(first) if first else None,
@@ -358,10 +469,11 @@ def summarize(records: list[dict[str, Any]], bad_lines: int = 0) -> dict[str, An
         "items_per_s": round(len(dated) / duration, 3) if duration > 0 else None,
         "undated": n - len(dated),
         "bytes": total_bytes,
-        "retried": retried,
+        "retried": retried, "redelivered": redelivered,
         "throughput": _throughput(dated, consumers),
         "ratio": _ratio(timing),
-        "pace": _pace(timing),
+        "pace": _pace(timing, outcomes, n),
+        "recrawl": recrawl_passes(records),
     }
 
 
@@ -395,8 +507,38 @@ def skipped_note(summary: dict[str, Any]) -> str:
 
 def _t(value: Any, width: int | None = None) -> str:
     """Data shown on a terminal: escaped (:func:`printable`), at most ``width`` characters
-    of it."""
-    return printable(str(value), width)
+    of it; a URL's credentials masked, its non-ASCII host as punycode (:func:`shown_url`)."""
+    return shown_url(str(value), width)
+
+
+def _dead_note(s: dict[str, Any]) -> str:
+    dead = s.get("dead_letters") or {}
+    if not dead.get("count"):
+        return ""
+    return (f", {_n(dead['count'], 'dead letter')} ({dead['without_record']} without a "
+            "failed record, counted here too)")
+
+
+def _n(count: int, noun: str) -> str:
+    """``1 item``, ``2 items``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _failures_text(s: dict[str, Any]) -> list[str]:
+    """The "what broke?" section: per reason its count and top URLs."""
+    failures = s.get("failures") or []
+    if not failures:
+        return []
+    out = ["", f"Failures ({_n(s['failed'], 'item')}, {_n(len(failures), 'reason')}"
+                f"{_dead_note(s)})"]
+    for f in failures:
+        out.append(f"  {_t(f['reason'], 60)}: {_n(f['count'], 'item')}, "
+                   f"{_n(f['urls'], 'URL')}")
+        out += [f"    {_t(u['url'], 90)}  attempts {u['attempts']}  {_t(u['consumer'], 30)}"
+                for u in f["top"]]
+        if f["urls"] > len(f["top"]):
+            out.append(f"    ... {f['urls'] - len(f['top'])} more URLs")
+    return out
 
 
 def render_text(summary: dict[str, Any]) -> str:
@@ -409,10 +551,17 @@ def render_text(summary: dict[str, Any]) -> str:
         rate = f", {s['items_per_s']:g} items/s" if s["items_per_s"] else ""
         out.append(f"fetched {s['first_fetched_at']} .. {s['last_fetched_at']} "
                    f"({_duration(s['duration_s'])}){rate}")
-    out.append(f"ok {s['ok']}, failed {s['failed']}, retried {s['retried']}, "
+    again = (f", redelivered {s['redelivered']} (a holder died)"
+             if s.get("redelivered") else "")
+    out.append(f"ok {s['ok']}, failed {s['failed']}, retried {s['retried']}{again}, "
                f"{s['bytes']:,} bytes")
+    if s.get("latest"):
+        out.append(f"final outcome per URL (--latest): {s['superseded']} earlier records of "
+                   "the same URLs not counted")
     out += ["", "Outcomes"]
-    out += [f"  {_t(k, 60):<22} {v:>8}  {100.0 * v / n:5.1f}%" for k, v in s["outcomes"].items()]
+    out += [f"  {_t(k, 60):<22} {v:>8}  {100.0 * v / max(n, 1):5.1f}%"
+            for k, v in s["outcomes"].items()]
+    out += _failures_text(s)
     out += ["", f"  {'Consumer':<22} {'items':>8} {'share':>6} {'ok':>8} {'failed':>7} "
                 f"{'items/s':>8}"]
     for c in s["consumers"]:
@@ -427,12 +576,15 @@ def render_text(summary: dict[str, Any]) -> str:
             f"Dispatch/process: {s['ratio']['interpretation']}"]
     hosts = s["hosts"]
     out += ["", f"Hosts ({len(hosts)}" + (", top 10)" if len(hosts) > 10 else ")")]
-    out += [f"  {_t(h['host'], 40):<40} {h['count']:>8}" for h in hosts[:10]]
+    out.append(f"  {'host':<40} {'items':>8} {'ok':>8} {'failed':>8}")
+    out += [f"  {_t(h['host'], 40):<40} {h['count']:>8} {h['ok']:>8} {h['failed']:>8}"
+            for h in hosts[:10]]
     tp = s["throughput"]
     if tp["bucket_s"]:
         out += ["", f"Throughput (items per {tp['bucket_s']} s, from {tp['times'][0]})"]
         for cid, counts in tp["series"].items():
             out.append(f"  {_t(cid, 22):<22} |{_sparkline(counts)}| max {max(counts)}")
+    out += _recrawl_text(s.get("recrawl"))
     return "\n".join(out) + "\n"
 
 
@@ -445,12 +597,15 @@ table{border-collapse:collapse;margin:8px 0 20px}td,th{padding:3px 10px;text-ali
 border-bottom:1px solid #ddd}td:first-child,th:first-child{text-align:left}
 .charts{display:flex;flex-wrap:wrap;gap:16px}figure{margin:0}figcaption{font-weight:600}
 svg.chart{background:#fafafa;border:1px solid #ddd}svg text{font:11px sans-serif;fill:#444}
-.verdict{padding:8px 12px;background:#eef5ff;border-left:4px solid #1f77b4}"""
+.verdict{padding:8px 12px;background:#eef5ff;border-left:4px solid #1f77b4}
+table.failures td,table.failures th{text-align:left;max-width:640px;overflow-wrap:anywhere}
+table.failures td:first-child{color:#b00020;font-weight:600}"""
 
 
 def _e(value: Any) -> str:
-    """HTML-escaped, after :func:`printable` (no control or bidi character in the page)."""
-    return html.escape(printable(str(value)), quote=True)
+    """HTML-escaped, after :func:`shown_url` (no control, bidi or invisible character in the
+    page, no URL credentials, punycode hosts)."""
+    return html.escape(shown_url(str(value)), quote=True)
 
 
 def _frame(chart: str, title: str, body: list[str], x_labels: tuple[str, str],
@@ -521,6 +676,25 @@ def _table(head: list[str], rows: list[list[Any]]) -> str:
     return f"<table><tr>{th}</tr>{trs}</table>"
 
 
+def _failures_html(s: dict[str, Any]) -> list[str]:
+    """``<section id="failures">``: one row per listed URL, grouped by reason."""
+    failures = s.get("failures") or []
+    if not failures:
+        return []
+    rows = []
+    for f in failures:
+        for i, u in enumerate(f["top"]):
+            rows.append([f"{f['reason']} ({_n(f['count'], 'item')}, {_n(f['urls'], 'URL')})"
+                         if i == 0 else "", u["url"], u["attempts"], u["consumer"]])
+        if f["urls"] > len(f["top"]):
+            rows.append(["", f"... {f['urls'] - len(f['top'])} more URLs", "", ""])
+    return ['<section id="failures">',
+            f"<h2>Failures ({_n(s['failed'], 'item')}, {_n(len(failures), 'reason')}"
+            f"{_e(_dead_note(s))})</h2>",
+            _table(["reason", "url", "attempts", "consumer"], rows).replace(
+                "<table>", '<table class="failures">', 1), "</section>"]
+
+
 def render_html(summary: dict[str, Any]) -> str:
     """One self-contained HTML page: tables, an SVG histogram per timing, throughput lines.
 
@@ -535,15 +709,22 @@ def render_html(summary: dict[str, Any]) -> str:
         "<title>zkcrawl report</title>", f"<style>{_CSS}</style></head><body>",
         "<h1>zkcrawl report</h1>",
         f"<p>{s['records']} records ({s['ok']} ok, {s['failed']} failed, {s['retried']} "
-        f"retried), {s['bad_lines']} bad lines, {s.get('bad_values', 0)} bad values; "
+        f"retried{_redelivered(s)}), {s['bad_lines']} bad lines, "
+        f"{s.get('bad_values', 0)} bad values; "
         f"fetched {_e(s['first_fetched_at'] or '-')} .. "
         f"{_e(s['last_fetched_at'] or '-')} ({_duration(s['duration_s'])}), "
         f"{_e(s['items_per_s'] or '-')} items/s.</p>",
         f'<p class="verdict" data-pace="{_e(s["pace"]["pace"])}">{_e(s["pace"]["text"])}</p>',
         f'<p>{_e(s["ratio"]["interpretation"])}</p>',
+        *([f"<p>Final outcome per URL (--latest): {s['superseded']} earlier records of the "
+            "same URLs not counted.</p>"] if s.get("latest") else []),
         "<h2>Outcomes</h2>",
         _table(["outcome", "items", "%"],
                [[k, v, f"{100.0 * v / n:.1f}"] for k, v in s["outcomes"].items()]),
+        *_failures_html(s),
+        "<h2>Hosts</h2>",
+        _table(["host", "items", "ok", "failed"],
+               [[h["host"], h["count"], h["ok"], h["failed"]] for h in s["hosts"][:50]]),
         "<h2>Consumers</h2>",
         _table(["consumer", "items", "share %", "ok", "failed", "items/s"],
                [[c["id"], c["count"], c["pct"], c["ok"], c["failed"],
@@ -565,7 +746,67 @@ def render_html(summary: dict[str, Any]) -> str:
         parts += [_line_svg(f"throughput-{cid}", cid, tp["times"], tp["bucket_s"],
                             {cid: vals}) for cid, vals in tp["series"].items()]
         parts.append("</div>")
-    parts += ["<h2>Hosts</h2>",
-              _table(["host", "items"], [[h["host"], h["count"]] for h in s["hosts"][:50]]),
-              "</body></html>"]
+    parts += _recrawl_html(s.get("recrawl"))
+    parts += ["</body></html>"]
     return "\n".join(parts) + "\n"
+
+
+# -------------------------------------------------------------- re-crawls --
+#: Records further apart than this (by ``fetched_at``) are in different passes.
+PASS_GAP_S = 600.0
+PASS_KINDS = ("new", "changed", "unchanged", "gone", "failed")
+_MAX_PASSES = 20  # the latest ones shown
+
+
+def _pass_kind(rec: dict[str, Any]) -> str:
+    """new (no ``changed``: a first fetch), changed, unchanged, gone (404/410), failed."""
+    error = rec.get("error")
+    if error in ("http-404", "http-410"):
+        return "gone"
+    if error is not None:
+        return "failed"
+    changed = rec.get("changed")
+    if changed is True:
+        return "changed"
+    return "unchanged" if changed is False else "new"
+
+
+def recrawl_passes(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Issue #23: per pass -- records closer than :data:`PASS_GAP_S` to the previous one by
+    ``fetched_at`` -- how many pages were new, changed, unchanged, gone or failed. None when
+    no record is a re-crawl (none has a ``changed`` field). The latest
+    :data:`_MAX_PASSES` passes are kept; undated records are left out."""
+    if not any(isinstance(r.get("changed"), bool) for r in records):
+        return None
+    dated = sorted((t, _pass_kind(r)) for r in records
+                   if (t := _parse_time(r.get("fetched_at"))) is not None)
+    passes: list[dict[str, Any]] = []
+    last: datetime | None = None
+    for t, kind in dated:
+        if last is None or (t - last).total_seconds() > PASS_GAP_S:
+            passes.append({"start": _iso(t), "end": _iso(t), **dict.fromkeys(PASS_KINDS, 0)})
+        passes[-1][kind] += 1
+        passes[-1]["end"] = _iso(t)
+        last = t
+    return {"gap_s": PASS_GAP_S, "passes": passes[-_MAX_PASSES:],
+            "total": {k: sum(p[k] for p in passes) for k in PASS_KINDS}}
+
+
+def _recrawl_text(section: dict[str, Any] | None) -> list[str]:
+    if not section:
+        return []
+    head = "".join(f" {k:>9}" for k in PASS_KINDS)
+    out = ["", f"Re-crawl passes (a gap of {section['gap_s']:g} s starts a new one)",
+           f"  {'pass start (UTC)':<26}{head}"]
+    for p in section["passes"]:
+        out.append(f"  {_t(p['start'], 26):<26}" + "".join(f" {p[k]:>9}" for k in PASS_KINDS))
+    return out
+
+
+def _recrawl_html(section: dict[str, Any] | None) -> list[str]:
+    if not section:
+        return []
+    return ["<h2>Re-crawl passes</h2>",
+            _table(["pass start (UTC)", "end", *PASS_KINDS],
+                   [[p["start"], p["end"], *(p[k] for k in PASS_KINDS)]
+                    for p in section["passes"]])]

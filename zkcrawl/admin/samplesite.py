@@ -238,6 +238,7 @@ class SampleSite:
         self._httpd = _Server((host, port), _Handler)
         self._httpd.site = self
         bound_host, bound_port = self._httpd.server_address[:2]
+        assert isinstance(bound_host, str)  # an AF_INET server's (bytes: only AF_UNIX's)
         self.host = f"{bound_host}:{bound_port}"
         self.base_url = f"http://{self.host}"
         self._thread: threading.Thread | None = None

@@ -20,6 +20,11 @@ is started unless ``hosts`` is given. N article URLs are crawled four times:
   the better round of each; every round is in ``rounds_*``); skipped, with the reason,
   when neither a server nor the driver is there.
 
+With ``--extract article`` (:func:`run_article_bench`) three other cases instead, one
+consumer each: ``title`` (the default), ``article_threads`` (``--extract article
+--extract-workers 0``: extraction in the fetch threads) and ``article_pool`` (the default
+extraction processes, one per core); their CPU and RSS include the extraction processes.
+
 Every case runs in child processes; the parent samples them with psutil (CPU, RSS) and
 counts their output lines, so CPU per page is measured between the first and the last page
 (interpreter start-up excluded) and RSS is seen at the first and the last thousand pages.
@@ -37,7 +42,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -92,13 +97,21 @@ class Probe:
     """Samples child processes: CPU seconds, RSS, and pages done (lines in their outputs)."""
 
     def __init__(self, procs: list[subprocess.Popen[bytes]], outputs: list[Path],
-                 marker: bytes = b"\n") -> None:
+                 marker: bytes = b"\n", children: bool = False,
+                 count: Callable[[], int] | None = None) -> None:
         self.procs = procs
+        # count: pages done, asked instead of reading outputs (the PostgreSQL case: rows)
+        self.count = count
+        # children: the CPU and RSS of their child processes too (--extract-workers); a
+        # child killed between two samples takes its last CPU seconds with it.
+        self.children = children
+        self.child_rss_peak = 0.0  # MB, all children of all procs at once
         self.outputs = outputs
         self.marker = marker  # one per page in an output: a line, or an item.done event
         self.ps = [psutil.Process(p.pid) for p in procs]
         self.cpu_first: float | None = None
         self.pages_first = 0
+        self._idle: tuple[float, int] | None = None  # the last sample before any page
         self.cpu_last = 0.0
         self.pages_last = 0
         self.rss_peak: list[float] = [0.0] * len(procs)
@@ -107,6 +120,8 @@ class Probe:
         self._lines = [0] * len(outputs)
 
     def _pages(self) -> int:
+        if self.count is not None:
+            return self.count()
         # Only what was appended since the last sample is read: the parent's own CPU must
         # not grow with the output while it shares the cores with what it measures.
         for i, path in enumerate(self.outputs):
@@ -120,6 +135,7 @@ class Probe:
 
     def sample(self) -> int:
         cpu, rss = 0.0, []
+        child_mb = 0.0
         for i, p in enumerate(self.ps):
             with contextlib.suppress(psutil.Error):
                 t = p.cpu_times()
@@ -127,9 +143,18 @@ class Probe:
                 mb = p.memory_info().rss / 2**20
                 rss.append(mb)
                 self.rss_peak[i] = max(self.rss_peak[i], mb)
+            if self.children:
+                c_cpu, c_mb = _children_usage(p)
+                cpu += c_cpu
+                child_mb += c_mb
+        self.child_rss_peak = max(self.child_rss_peak, child_mb)
         pages = self._pages()
         if pages and self.cpu_first is None:
-            self.cpu_first, self.pages_first = cpu, pages
+            # From the last sample without a page: a small run whose pages all land between
+            # two samples (owners settle in groups) still has an interval to measure.
+            self.cpu_first, self.pages_first = self._idle if self._idle else (cpu, pages)
+        elif not pages:
+            self._idle = (cpu, 0)
         if pages > self.pages_last:
             self.cpu_last, self.pages_last = cpu, pages
         if rss:
@@ -157,6 +182,18 @@ class Probe:
         return round((self.cpu_last - self.cpu_first) * 1000 / pages, 3)
 
 
+def _children_usage(p: psutil.Process) -> tuple[float, float]:
+    """CPU seconds and RSS (MB) of ``p``'s live child processes."""
+    cpu = mb = 0.0
+    with contextlib.suppress(psutil.Error):
+        for child in p.children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                t = child.cpu_times()
+                cpu += t.user + t.system
+                mb += child.memory_info().rss / 2**20
+    return cpu, mb
+
+
 def _env() -> dict[str, str]:
     path = os.pathsep.join(p for p in (str(_ROOT), os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, "PYTHONPATH": path}
@@ -171,6 +208,7 @@ def _summary(probe: Probe, spans: list[tuple[float, float]], n: int, ideal: floa
     return {"pages": len(spans), "expected": n, "seconds": round(end - start, 3),
             "pages_per_s": round(rate, 1), "pct_ideal": round(100 * rate / ideal, 1),
             "cpu_ms_per_page": probe.cpu_ms_per_page(),
+            "probe_pages": probe.pages_last,  # the pages its CPU was sampled over (up to)
             # The rate at which that CPU per page fills one core per process (the GIL):
             # near pages_per_s, the case is CPU-bound, not bound by threads / latency.
             "cpu_bound_pages_per_s": round(procs * 1000 / probe.cpu_ms_per_page(), 1)
@@ -211,12 +249,38 @@ def case_naive(urls: list[str], threads: int, latency_ms: float, tmp: Path) -> d
     return _summary(probe, spans, len(urls), threads / (latency_ms / 1000))
 
 
-#: One per page in a consumer's JSON log: what the PostgreSQL case counts (no file to count).
-DONE_EVENT = b'"event": "item.'
+class RowCount:
+    """Pages done by a PostgreSQL case: the rows of its table, asked once per sample on one
+    autocommit connection (the server's CPU, not the consumer's; 0 until the consumer has
+    made the table). The consumer's own log cannot tell: its per-item ``item.done`` events
+    are debug, off in the bench (they made the case's CPU per page 0.0)."""
+
+    def __init__(self, url: str) -> None:
+        self.target = postgres.parse_url(url, "bench")
+        self._conn: Any = None
+
+    def __call__(self) -> int:
+        import psycopg
+        from psycopg import sql
+
+        try:
+            if self._conn is None:
+                self._conn = postgres.connect(self.target, "zkcrawl-bench")
+            query = sql.SQL("SELECT count(*) FROM {}").format(postgres.qualified(self.target))
+            row = self._conn.execute(query).fetchone()
+        except psycopg.errors.UndefinedTable:
+            return 0
+        return int(row[0]) if row else 0
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
 
 
 def case_zkcrawl(hosts: str, urls: list[str], threads: int, latency_ms: float, procs: int,
-                 tmp: Path, http: str = "curl", pg: str | None = None) -> dict[str, Any]:
+                 tmp: Path, http: str = "curl", pg: str | None = None,
+                 extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    """One crawl by ``procs`` consumers; ``extra``: more consumer flags (``--extract``)."""
     root = f"/bench-crawl-{uuid.uuid4().hex[:8]}"
     zk = ZkClient(hosts, session_timeout=30).connect()
     LeaseQueue(zk, root, "bench").offer_many(Item(url=u, producer="bench") for u in urls)
@@ -237,15 +301,20 @@ def case_zkcrawl(hosts: str, urls: list[str], threads: int, latency_ms: float, p
                  "--out", f"{pg}?table={table}" if pg else str(outs[i]),
                  "--exit-when-idle", "2", "--domain-delay", "0",
                  "--no-robots", "--log-format", "json", "--stats-interval", "5",
-                 "--http", http, "--allow-private-addresses"],
+                 "--http", http, "--allow-private-addresses", *extra],
                 env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err))
     try:
         _wait_registered(zk, root, procs, children, timeout=60)
         control.set_state(zk, root, control.RUNNING, by="bench")
     finally:
         zk.close()
-    probe = Probe(children, logs, DONE_EVENT) if pg else Probe(children, outs)
-    probe.run(timeout=60 + len(urls) * latency_ms / 1000)
+    rows = RowCount(f"{pg}?table={table}") if pg else None
+    probe = Probe(children, outs, children=bool(extra), count=rows)
+    try:
+        probe.run(timeout=60 + len(urls) * latency_ms / 1000)
+    finally:
+        if rows is not None:
+            rows.close()
     recs = (postgres.load_rows(postgres.parse_url(f"{pg}?table={table}", "bench"))
             if pg else _read_lines(outs))
     spans = []
@@ -259,6 +328,9 @@ def case_zkcrawl(hosts: str, urls: list[str], threads: int, latency_ms: float, p
     out["dispatch_p95_ms"] = round(_pct([r["dispatch_ms"] for r in recs], 95), 3)
     out["process_p50_ms"] = round(_pct([r["process_ms"] for r in recs], 50), 3)
     out["wait_p50_ms"] = round(_pct([r["wait_ms"] for r in recs], 50), 3)
+    if extra:
+        out["children_rss_mb"] = round(probe.child_rss_peak, 1)
+        out["with_text"] = sum(1 for r in recs if (r.get("fields") or {}).get("text"))
     return out
 
 
@@ -312,11 +384,14 @@ def _postgres(pg: str | None) -> Iterator[tuple[str | None, str]]:
 
 
 def run_bench(hosts: str | None, n: int = 2000, threads: int = 32, latency_ms: int = 50,
-              json_out: bool = False, pg: str | None = None, rounds: int = 2
-              ) -> dict[str, Any]:
+              json_out: bool = False, pg: str | None = None, rounds: int = 2,
+              extract: str = "title") -> dict[str, Any]:
     """Run the cases in one run; returns the figures (``json_out`` only changes what the
-    caller prints). JSON Lines and PostgreSQL alternate ``rounds`` times."""
+    caller prints). JSON Lines and PostgreSQL alternate ``rounds`` times. ``extract``
+    ``article``: the article cases instead (:func:`run_article_bench`)."""
     del json_out
+    if extract == "article":
+        return run_article_bench(hosts, n, threads, latency_ms)
     with tempfile.TemporaryDirectory(prefix="zkcrawl-bench-crawl-") as name:
         tmp = Path(name)
         site, base = start_benchsite(latency_ms, n)
@@ -348,6 +423,61 @@ def run_bench(hosts: str | None, n: int = 2000, threads: int = 32, latency_ms: i
     return out
 
 
+ARTICLE_CASES = {"title": (), "article_threads": ("--extract", "article",
+                                                 "--extract-workers", "0"),
+                 "article_pool": ("--extract", "article")}
+
+
+def run_article_bench(hosts: str | None, n: int, threads: int, latency_ms: int
+                      ) -> dict[str, Any]:
+    """``--extract article`` against the default, one consumer each, in one run:
+    ``title`` (the default's fast path), ``article_threads`` (extraction in the fetch
+    threads, ``--extract-workers 0``) and ``article_pool`` (the default: one extraction
+    process per core). CPU per page counts the extraction processes too."""
+    with tempfile.TemporaryDirectory(prefix="zkcrawl-bench-article-") as name:
+        tmp = Path(name)
+        site, base = start_benchsite(latency_ms, n)
+        try:
+            with _zookeeper(hosts, tmp) as zk_hosts:
+                urls = [f"{base}/a/{i}.html" for i in range(1, n + 1)]
+                out: dict[str, Any] = {"n": n, "threads": threads, "latency_ms": latency_ms,
+                                       "cpus": os.cpu_count(), "extract": "article"}
+                for case, extra in ARTICLE_CASES.items():
+                    out[case] = case_zkcrawl(zk_hosts, urls, threads, latency_ms, 1, tmp,
+                                             extra=extra or ("--extract", "title"))
+        finally:
+            stop_benchsite(site)
+    a, t, p = out["article_threads"], out["title"], out["article_pool"]
+
+    def r(x: float, y: float) -> float:
+        return round(x / y, 2) if y else 0.0
+
+    out["ratios"] = {"pool_vs_threads_pages_per_s": r(p["pages_per_s"], a["pages_per_s"]),
+                     "threads_vs_title_pages_per_s": r(a["pages_per_s"], t["pages_per_s"]),
+                     "pool_vs_title_pages_per_s": r(p["pages_per_s"], t["pages_per_s"]),
+                     "article_vs_title_cpu_per_page": r(a["cpu_ms_per_page"],
+                                                        t["cpu_ms_per_page"])}
+    return out
+
+
+def render_article(out: dict[str, Any]) -> str:
+    lines = [f"crawl of {out['n']} articles, {out['threads']} threads, {out['latency_ms']} ms "
+             f"per response, {out['cpus']} CPUs, one consumer per case",
+             f"{'case':<17}{'pages/s':>9}{'CPU ms/pg':>11}{'RSS MB':>8}{'pool MB':>9}"
+             f"{'proc p50':>10}{'errors':>8}"]
+    for key in ARTICLE_CASES:
+        c = out[key]
+        lines.append(f"{key:<17}{c['pages_per_s']:>9}{c['cpu_ms_per_page']:>11}"
+                     f"{c['rss_mb']:>8}{c.get('children_rss_mb', 0.0):>9}"
+                     f"{c['process_p50_ms']:>10}{c['errors']:>8}")
+    rt = out["ratios"]
+    lines.append(f"pages/s: pool / threads = {rt['pool_vs_threads_pages_per_s']}x, threads / "
+                 f"title = {rt['threads_vs_title_pages_per_s']}x, pool / title = "
+                 f"{rt['pool_vs_title_pages_per_s']}x; CPU per page article / title = "
+                 f"{rt['article_vs_title_cpu_per_page']}x")
+    return "\n".join(lines)
+
+
 def _best(cases: list[dict[str, Any]]) -> dict[str, Any]:
     """The round with the most pages/s (the least disturbed by the machine's other load)."""
     return max(cases, key=lambda c: c["pages_per_s"])
@@ -373,6 +503,8 @@ def _ratios(out: dict[str, Any]) -> dict[str, float]:
 
 def render(out: dict[str, Any]) -> str:
     """A table for humans (``--json`` prints the dict instead)."""
+    if out.get("extract") == "article":
+        return render_article(out)
     lines = [f"crawl of {out['n']} articles, {out['threads']} threads per process, "
              f"{out['latency_ms']} ms per response, {out['cpus']} CPUs",
              f"{'case':<17}{'pages/s':>9}{'% ideal':>9}{'CPU ms/pg':>11}{'RSS MB':>8}"

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from typing import Any
 
 from zkcrawl.admin.localzk import ZkServer
+from zkcrawl.queue.claims import Claimed
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.layout import Layout
 from zkcrawl.queue.leases import AT_LEAST_ONCE, AT_MOST_ONCE, LeaseQueue
@@ -142,11 +143,11 @@ def bench_kazoo(zk: ZkClient, n: int, base: str = "") -> dict[str, float]:
 def drain(q: LeaseQueue, n: int, idle_timeout: float = 2.0, stop_when_empty: bool = False) -> int:
     """Claim and complete like the consumer does: one thread claims, another completes
     (the consumer completes after its grouped fsync), so the two round trips overlap."""
-    pending: queue.Queue[list[Any] | None] = queue.Queue(maxsize=4)
+    pending: queue.Queue[list[Claimed] | None] = queue.Queue(maxsize=4)
     errors: list[BaseException] = []
 
     def completer() -> None:
-        batch: list[Any] = []
+        batch: list[Claimed] = []
         while True:
             got = pending.get()
             if got is not None:
@@ -246,7 +247,8 @@ def bench_procs(zk: ZkClient, n: int, procs: int = 4, base: str = "") -> dict[st
             "ms_per_take_at_n": None, "ms_per_take_at_n_10": None}
 
 
-def _await_children(zk: ZkClient, path: str, want: int, children: list[Any]) -> None:
+def _await_children(zk: ZkClient, path: str, want: int,
+                    children: list[subprocess.Popen[bytes]]) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if zk.exists(path) and len(zk.get_children(path)) >= want:

@@ -35,6 +35,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,8 @@ def bound_s(articles: int, pages: int, per_list: int, threads: int, latency_s: f
     return max(chain, fetches)
 
 
-def _await(meter: CpuMeter, children: list[subprocess.Popen[bytes]], done: Any,
+def _await(meter: CpuMeter, children: list[subprocess.Popen[bytes]],
+           done: Callable[[], bool],
            timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

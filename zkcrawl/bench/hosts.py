@@ -1,4 +1,4 @@
-"""``zkcrawl bench hosts``: politeness on many hosts, cluster-wide against per consumer, one run.
+"""``zkcrawl bench hosts``: politeness on many hosts, 1 and 4 owners and under contention, one run.
 
 The synthetic site (:mod:`zkcrawl.bench.site`) listens on ``hosts`` loopback addresses
 (127.77.x.y, one port each: the consumers tell the hosts apart by URL host, the server by the
@@ -11,22 +11,18 @@ root, starts its consumers paused, resumes them once all are registered, and mea
   one host's ``per_host`` pages take at least ``(per_host - 1) x delay + latency``;
 * ``min_gap_s``: the smallest gap between two requests to one host *as the server saw them
   arrive* (the site's own clock), and ``hosts_below_delay``: hosts that saw one shorter than
-  ``--domain-delay``. With ``--politeness local`` and several consumers each keeps its own
-  gap, so the server sees them interleave: that is what ``cluster`` is for;
+  ``--domain-delay`` (every host has one owner, :mod:`consumer.ownership`, so none should);
 * ZooKeeper ``requests``, ``reads`` and ``writes`` per page, from the server's own counters
   (the ``mntr`` four-letter word: packets received, read and update latency counts -- a
   transaction counts once, a conditional write that failed counts too) between the resume and
   the last record, summed over the servers;
-* client CPU per page (psutil on the consumer processes, first to last page);
-* ``races`` / ``writes`` / ``fallbacks`` / ``moves`` (turns written again because their
-  write was answered late) of the cluster politeness, from each consumer's
-  ``politeness.stats`` log event: compare-and-sets lost to another consumer per page is the
-  contention.
+* client CPU per page (psutil on the consumer processes, first to last page).
 
-Cases, alternating the politeness so a drift of the shared machine hits both alike:
-``local_1``, ``cluster_1``, ``cluster_4``, ``local_4`` on ``hosts`` hosts, then
-``contention``: 4 consumers, ``cluster``, on 5 hosts (politeness-bound: the ideal pace is
-5 / delay pages/s).
+Cases: ``owner_1`` and ``owner_4`` (1 and 4 consumer processes sharing the partitions) on
+``hosts`` hosts, then ``contention``: 4 consumers on 5 hosts (politeness-bound: the ideal pace
+is 5 / delay pages/s). Politeness is the owners' in every case (no ZooKeeper write per
+request); the cluster turns of ``<root>/hosts`` this bench compared them with are gone, and
+their figures are in docs/benchmarks.md as the tree before.
 
 ``zkcrawl bench ensemble`` (:func:`run_ensemble`): the queue's at-least-once drain with 1, 2
 and 4 consumer processes (:func:`zkcrawl.bench.drain.bench_procs`) on a 3-node ensemble on
@@ -195,12 +191,12 @@ def _cpu_of(p: psutil.Process) -> float:
 
 
 # -- one case ----------------------------------------------------------------------------
-def case(zk_hosts: str, *, hosts: int, per_host: int, procs: int, politeness: str,
-         threads: int, latency_ms: float, delay: float, tmp: Path) -> dict[str, Any]:
+def case(zk_hosts: str, *, hosts: int, per_host: int, procs: int, threads: int,
+         latency_ms: float, delay: float, tmp: Path) -> dict[str, Any]:
     """One crawl of ``hosts`` x ``per_host`` pages by ``procs`` consumers; see the module
     docstring for what is measured."""
     site, bases = start_site(latency_ms, max(per_host, 1), hosts=hosts)
-    tag = f"{politeness}{procs}-{hosts}h-{uuid.uuid4().hex[:6]}"
+    tag = f"owner{procs}-{hosts}h-{uuid.uuid4().hex[:6]}"
     root = f"/bench-hosts-{tag}"
     urls = [f"{bases[h]}/a/{i}.html" for i in range(1, per_host + 1) for h in range(hosts)]
     ports = zk_ports(zk_hosts)
@@ -218,7 +214,7 @@ def case(zk_hosts: str, *, hosts: int, per_host: int, procs: int, politeness: st
                      "--id", f"bench-{i}", "--threads", str(threads),
                      "--backlog", str(threads * 2), "--out", str(outs[i]),
                      "--exit-when-idle", "2", "--domain-delay", f"{delay:g}",
-                     "--politeness", politeness, "--no-robots", "--log-format", "json",
+                     "--no-robots", "--log-format", "json",
                      "--stats-interval", "5", "--allow-private-addresses"],
                     env=env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                     stderr=err))
@@ -245,10 +241,8 @@ def case(zk_hosts: str, *, hosts: int, per_host: int, procs: int, politeness: st
     floor_s = max(len(urls) / thread_bound, (per_host - 1) * delay + latency_ms / 1000)
     attainable = len(urls) / floor_s
     gaps = [g for g in stats["host_min_gap_s"].values() if g is not None]
-    pol = log_events(logs, "politeness.stats")
-    races = sum(e.get("races", 0) for e in pol)
-    out: dict[str, Any] = {
-        "politeness": politeness, "consumers": procs, "hosts": hosts, "per_host": per_host,
+    return {
+        "consumers": procs, "hosts": hosts, "per_host": per_host,
         "pages": pages, "expected": len(urls), "unique_urls": len({r["url"] for r in recs}),
         "errors": sum(1 for r in recs if r.get("error")),
         "exit_codes": [c.returncode for c in children],
@@ -262,14 +256,6 @@ def case(zk_hosts: str, *, hosts: int, per_host: int, procs: int, politeness: st
         "hosts_below_delay": sum(1 for g in gaps if g < delay),
         "cpu_ms_per_page": round(cpu_s * 1000 / (pages - 1), 3) if pages > 1 else None,
         "zk": per_page(before, after, pages)}
-    if pol:
-        out["politeness_stats"] = {
-            "reservations": sum(e.get("reservations", 0) for e in pol),
-            "writes": sum(e.get("writes", 0) for e in pol), "races": races,
-            "fallbacks": sum(e.get("fallbacks", 0) for e in pol),
-            "moves": sum(e.get("moves", 0) for e in pol),
-            "races_per_page": round(races / max(pages, 1), 3)}
-    return out
 
 
 def _run(probe: Probe, expected: int, ports: list[int], timeout: float
@@ -307,7 +293,7 @@ def _run(probe: Probe, expected: int, ports: list[int], timeout: float
 def run_bench(zk_hosts: str | None, hosts: int = 500, per_host: int = 10, threads: int = 32,
               latency_ms: float = 50, delay: float = 1.0, contention_pages: int = 60
               ) -> dict[str, Any]:
-    """The five cases in one run (module docstring)."""
+    """The three cases in one run (module docstring)."""
     with tempfile.TemporaryDirectory(prefix="zkcrawl-bench-hosts-") as name:
         tmp = Path(name)
         with zookeeper(zk_hosts, tmp) as (zkh, _server):
@@ -317,13 +303,11 @@ def run_bench(zk_hosts: str | None, hosts: int = 500, per_host: int = 10, thread
                                    "load_avg_1m": round(os.getloadavg()[0], 2)}
             common: dict[str, Any] = {"threads": threads, "latency_ms": latency_ms,
                                       "delay": delay, "tmp": tmp}
-            for key, procs, pol in (("local_1", 1, "local"), ("cluster_1", 1, "cluster"),
-                                    ("cluster_4", 4, "cluster"), ("local_4", 4, "local")):
-                out[key] = case(zkh, hosts=hosts, per_host=per_host, procs=procs,
-                                politeness=pol, **common)
+            for key, procs in (("owner_1", 1), ("owner_4", 4)):
+                out[key] = case(zkh, hosts=hosts, per_host=per_host, procs=procs, **common)
             out["contention"] = case(zkh, hosts=CONTENTION_HOSTS,
                                      per_host=max(2, contention_pages // CONTENTION_HOSTS),
-                                     procs=4, politeness="cluster", **common)
+                                     procs=4, **common)
     out["ratios"] = _ratios(out)
     return out
 
@@ -334,12 +318,12 @@ def _ratios(out: dict[str, Any]) -> dict[str, float | None]:
 
     c = out["contention"]
     ideal = CONTENTION_HOSTS / out["delay"] if out["delay"] else 0.0
-    return {"cluster_1_vs_local_1": r(out["cluster_1"]["pages_per_s"],
-                                      out["local_1"]["pages_per_s"]),
-            "cluster_4_vs_local_4": r(out["cluster_4"]["pages_per_s"],
-                                      out["local_4"]["pages_per_s"]),
-            "cluster_4_vs_attainable": r(out["cluster_4"]["pages_per_s"],
-                                         out["cluster_4"]["attainable_pages_per_s"]),
+    return {"owner_1_vs_attainable": r(out["owner_1"]["pages_per_s"],
+                                       out["owner_1"]["attainable_pages_per_s"]),
+            "owner_4_vs_attainable": r(out["owner_4"]["pages_per_s"],
+                                       out["owner_4"]["attainable_pages_per_s"]),
+            "owner_4_vs_owner_1": r(out["owner_4"]["pages_per_s"],
+                                    out["owner_1"]["pages_per_s"]),
             "contention_vs_hosts_per_delay": r(c["pages_per_s"], ideal)}
 
 
@@ -350,17 +334,14 @@ def render(out: dict[str, Any]) -> str:
              f"{out['threads']} threads per consumer, {out['cpus']} CPUs, "
              f"load {out['load_avg_1m']}",
              f"{'case':<11}{'pages/s':>9}{'attain.':>9}{'%':>7}{'min gap s':>11}"
-             f"{'<delay':>8}{'CPU ms/pg':>11}{'ZK req/pg':>11}{'writes/pg':>11}"
-             f"{'races/pg':>10}"]
-    for key in ("local_1", "cluster_1", "cluster_4", "local_4", "contention"):
+             f"{'<delay':>8}{'CPU ms/pg':>11}{'ZK req/pg':>11}{'writes/pg':>11}"]
+    for key in ("owner_1", "owner_4", "contention"):
         c = out[key]
         zk = c["zk"] or {}
-        races = (c.get("politeness_stats") or {}).get("races_per_page", "-")
         lines.append(f"{key:<11}{c['pages_per_s']:>9}{c['attainable_pages_per_s']:>9}"
                      f"{c['pct_attainable']:>7}{_s(c['min_gap_s']):>11}"
                      f"{c['hosts_below_delay']:>8}{_s(c['cpu_ms_per_page']):>11}"
-                     f"{_s(zk.get('requests_per_page')):>11}{_s(zk.get('writes_per_page')):>11}"
-                     f"{races:>10}")
+                     f"{_s(zk.get('requests_per_page')):>11}{_s(zk.get('writes_per_page')):>11}")
     lines.append("ratios: " + ", ".join(f"{k}={v}" for k, v in out["ratios"].items()))
     return "\n".join(lines)
 

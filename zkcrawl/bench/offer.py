@@ -7,8 +7,15 @@ Cases (same ZooKeeper, a fresh root each):
   sample (default 5,000 URLs): its cost per URL does not depend on N.
 * ``producer``    ``zkcrawl-producer --from-file`` of N URLs, in-process, end to end:
   reading, normalization (tracking parameters stripped), de-duplication against a
-  seen state, batched transactions. Back-pressure is set out of the way
-  (``--max-depth`` above N): this measures offering, not waiting for consumers.
+  seen state, batched transactions straight into ``<root>/partitions/<p>/`` (batches of up
+  to 64 KiB; the producer records the default P on the fresh root). Back-pressure is set
+  out of the way (``--max-depth`` above N): this measures offering, not waiting.
+* ``producer_partitions``  the same producer run with ``--partitions P`` given (default
+  256). Since hosts have owners by default the two take the same path (the producer no
+  longer writes an ingress node per URL; ``partitions_vs_ingress`` is ~1 now -- the
+  ingress figures of the tree before are in docs/benchmarks.md). Both producer cases quote
+  URLs/s, ZooKeeper writes per URL (the server's ``mntr`` update count: a transaction is
+  one write) and znodes created per URL, measured in the same run.
 * ``seen``        memory of the de-duplication state sized for 1,000,000 URLs at a
   0.1 % false-positive rate, filled to capacity; the false-positive rate is measured
   on URLs never added.
@@ -75,29 +82,55 @@ def bench_seed(zk: ZkClient, root: str, urls: list[str]) -> dict[str, Any]:
             "elapsed_s": round(elapsed, 3), "round_trips_per_url": 1.0}
 
 
-def bench_producer(hosts: str, root: str, path: Path, n: int, batch: int) -> dict[str, Any]:
-    """The producer, in-process and end to end, from ``--from-file`` to committed items."""
+def bench_producer(hosts: str, root: str, path: Path, n: int, batch: int,
+                   partitions: int = 0) -> dict[str, Any]:
+    """The producer, in-process and end to end, from ``--from-file`` to committed items
+    (``partitions``: straight into that many partitions, else the ingress)."""
     import threading
 
     from producer.main import execute, make_plan
     from producer.settings import ProducerSettings
+    from zkcrawl.bench.hosts import zk_counters, zk_ports
 
     settings = ProducerSettings(zk=hosts, root=root, from_file=str(path), batch=batch,
-                                max_depth=n + 1, id="bench-producer")
+                                max_depth=n + 1, id="bench-producer", partitions=partitions)
     settings.validate()
     plan = make_plan(settings)
+    ports = zk_ports(hosts)
+    before = zk_counters(ports)
     t0 = time.perf_counter()
     status = execute(plan, stop=threading.Event())
     elapsed = time.perf_counter() - t0
+    after = zk_counters(ports)
     zk = ZkClient(hosts).connect()
     try:
-        stat = zk.exists(Layout.of(root).queue)
-        offered = int(stat.numChildren) if stat else 0
+        offered, nodes = _queued(zk, root)
     finally:
         zk.close()
+    writes = None if before is None or after is None else after["writes"] - before["writes"]
     return {"urls_per_s": round(n / elapsed, 1), "urls": n, "offered": offered,
             "elapsed_s": round(elapsed, 3), "batch": batch, "exit_status": int(status),
-            "transactions": -(-offered // batch)}
+            "partitions": partitions or None, "nodes": nodes,
+            "nodes_per_url": round(nodes / n, 4),
+            "zk_writes": writes, "writes_per_url": None if writes is None
+            else round(writes / n, 5)}
+
+
+def _queued(zk: ZkClient, root: str) -> tuple[int, int]:
+    """(items queued, znodes holding them): the ingress's, plus every partition's batches
+    (their items counted from the batch data)."""
+    from zkcrawl.queue.partition_offers import PartitionOffers, root_partitions
+
+    lay = Layout.of(root)
+    stat = zk.exists(lay.queue)
+    ingress = int(stat.numChildren) if stat else 0
+    p = root_partitions(zk, root)
+    if p is None:
+        return ingress, ingress
+    feed = PartitionOffers(zk, root, p)
+    items = feed.measure()
+    batches = sum(len(feed._counts.get(q, {})) for q in range(p))
+    return items, ingress + batches
 
 
 def bench_seen(n: int = SEEN_N, fp_rate: float = SEEN_FP,
@@ -120,8 +153,12 @@ def _drop(hosts: str, root: str) -> None:
     """Remove a bench root with pipelined deletes (recursive delete is one trip per node)."""
     zk = ZkClient(hosts).connect()
     try:
-        for sub in ("queue", "seed"):
-            path = f"{root}/{sub}"
+        if zk.exists(root) is None:
+            return
+        subs = [f"{root}/{sub}" for sub in ("queue", "seed")]
+        if zk.exists(f"{root}/partitions") is not None:
+            subs += [f"{root}/partitions/{p}" for p in zk.get_children(f"{root}/partitions")]
+        for path in subs:
             if zk.exists(path) is None:
                 continue
             names = zk.get_children(path)
@@ -133,9 +170,10 @@ def _drop(hosts: str, root: str) -> None:
 
 
 def run_bench(hosts: str | None, n: int = 100_000, json_out: bool = False, *,
-              seed_sample: int = SEED_SAMPLE, seen_n: int = SEEN_N, batch: int | None = None
-              ) -> dict[str, Any]:
-    """Run the three cases and return the figures (``json_out`` is accepted for the CLI,
+              seed_sample: int = SEED_SAMPLE, seen_n: int = SEEN_N, batch: int | None = None,
+              partitions: int = 256, pairs: int = 1) -> dict[str, Any]:
+    """Run the cases (the two producer ones ``pairs`` times, alternating: A B, B A, ...)
+    and return the figures (``json_out`` is accepted for the CLI,
     which prints; :func:`render` gives the table)."""
     del json_out
     import structlog
@@ -163,30 +201,65 @@ def run_bench(hosts: str | None, n: int = 100_000, json_out: bool = False, *,
                 seed = bench_seed(zk, root, sample)
             finally:
                 zk.close()
-            prod = bench_producer(hosts, root, path, n, batch)
+            prod, part, roots = _pairs(hosts, root, path, n, batch, partitions, pairs)
         finally:
             if server is not None:
                 server.stop()  # the data directory goes with the temporary directory
             else:
-                _drop(hosts, root)
+                for r in [root, *roots]:
+                    _drop(hosts, r)
     seen = bench_seen(seen_n)
     return {"n": n, "zk": "throwaway local" if server is not None else hosts,
-            "seed_offer": seed, "producer": prod,
+            "seed_offer": seed, "producer": prod, "producer_partitions": part,
             "speedup": round(prod["urls_per_s"] / seed["urls_per_s"], 1),
+            "partitions_vs_ingress": {
+                "urls_per_s": round(part["urls_per_s"] / prod["urls_per_s"], 3),
+                "nodes_per_url": round(part["nodes_per_url"] / prod["nodes_per_url"], 4)
+                if prod["nodes_per_url"] else None,
+                "writes_per_url": round(part["writes_per_url"] / prod["writes_per_url"], 3)
+                if part["writes_per_url"] is not None and prod["writes_per_url"] else None},
             "seen_bytes_per_url": seen["bytes_per_url"], "seen": seen,
             "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
             "targets": {"producer_urls_per_s": 15_000, "speedup": 10,
                         "seen_bytes_per_url": 4.0}}
 
 
+def _pairs(hosts: str, root: str, path: Path, n: int, batch: int, partitions: int,
+           pairs: int) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """The ingress and the partitioned producer runs, alternating, each on a fresh root; the
+    run of each case with the median URLs/s, with every run's figure in ``runs``."""
+    runs: dict[str, list[dict[str, Any]]] = {"ingress": [], "partitions": []}
+    roots = []
+    for i in range(max(1, pairs)):
+        order = ("ingress", "partitions") if i % 2 == 0 else ("partitions", "ingress")
+        for case in order:
+            r = f"{root}-{case[0]}{i}"
+            roots.append(r)
+            runs[case].append(bench_producer(hosts, r, path, n, batch,
+                                             partitions if case == "partitions" else 0))
+    picked = []
+    for case in ("ingress", "partitions"):
+        ordered = sorted(runs[case], key=lambda x: x["urls_per_s"])
+        best = dict(ordered[(len(ordered) - 1) // 2])
+        best["runs_urls_per_s"] = [x["urls_per_s"] for x in runs[case]]
+        picked.append(best)
+    return picked[0], picked[1], roots
+
+
 def render(out: dict[str, Any]) -> str:
     """A readable table of :func:`run_bench`'s result."""
     seed, prod, seen = out["seed_offer"], out["producer"], out["seen"]
+    part, vs = out["producer_partitions"], out["partitions_vs_ingress"]
     rows = [
         ("seed_offer (1 create/URL)", f"{seed['urls_per_s']:>10,.0f} URLs/s",
          f"sample of {seed['sample']}"),
         ("producer (end to end)", f"{prod['urls_per_s']:>10,.0f} URLs/s",
-         f"{prod['offered']} offered, batch {prod['batch']}, {prod['elapsed_s']} s"),
+         f"{prod['offered']} offered, batch {prod['batch']}, {prod['elapsed_s']} s, "
+         f"{prod['nodes_per_url']} znodes and {prod['writes_per_url']} writes per URL"),
+        (f"producer, {part['partitions']} partitions", f"{part['urls_per_s']:>10,.0f} URLs/s",
+         f"{part['offered']} offered, {part['elapsed_s']} s, {part['nodes_per_url']} znodes "
+         f"and {part['writes_per_url']} writes per URL; vs ingress: URLs/s x{vs['urls_per_s']}"
+         f", znodes x{vs['nodes_per_url']}, writes x{vs['writes_per_url']}"),
         ("speedup", f"{out['speedup']:>10.1f} x", "target >= 10x"),
         ("seen state", f"{out['seen_bytes_per_url']:>10.2f} B/URL",
          f"{seen['urls']:,} URLs at fp {seen['fp_rate']} (measured {seen['measured_fp_rate']})"
@@ -206,9 +279,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--items", type=int, default=100_000)
     ap.add_argument("--batch", type=int, default=None)
     ap.add_argument("--seen-n", type=int, default=SEEN_N)
+    ap.add_argument("--partitions", type=int, default=256)
+    ap.add_argument("--pairs", type=int, default=1, help="producer runs per case, alternating")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    out = run_bench(args.zk, args.items, args.json, seen_n=args.seen_n, batch=args.batch)
+    out = run_bench(args.zk, args.items, args.json, seen_n=args.seen_n, batch=args.batch,
+                    partitions=args.partitions, pairs=args.pairs)
     print(json.dumps(out) if args.json else render(out))
     return 0
 

@@ -49,15 +49,16 @@ import socket
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 PER_LIST = 100
 HOSTS_NET = "127.77"  # the many-hosts addresses: 127.77.x.y
 MAX_HOSTS = 250 * 256
 _MAX_HEAD = 16 * 1024
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-            431: "Request Header Fields Too Large"}
+            431: "Request Header Fields Too Large", 304: "Not Modified"}
 _WORDS = ("crawl", "queue", "znode", "lease", "consumer", "producer", "latency", "throughput",
           "bloom", "filter", "session", "watch", "ephemeral", "sequential", "backoff", "retry",
           "robots", "politeness", "host", "delay", "thread", "pool", "backlog", "dispatch",
@@ -131,6 +132,7 @@ class BenchSite:
         self.first_at: float | None = None  # wall clock of the first counted request
         self.last_at: float | None = None
         self.requests = 0
+        self.bytes_sent = 0  # response bytes written, heads included (/stats too)
         self.by_kind: dict[str, int] = {"list": 0, "article": 0, "other": 0}
         self.in_flight = 0
         self.max_in_flight = 0
@@ -176,7 +178,8 @@ class BenchSite:
 
     def stats(self) -> dict[str, object]:
         """Counters since start (``requests`` excludes ``/stats`` itself)."""
-        return {"requests": self.requests, "by_kind": dict(self.by_kind),
+        return {"requests": self.requests, "bytes_sent": self.bytes_sent,
+                "by_kind": dict(self.by_kind),
                 "in_flight": self.in_flight, "max_in_flight": self.max_in_flight,
                 "connections": self.connections, "open_connections": self.open_connections,
                 "uptime_s": round(time.monotonic() - self.started, 3),
@@ -219,11 +222,13 @@ class BenchSite:
         if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
             return 400, "text/plain", b"bad request line\n", False, False, False
         method, target, version = parts
-        connection = ""
+        connection = match = ""
         for line in lines[1:]:
             name, _, value = line.partition(":")
             if name.strip().lower() == "connection":
                 connection = value.strip().lower()
+            elif name.strip().lower() == "if-none-match":  # bench recrawl: a 304 for it
+                match = value.strip()
         keep = connection != "close" if version == "HTTP/1.1" else connection == "keep-alive"
         path = target.split("?", 1)[0]
         if method not in ("GET", "HEAD"):
@@ -232,6 +237,8 @@ class BenchSite:
             body = json.dumps(self.stats()).encode()
             return 200, "application/json", body, keep, method == "HEAD", False
         status, ctype, body, kind = self.route(path)
+        if match and status == 200 and match == etag(body):
+            status, body = 304, b""
         self.arrived(host)
         self.requests += 1
         self.by_kind[kind] += 1
@@ -253,7 +260,8 @@ class _Connection(asyncio.Protocol):
         self.host = ""  # the base URL this connection was accepted on
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        # A stream server's protocol is given a Transport (asyncio's base class is declared).
+        self.transport = cast(asyncio.Transport, transport)
         local = transport.get_extra_info("sockname")
         if local:
             self.host = f"http://{local[0]}:{local[1]}"
@@ -303,9 +311,10 @@ class _Connection(asyncio.Protocol):
             else:
                 self._send(status, ctype, body, keep, head_only)
 
-    def _late(self, *response: Any) -> None:
+    def _late(self, status: int, ctype: str, body: bytes, keep: bool, head_only: bool
+              ) -> None:
         self.site.in_flight -= 1
-        self._send(*response)
+        self._send(status, ctype, body, keep, head_only)
 
     def _send(self, status: int, ctype: str, body: bytes, keep: bool, head_only: bool
               ) -> None:
@@ -314,11 +323,18 @@ class _Connection(asyncio.Protocol):
             return
         header = (f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
                   f"Content-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
+                  + (f"ETag: {etag(body)}\r\n" if status == 200 else "") +
                   f"Connection: {'keep-alive' if keep else 'close'}\r\n\r\n").encode()
         self.transport.write(header if head_only else header + body)
+        self.site.bytes_sent += len(header) + (0 if head_only else len(body))
         if not keep:
             self.closing = True
             self.transport.close()
+
+
+def etag(body: bytes) -> str:
+    """The ETag of a 200 response (a GET with it in If-None-Match gets a 304)."""
+    return f'"{zlib.crc32(body):08x}-{len(body)}"'
 
 
 def _content_length(head: bytes) -> int:

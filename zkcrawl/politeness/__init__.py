@@ -3,10 +3,11 @@
 * :mod:`.local`    :class:`Politeness` (the interface), :class:`LocalPoliteness` (one
   process's per-host table) and the two caps, :data:`MAX_CRAWL_DELAY` and
   :data:`MAX_BACK_OFF`
-* :mod:`.cluster`  :class:`ClusterPoliteness`: the same slots shared by every consumer of a
-  root through ``<root>/hosts/<host>`` (SPEC §4)
 * :mod:`.gate`     :class:`HostGate`: the consumer's front for a scheduler whose threads never
   wait for a host (it keeps its per-host state in a :class:`LocalPoliteness` table)
+
+The gap holds cluster-wide because every host has one owner (SPEC §4, :mod:`consumer.ownership`):
+the owner's table is the only one that schedules it, in memory -- no ZooKeeper write per request.
 """
 
 from zkcrawl.politeness.gate import EARLY, HostGate

@@ -2,10 +2,12 @@
 ``--domain-delay``).
 
 The contract is the small :class:`Politeness` protocol: *reserve* a slot, be told to *back off*,
-be told a host's *minimum delay*.  The design goal is a gap that holds for the whole cluster;
-:class:`LocalPoliteness` only holds it inside one process, and a ZooKeeper-backed implementation
-replaces it behind the same three methods — which is why the interface is kept this small and
-non-blocking (a cluster-wide reservation is one round trip; the caller does the waiting).
+be told a host's *minimum delay*; non-blocking (the caller does the waiting). The gap holds for
+the whole cluster because hosts have owners (SPEC §4): a host belongs to one partition, a
+partition to one consumer, and that consumer's :class:`LocalPoliteness` is the only table that
+schedules the host -- in memory, no ZooKeeper write per request. What must outlive the owner
+(a back-off, a host's own gap, its failures in a row) goes with the partition's checkpoint
+(:func:`zkcrawl.politeness.gate.hold_of`, :mod:`consumer.ownership`).
 
 One table per process: :class:`LocalPoliteness` keeps, per host, one :class:`HostState` --
 the next free slot, the host's own gap (robots.txt ``Crawl-delay``), the back-off deadline
@@ -30,28 +32,23 @@ import time
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-__all__ = ["EARLY", "MAX_BACK_OFF", "MAX_CRAWL_DELAY", "SLOT_SLACK", "HostState", "LocalPoliteness",
-           "Politeness", "wait_for_slot"]
+__all__ = ["EARLY", "MAX_BACK_OFF", "MAX_CRAWL_DELAY", "HostState", "LocalPoliteness", "Politeness",
+           "wait_for_slot"]
 
 #: The longest gap between two requests to one host that a robots.txt ``Crawl-delay`` can
 #: ask for. 30 s is what the consumer has always enforced (its gate clamped there before any
 #: other cap applied): a host still gets 120 requests an hour, while a typo of "3600" -- or a
 #: hostile robots.txt -- cannot stall a host for an hour. In a consumer it also bounds how
 #: long a cooled item holds one of its ``threads + backlog`` leases per queued request to a
-#: slow host. One cap for every path (consumer gate, local and cluster tables, producer).
+#: slow host. One cap for every path (consumer gate and table, producer).
 MAX_CRAWL_DELAY = 30.0
 #: The longest one back-off (``Retry-After``, 429/503) holds a host: a bound against absurd
 #: values only -- the fetcher caps ``Retry-After`` itself (``FetchSettings.retry_after_cap``,
-#: 120 s in the consumer), so this is reached by direct callers only. A host slot read from
-#: ZooKeeper further ahead than this is not believed either (cluster ``MAX_AHEAD``).
+#: 120 s in the consumer), so this is reached by direct callers only.
 MAX_BACK_OFF = 3600.0
 #: A request whose time is this close is slept for on the worker thread; farther ones wait in
-#: the scheduler's heap (consumer gate), and a cluster turn is taken this early at most.
+#: the scheduler's heap (consumer gate).
 EARLY = 0.002
-#: A cluster turn (:meth:`zkcrawl.politeness.cluster.ClusterPoliteness.take_turn`) lasts the
-#: gap, plus the host's response time here, plus this: the margin within which the request
-#: starts after the turn's write was answered -- later, and the turn is moved to *now* first.
-SLOT_SLACK = 0.02
 
 
 @runtime_checkable
@@ -78,14 +75,13 @@ class Politeness(Protocol):
 class HostState:
     """What this process knows about one host (a row of :class:`LocalPoliteness`'s table)."""
 
-    __slots__ = ("busy", "cool", "down", "gap", "last", "next_free", "undo")
+    __slots__ = ("busy", "cool", "down", "gap", "last", "next_free")
 
     def __init__(self) -> None:
         self.next_free = -math.inf  # earliest start of the host's next reserved slot
         self.gap: float | None = None  # the host's own gap when above the default
         self.cool = -math.inf  # back-off deadline: nothing starts before it
         self.last = -math.inf  # start, then end, of the latest request (the gate's)
-        self.undo = -math.inf  # ``last`` before the latest admission (for a withdrawal)
         self.busy = 0  # requests in flight (the gate's)
         self.down = 0  # requests in a row that got no answer (refused, unreachable, timeout)
 
@@ -103,7 +99,6 @@ class LocalPoliteness:
     # Past this many hosts, idle entries (no pending slot, default delay) are dropped: a long
     # crawl over many hosts must not grow memory without bound.
     _PRUNE_AT = 10_000
-    _MAX_BACK_OFF = MAX_BACK_OFF  # the name zkcrawl.politeness.cluster reads
 
     def __init__(
         self,
@@ -178,6 +173,9 @@ class LocalPoliteness:
 
     def answered(self, host: str) -> None:
         """``host`` answered (any status): it is up, its failures in a row start again."""
+        h = self._hosts.get(host)
+        if h is None or not h.down:  # the common case (a host up), read without the lock:
+            return  # a failure counted meanwhile is one that came after this answer
         with self._lock:
             h = self._hosts.get(host)
             if h is not None:
@@ -205,7 +203,7 @@ class LocalPoliteness:
         and -- for a host with a gap -- no other request to it is in flight.
 
         Returns ``(start, None)`` when it may: it is counted in flight from ``start`` (at most
-        ``early`` seconds away) until :meth:`finished` (or :meth:`withdraw`); or
+        ``early`` seconds away) until :meth:`finished`; or
         ``(slot, due)``: ask again at ``due`` with that ``slot``."""
         with self._lock:
             now = self._clock()
@@ -224,24 +222,11 @@ class LocalPoliteness:
             if due - now > early:
                 return slot, due
             start = max(now, due)
-            h.undo, h.last = h.last, start
+            h.last = start
             h.busy += 1
             if len(self._hosts) > self._prune_at:
                 self._prune(now)
             return start, None
-
-    def withdraw(self, host: str, start: float) -> None:
-        """The request admitted at ``start`` will not be made after all (the cluster's turn
-        was another consumer's): not in flight, and the host's last request is the one
-        before it again."""
-        with self._lock:
-            h = self._hosts.get(host)
-            if h is None:
-                return
-            if h.last == start:
-                h.last = h.undo
-            if h.busy > 0:
-                h.busy -= 1
 
     def started(self, host: str, start: float) -> None:
         """A request to ``host`` reserved elsewhere (the fetcher's own) starts at ``start``."""

@@ -1,16 +1,29 @@
 """What a claim hands out: a held item (:class:`Claimed`) and the results of settling held
-items -- the vocabulary shared by the queue recipe (:mod:`zkcrawl.queue.leases`) and its callers."""
+items -- the vocabulary shared by the queue recipe (:mod:`zkcrawl.queue.leases`) and its callers.
+
+The one home of the item's fate after a failed try (SPEC §3):
+
+* **retry or dead** -- :meth:`Claimed.may_retry`: a failed try is retried at the tail while
+  the item's attempts, this one included, stay below ``--max-attempts``; else it is a dead
+  letter (and an unreadable item is never retried);
+* **the retried item** -- :func:`retry_item`: ``attempt + 1``, the short error in
+  ``meta.last_error``, never over the item limit (the error dropped first; None when it
+  still would not fit: a dead letter instead);
+* **the dead letter** -- :func:`dead_letter_body`: its tries are ``attempt + 1``, except
+  for ``abandoned`` (no try of this claim: the dead holders' attempts only).
+"""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from zkcrawl.queue import items as wire
 from zkcrawl.queue.items import Item
 
 __all__ = ["AT_LEAST_ONCE", "AT_MOST_ONCE", "Claimed", "CompleteResult", "Delivery",
-           "QueueStats"]
+           "QueueStats", "dead_letter_body", "retry_item", "too_large_to_retry"]
 
 
 class Delivery(StrEnum):
@@ -54,6 +67,20 @@ class Claimed:
         """Attempts so far: failed tries recorded in the item plus holders that died."""
         return (self.item.attempt if self.item else 0) + self.deaths
 
+    @property
+    def holder_deaths(self) -> int:
+        """Of :attr:`attempt`, the claims whose holder died: those a retry carried in the
+        item's ``meta.holder_deaths`` (untrusted: a non-negative int, else 0) plus this
+        claim's :attr:`deaths`. The rest of the attempts were fetches."""
+        raw = self.item.meta.get(DEATHS_META) if self.item is not None else None
+        earlier = raw if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0 else 0
+        return max(0, min(self.attempt, earlier + self.deaths))
+
+    def may_retry(self, max_attempts: int) -> bool:
+        """After a failed try: True -- retry it at the tail; False -- it was the last of its
+        ``max_attempts`` (or it is no item): a dead letter. The one place this is decided."""
+        return self.item is not None and self.attempt + 1 < max_attempts
+
     def abandoned(self, max_attempts: int) -> bool:
         """Dead holders used up the attempts: dead-letter it (``abandoned``), no fetch."""
         return self.deaths > 0 and self.attempt >= max_attempts
@@ -61,6 +88,47 @@ class Claimed:
     @property
     def queue_ms(self) -> float:
         return max(0.0, (self.claimed_at - self.ctime) * 1000.0)
+
+
+DEATHS_META = "holder_deaths"  # the item meta key a retry carries the holder deaths in
+ABANDONED = "abandoned"  # SPEC §3: --max-attempts holders died with it
+
+
+def retry_item(c: Claimed, error: str) -> Item | None:
+    """The item to offer again for ``c`` (which holds an item): ``attempt + 1``, its meta
+    but the previous ``last_error``, then ``error`` (cut at ERROR_LIMIT) as ``last_error``
+    -- dropped if the item would not fit with it. None: it would not fit even so (SPEC §2)."""
+    assert c.item is not None
+    base = Item(url=c.item.url, attempt=c.attempt + 1, producer=c.item.producer,
+                meta={k: v for k, v in c.item.meta.items() if k != "last_error"},
+                enqueued_at=c.item.enqueued_at)
+    for again in (replace(base, meta={**base.meta, "last_error": error[:wire.ERROR_LIMIT]}),
+                  base):
+        if len(again.encode()) <= wire.ITEM_LIMIT:
+            return again
+    return None
+
+
+def too_large_to_retry(error: str) -> str:
+    """The dead letter's reason for an item :func:`retry_item` could not fit."""
+    return f"{error[:80]}; item too large to retry"
+
+
+def dead_letter_body(c: Claimed, error: str) -> bytes:
+    """``c``'s dead letter (:func:`zkcrawl.queue.items.dead_letter`). An ``abandoned`` item
+    was not tried by this claim: its attempts are the dead holders'."""
+    tries = c.attempt if error == ABANDONED else c.attempt + 1
+    return wire.dead_letter(c.name, c.url, error, tries, c.data, c.holder_deaths)
+
+
+def attempts_text(attempts: int, deaths: int) -> str:
+    """``3 (2 fetched, 1 holder died)``: an item's tries apart from its redeliveries (SPEC
+    §3: a holder's death counts as an attempt, but it fetched nothing)."""
+    deaths = max(0, min(attempts, deaths))
+    if not deaths:
+        return str(attempts)
+    return (f"{attempts} ({attempts - deaths} fetched, {deaths} holder"
+            f"{'s' if deaths > 1 else ''} died)")
 
 
 @dataclass

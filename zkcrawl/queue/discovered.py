@@ -26,6 +26,17 @@ Guarantees:
   credentials may not create under), a node in the way -- is :class:`LinksRefused`, naming
   the server's error (``cause``), never retried here: waiting changes nothing, so the
   committer counts it as a failed attempt of the items whose links these were.
+* **bounded in ZooKeeper** (issue #27; ZooKeeper keeps every node in RAM): a page gives at
+  most ``--max-page-links`` links and ``--max-page-link-bytes`` bytes of them
+  (:func:`cap_page`; the rest dropped with one ``discovered.page_capped`` event), and the
+  directory holds at most ``--discovered-max-nodes`` nodes and ``--discovered-max-bytes``
+  bytes (:class:`~zkcrawl.queue.capped.CappedDir`, node count times :data:`NODE_BYTES`).
+  :class:`LinkBounds` applies both on the consumer's worker thread before the item settles:
+  a full directory makes the page wait (bounded by ``--discovered-wait``), then the item is
+  retried with the reason :data:`DISCOVERED_FULL` (a dead letter with it after
+  ``--max-attempts``: ``zkcrawl dead requeue --error discovered-full`` once the producer has
+  caught up) -- its links are never dropped silently. The reader reports the backlog
+  (``discovered.backlog``) when the directory holds half the default cap or more.
 * **untrusted on the way back**: :func:`decode` never raises; a node that is not such an
   object, or larger than :data:`NODE_BYTES`, is one ``discovered.malformed`` warning and is
   skipped (deleted by the drainer, never retried forever); entries that are not a link (no
@@ -35,7 +46,6 @@ Guarantees:
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -44,7 +54,8 @@ from typing import Any
 
 from zkcrawl.errors import ZkCrawlError
 from zkcrawl.logs import get_logger
-from zkcrawl.queue import untrusted
+from zkcrawl.queue import batches, untrusted
+from zkcrawl.queue.capped import CappedDir, DirLimits
 from zkcrawl.queue.claims import Claimed
 from zkcrawl.queue.items import sort_names
 from zkcrawl.queue.layout import DISCOVERED_PREFIX, Layout
@@ -61,15 +72,66 @@ from zkcrawl.zk import (
 )
 from zkcrawl.zk.client import ZkAccessDenied
 
-__all__ = ["MAX_DEPTH", "NODE_BYTES", "Decoded", "DiscoveredReader", "DiscoveredWriter",
-           "Link", "LinksRefused", "decode", "encode", "link_depth"]
+__all__ = ["DISCOVERED_FULL", "MAX_DEPTH", "NODE_BYTES", "Decoded", "DiscoveredReader",
+           "DiscoveredWriter", "Link", "LinkBounds", "LinksRefused", "cap_page", "decode",
+           "encode", "link_depth"]
 
 log = get_logger(__name__)
 
 NODE_BYTES = NODE_LIMIT  # one node's data, written and read (64 KiB)
 MAX_DEPTH = 1_000_000  # a hostile depth is clamped to "too deep", never an overflow
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-_ENVELOPE = 64  # bytes of {"links":[...],"consumer":...} around the entries, id excluded
+# The defaults of the consumer's flags (consumer/settings.py).
+MAX_PAGE_LINKS = 1000  # links kept from one page
+MAX_PAGE_LINK_BYTES = 256 * 1024  # bytes of them (UTF-8)
+MAX_NODES = 10_000  # nodes discovered/ may hold ...
+MAX_BYTES = 64 * 1024 * 1024  # ... and bytes: min(10,000, 64 MiB / 64 KiB) = 1,024 nodes
+WAIT = 30.0  # seconds a page waits for room before its item is retried
+DISCOVERED_FULL = "discovered-full"  # the item's reason when the directory stayed full
+_BACKLOG_EVERY = 30.0  # seconds between two discovered.backlog reports
+
+
+def cap_page(links: Sequence[str], max_links: int, max_bytes: int) -> tuple[tuple[str, ...], int]:
+    """The first links of a page within ``max_links`` links and ``max_bytes`` UTF-8 bytes
+    (each counted with one byte more, its separator), and how many were dropped. A link
+    that alone is over ``max_bytes`` is dropped, the ones after it may still fit."""
+    kept: list[str] = []
+    size = 0
+    for url in links:
+        if len(kept) >= max_links:
+            break
+        n = len(url.encode("utf-8", "surrogatepass")) + 1
+        if size + n > max_bytes:
+            continue
+        kept.append(url)
+        size += n
+    return tuple(kept), len(links) - len(kept)
+
+
+class LinkBounds:
+    """Per page and per directory bounds on the links a consumer hands over (module
+    docstring). :meth:`bound` runs on the worker threads; thread-safe."""
+
+    def __init__(self, zk: ZkClient, root: str, max_links: int = MAX_PAGE_LINKS,
+                 max_bytes: int = MAX_PAGE_LINK_BYTES, max_nodes: int = MAX_NODES,
+                 dir_bytes: int = MAX_BYTES, wait: float = WAIT) -> None:
+        self.max_links, self.max_bytes = max_links, max_bytes
+        self.directory = CappedDir(zk, Layout.of(root).discovered,
+                                   DirLimits(max_nodes, dir_bytes, NODE_BYTES), wait)
+
+    def bound(self, url: str, links: Sequence[str]) -> tuple[tuple[str, ...], str | None]:
+        """``links`` capped for the page ``url``, and None -- or :data:`DISCOVERED_FULL`
+        when the directory stayed full for ``wait`` seconds (nothing may be written)."""
+        kept, dropped = cap_page(links, self.max_links, self.max_bytes)
+        if dropped:
+            log.info("discovered.page_capped", url=url[:200], kept=len(kept), dropped=dropped,
+                     reason=f"more than {self.max_links} links or {self.max_bytes} bytes "
+                     "of them on one page")
+        if not kept:
+            return kept, None
+        size = sum(len(u) + len(url) + 40 for u in kept)  # the entries: url, from, depth
+        if not self.directory.room(max(1, -(-size // NODE_BYTES))):
+            return kept, DISCOVERED_FULL
+        return kept, None
 
 
 @dataclass(frozen=True)
@@ -87,29 +149,11 @@ class Link:
 def encode(links: Iterable[Link], consumer: str) -> list[bytes]:
     """The nodes' data for ``links``, each at most :data:`NODE_BYTES` (a link that alone
     would not fit is left out: the consumer never hands over one over ``URL_LIMIT``)."""
-    head = len(_ENCODER.encode(consumer).encode("utf-8")) + _ENVELOPE
-    nodes: list[bytes] = []
-    part: list[str] = []
-    size = head
-    for link in links:
-        entry = _ENCODER.encode(link.doc())
-        n = len(entry.encode("utf-8", "surrogatepass")) + 1
-        if head + n > NODE_BYTES:
-            log.warning("discovered.link_too_large", url=link.url[:200], bytes=n)
-            continue
-        if part and size + n > NODE_BYTES:
-            nodes.append(_node(part, consumer))
-            part, size = [], head
-        part.append(entry)
-        size += n
-    if part:
-        nodes.append(_node(part, consumer))
-    return nodes
-
-
-def _node(entries: list[str], consumer: str) -> bytes:
-    text = '{"links":[' + ",".join(entries) + '],"consumer":' + _ENCODER.encode(consumer) + "}"
-    return text.encode("utf-8", "backslashreplace")
+    return batches.pack((link.doc() for link in links), "links", consumer,
+                        too_large=lambda doc, n: log.warning(
+                            "discovered.link_too_large", url=str(doc.get("url", ""))[:200],
+                            bytes=n),
+                        limit=NODE_BYTES)
 
 
 @dataclass(frozen=True)
@@ -285,10 +329,21 @@ class DiscoveredReader:
         self.zk = zk
         self.path = Layout.of(root).discovered
         zk.ensure_path(self.path)
+        self.cap = DirLimits(MAX_NODES, MAX_BYTES, NODE_BYTES).node_cap  # the default's
+        self._reported = -_BACKLOG_EVERY
 
     def names(self) -> list[str]:
-        """The nodes waiting, oldest first."""
-        return [n for _, n in sort_names_dn(self.zk.get_children(self.path))]
+        """The nodes waiting, oldest first; a backlog of half the default cap or more is
+        reported (``discovered.backlog``, at most every 30 s)."""
+        names = [n for _, n in sort_names_dn(self.zk.get_children(self.path))]
+        now = time.monotonic()
+        if len(names) * 2 >= self.cap and now - self._reported >= _BACKLOG_EVERY:
+            self._reported = now
+            log.warning("discovered.backlog", path=self.path, nodes=len(names),
+                        bytes_at_most=len(names) * NODE_BYTES, default_cap=self.cap,
+                        note="consumers wait (--discovered-wait) when the cap is reached; "
+                        "drain faster or stop the hostile source")
+        return names
 
     def read(self, names: Sequence[str]) -> list[Node]:
         """The nodes' links; a malformed node is one warning (and comes back with its error:

@@ -19,6 +19,7 @@ from typing import Any
 from zkcrawl.queue import untrusted
 from zkcrawl.queue.layout import DEAD_PREFIX, ITEM_PREFIX
 from zkcrawl.queue.untrusted import ITEM_LIMIT, URL_LIMIT
+from zkcrawl.textsafe import redact_userinfo
 
 __all__ = ["DEAD_DATA_LIMIT", "DEAD_PREFIX", "ERROR_LIMIT", "ITEM_LIMIT", "MAX_ATTEMPT", "PREFIX",
            "URL_LIMIT", "Decoded", "Item", "dead_letter", "decode", "parse_seq", "sort_names"]
@@ -120,14 +121,20 @@ def _checked(decoded: Decoded) -> Decoded:
     return decoded
 
 
-def dead_letter(name: str, url: str | None, error: str, attempts: int, data: bytes) -> bytes:
-    """The dead letter's data (SPEC §2), never larger than ~4 KB of original data."""
+def dead_letter(name: str, url: str | None, error: str, attempts: int, data: bytes,
+                holder_deaths: int = 0) -> bytes:
+    """The dead letter's data (SPEC §2), never larger than ~4 KB of original data. URL
+    credentials are masked in the URL, the error and the data (``***@host``): a dead letter
+    is readable by anyone who may read the root."""
     snippet = data[:DEAD_DATA_LIMIT].decode("utf-8", errors="backslashreplace")
+    url, error, snippet = (None if url is None else redact_userinfo(url),
+                           redact_userinfo(error), redact_userinfo(snippet))
     # backslashreplace can grow the text; keep the promise of "at most 4 KB".
     snippet = snippet[:DEAD_DATA_LIMIT]
     if url is not None and len(url) > URL_LIMIT:
         url = url[:URL_LIMIT]
     doc = {"item": name, "url": url, "error": error[:ERROR_LIMIT], "attempts": attempts,
+           "holder_deaths": max(0, min(attempts, holder_deaths)),
            "data": snippet, "dead_at": round(time.time(), 3)}
     # ASCII-escaped: a lone surrogate in a hostile URL stays valid UTF-8 on the wire.
     return json.dumps(doc, separators=(",", ":")).encode("ascii")

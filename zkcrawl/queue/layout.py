@@ -6,10 +6,14 @@ change here (and in SPEC §2). Pure: no ZooKeeper calls.
 ::
 
     <root>/queue/qn-NNNNNNNNNN     items                 <root>/control       run state
-    <root>/leases/qn-NNNNNNNNNN    claims (ephemeral)    <root>/hosts/<host>  politeness
+    <root>/leases/qn-NNNNNNNNNN    claims (ephemeral)    <root>/hosts/<host>  ignored (old)
     <root>/dead/dl-NNNNNNNNNN      dead letters          <root>/offers/<tok>  offer markers
     <root>/consumers/<id>          consumer status       <root>/claims/...    claim records
     <root>/producers/<id>          producer status       <root>/discovered/   found links
+    <root>/fetched/fn-NNNNNNNNNN   fetch outcomes (re-crawl state, consumer -> producer)
+    <root>/partitions/<p>          a partition (data: its checkpoint; version: its epoch)
+    <root>/partitions/<p>/owner    its owner (ephemeral)
+    <root>/partitions/<p>/qn-NNNNNNNNNN   a batch of its items
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from dataclasses import dataclass
 ITEM_PREFIX = "qn-"
 DEAD_PREFIX = "dl-"
 DISCOVERED_PREFIX = "dn-"
+FETCHED_PREFIX = "fn-"
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,25 @@ class Layout:
     @property
     def discovered(self) -> str:
         return f"{self.root}/discovered"
+
+    @property
+    def fetched(self) -> str:
+        return f"{self.root}/fetched"
+
+    @property
+    def partitions(self) -> str:
+        return f"{self.root}/partitions"
+
+    def partition(self, p: int) -> str:
+        """``<root>/partitions/<p>``: ``p`` as a plain decimal (no padding)."""
+        return f"{self.root}/partitions/{p}"
+
+    def partition_owner(self, p: int) -> str:
+        return f"{self.root}/partitions/{p}/owner"
+
+    def partition_batch_prefix(self, p: int) -> str:
+        """What a sequential create of a new batch of partition ``p`` names."""
+        return f"{self.root}/partitions/{p}/{ITEM_PREFIX}"
 
     # -- single nodes ------------------------------------------------------------------
     def item(self, name: str) -> str:

@@ -27,6 +27,9 @@ Guarantees
   batch's data read with one multiRead. The queue is re-listed only when the cached list is used up.
   When nothing is claimable the caller blocks on children watches (queue and leases),
   never in a polling loop.
+* **Skipping**: :attr:`LeaseQueue.skip`, when set, names items the caller does not want now
+  (the consumer's per-host caps, :mod:`consumer.parking`): they are left out of the cached
+  list and of every claim, unleased, for anyone else to take, and listed again next time.
 * **Fair sharing**: with ``n`` live consumers (``<root>/consumers``) consumer ``i`` first
   walks the items whose ``seq % n == i``, then steals the others from their tail, so
   consumers do not all fight for the head of the list.
@@ -40,7 +43,7 @@ used to claim. So every claim reads, in the item's stat, how many of its holders
 :attr:`Claimed.deaths`; :attr:`Claimed.attempt` adds that to the item's own ``attempt``,
 and a retry carries the sum into the re-offered item. Nothing is parsed for it: Curator's
 bare-URL items are counted too. Cost: measured by ``zkcrawl bench queue`` against the same
-drain without it (README, Benchmarks).
+drain without it (docs/benchmarks.md).
 
 Why leases beat a timeout-based repair
 --------------------------------------
@@ -88,7 +91,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
 from typing import Any, TypeAlias, TypeVar
 
 from zkcrawl.errors import UsageError
@@ -102,6 +104,9 @@ from zkcrawl.queue.claims import (
     CompleteResult,
     Delivery,
     QueueStats,
+    dead_letter_body,
+    retry_item,
+    too_large_to_retry,
 )
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.layout import Layout
@@ -170,6 +175,8 @@ class LeaseQueue:
         # Leases whose release was cut short (name -> session): deleted by the claim loop
         # once connected, if that session still holds them (_finish_releases).
         self._unreleased: dict[str, int | None] = {}
+        # Names not to claim now (module docstring, Skipping); called by the claiming thread.
+        self.skip: Callable[[str], bool] | None = None
         self._changed = threading.Event()
         self._connected = threading.Event()
         self._lost_flag = threading.Event()
@@ -235,6 +242,11 @@ class LeaseQueue:
 
     def close(self) -> None:
         self.zk.remove_listener(self._on_state)
+
+    def settle_offer_markers(self) -> int:
+        """Before the session ends: no offer marker left behind while connected
+        (:meth:`~zkcrawl.queue.offers.BatchOffers.settle_markers`); returns those left."""
+        return self._offers.settle_markers()
 
     # -- offers ----------------------------------------------------------
     def offer(self, url: str, *, meta: dict[str, Any] | None = None,
@@ -336,7 +348,9 @@ class LeaseQueue:
         if isinstance(l_res, Exception):
             raise l_res
         leased = set(l_res)
-        pairs = [p for p in wire.sort_names(q_res) if p[1] not in leased]
+        skip = self.skip
+        pairs = [p for p in wire.sort_names(q_res) if p[1] not in leased
+                 and (skip is None or not skip(p[1]))]
         consumers = [] if isinstance(c_res, Exception) else sorted(set(c_res))
         if self.consumer_id not in consumers:
             consumers = sorted([*consumers, self.consumer_id])
@@ -365,6 +379,11 @@ class LeaseQueue:
                 cands = [source.popleft() for _ in range(k)]
             if not cands:
                 break
+            if self.skip is not None:
+                skip = self.skip
+                cands = [c for c in cands if not skip(c[1])]
+                if not cands:
+                    continue
             won = self._take(cands) if self.delivery == AT_MOST_ONCE else self._lease(cands)
             got.extend(won)
             if len(won) * 2 < len(cands):
@@ -684,19 +703,43 @@ class LeaseQueue:
                         note="released once connected again, or gone with the session")
 
     def _drop_leases(self, mine: list[Claimed]) -> list[Claimed]:
-        """Delete the leases of ``mine`` within ``--zk-timeout``; returns those whose
-        delete may not have been applied."""
+        """Delete the leases of ``mine`` within ``--zk-timeout``, ``complete_batch`` per
+        transaction (one write, not one per item: a consumer gives back the items of a full
+        host as they come, :mod:`consumer.parking`); returns those whose delete may not have
+        been applied."""
         deadline = time.monotonic() + self.zk.zk_timeout
+        unsure: list[Claimed] = []
+        i = 0
         try:
             if self._claimlog is not None:  # first out of the records: not a death if we die now
                 self._claimlog.released([c.name for c in mine])
-            dels = gather([self.zk.delete_async(f"{self.lease_path}/{c.name}") for c in mine],
-                          _remaining(deadline))
+            for i in range(0, len(mine), self.complete_batch):
+                unsure += self._drop_chunk(mine[i:i + self.complete_batch], deadline)
         except SessionExpiredError:
             return []  # the leases went with the session
         except ConnectionLoss:
-            return mine
-        return [c for c, d in zip(mine, dels, strict=True) if isinstance(d, ConnectionLoss)]
+            return [*unsure, *mine[i:]]  # this chunk and the ones after it: not sent or unsure
+        return unsure
+
+    def _drop_chunk(self, chunk: list[Claimed], deadline: float) -> list[Claimed]:
+        """One transaction of deletes; if one lease of it is gone already (NoNode: the whole
+        transaction rolls back), the chunk's leases one by one."""
+        paths = [f"{self.lease_path}/{c.name}" for c in chunk]
+        if len(chunk) > 1:
+            tx = self.zk.transaction()
+            for path in paths:
+                tx.delete(path)
+            (res,) = gather([tx.commit_async()], _remaining(deadline))
+            if isinstance(res, list) and tx_ok(res):
+                return []
+            if isinstance(res, ConnectionLoss):
+                return chunk
+            if isinstance(res, SessionExpiredError):
+                raise res
+        dels = gather([self.zk.delete_async(path) for path in paths], _remaining(deadline))
+        if any(isinstance(d, SessionExpiredError) for d in dels):
+            raise SessionExpiredError()
+        return [c for c, d in zip(chunk, dels, strict=True) if isinstance(d, ConnectionLoss)]
 
     def _finish_releases(self) -> None:
         """Delete the leases whose release was cut short, if this session still holds them
@@ -738,15 +781,10 @@ class LeaseQueue:
         and dropped if the item would not fit with it; one that still would not fit goes
         to the dead letters instead of being sent to ZooKeeper.
         """
-        assert c.item is not None
-        base = Item(url=c.item.url, attempt=c.attempt + 1, producer=c.item.producer,
-                    meta={k: v for k, v in c.item.meta.items() if k != "last_error"},
-                    enqueued_at=c.item.enqueued_at)
-        data = replace(base, meta={**base.meta, "last_error": error[:wire.ERROR_LIMIT]}).encode()
-        if len(data) > wire.ITEM_LIMIT:
-            data = base.encode()
-        if len(data) > wire.ITEM_LIMIT:
-            return self.dead_letter(c, f"{error[:80]}; item too large to retry")
+        again = retry_item(c, error)
+        if again is None:
+            return self.dead_letter(c, too_large_to_retry(error))
+        data = again.encode()
 
         def build(tx: Multi, cl: Claimed) -> None:
             tx.create(f"{self.queue_path}/{wire.PREFIX}", data, sequence=True)
@@ -756,9 +794,7 @@ class LeaseQueue:
 
     def dead_letter(self, c: Claimed, error: str) -> CompleteResult:
         """Move to ``<root>/dead/`` with the reason (one transaction)."""
-        # An abandoned item was not tried by this claim: its attempts are the dead holders'.
-        tries = c.attempt if error == "abandoned" else c.attempt + 1
-        body = wire.dead_letter(c.name, c.url, error, tries, c.data)
+        body = dead_letter_body(c, error)
 
         def build(tx: Multi, cl: Claimed) -> None:
             tx.create(f"{self.dead_path}/{wire.DEAD_PREFIX}", body, sequence=True)

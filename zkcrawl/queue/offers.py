@@ -121,6 +121,16 @@ class OfferWindow:
             group.done(group.names)
 
 
+def _answered(pending: Pending[bool]) -> tuple[bool, bool]:
+    """(answered, went through) of a marker delete: kazoo's ``AsyncResult.ready`` and
+    ``exception`` (not in the :class:`Pending` protocol); a missing marker went too."""
+    ready = getattr(pending, "ready", None)
+    if ready is None or not ready():
+        return False, False
+    exc = getattr(pending, "exception", None)
+    return True, exc is None or isinstance(exc, NoNodeError)
+
+
 class BatchOffers:
     """Offers and depth for one queue path."""
 
@@ -133,6 +143,11 @@ class BatchOffers:
         self._connected = connected
         self._session = session
         self.refused = 0  # items over the size limit, never sent (SPEC §2)
+        # Marker deletes are pipelined (no round trip waited for); the ones not known to
+        # have gone through are kept here and settled by :meth:`settle_markers`.
+        self._marker_deletes: deque[tuple[str, Pending[bool]]] = deque()
+        self._marker_failed: list[tuple[str, Pending[bool]]] = []
+        self._marker_lock = threading.Lock()
 
     def offer_many(self, items: Iterable[Item]) -> list[str]:
         """Offer items in transactions; returns the created znode names in order (two
@@ -191,7 +206,7 @@ class BatchOffers:
                 pending = self._offer_async(token, chunk)
                 continue
             if tx_ok(results):
-                self.zk.delete_async(marker)  # pipelined: no round trip waited for
+                self._drop_marker(marker)  # pipelined: no round trip waited for
                 paths = cast("list[str]", results)  # no error: every result is a path
                 return [r.rsplit("/", 1)[1] for r in paths[1:]]
             if any(isinstance(r, NoNodeError) for r in results):
@@ -226,13 +241,63 @@ class BatchOffers:
         """After ConnectionLoss: did the transaction commit? Exact while the session lives."""
         if self.zk.exists(marker) is not None:
             names = self._names_with_token(token)
-            self.zk.delete_async(marker)
+            self._drop_marker(marker)
             return names if len(names) == n else names + ["?"] * (n - len(names))
         if self.zk.session_id == self._session():
             return None  # same session and no marker: the transaction did not commit
         # New session: the marker died with the old one; fall back to the data token.
         names = self._names_with_token(token)
         return names or None
+
+    # -- markers ---------------------------------------------------------
+    def _drop_marker(self, marker: str) -> None:
+        """Delete a committed batch's marker without waiting; the answers are looked at
+        as more come (the settled ones leave the list: it stays short)."""
+        pending = self.zk.delete_async(marker)
+        with self._marker_lock:
+            self._marker_deletes.append((marker, pending))
+            while self._marker_deletes:
+                answered, done = _answered(self._marker_deletes[0][1])
+                if not answered:
+                    break
+                first = self._marker_deletes.popleft()
+                if not done:  # lost with a connection: sent again by settle_markers
+                    self._marker_failed.append(first)
+
+    def settle_markers(self) -> int:
+        """Before the session ends: every marker delete answered, the ones a lost
+        connection swallowed sent again while connected (--zk-timeout in all). A marker is
+        ephemeral, so one left over still goes with the session; this makes a clean stop
+        leave none even when the session's close does not reach the server. Returns the
+        markers left."""
+        deadline = time.monotonic() + self.zk.zk_timeout
+        with self._marker_lock:
+            todo = self._marker_failed + list(self._marker_deletes)
+            self._marker_failed, self._marker_deletes = [], deque()
+        left = 0
+        for marker, pending in todo:
+            if self._settle_marker(marker, pending, deadline):
+                continue
+            left += 1
+        if left:
+            log.warning("queue.offer_markers_left", markers=left,
+                        reason="ZooKeeper unreachable: they go with the session")
+        return left
+
+    def _settle_marker(self, marker: str, pending: Pending[bool], deadline: float) -> bool:
+        for _ in range(3):
+            try:
+                pending.get(timeout=max(0.0, deadline - time.monotonic()))
+                return True
+            except NoNodeError:
+                return True
+            except Exception:  # lost with the connection (or no answer in time): again
+                # Not connected now: no wait for ZooKeeper here (a stop while it is away
+                # ends within --zk-timeout, SPEC §4); the marker goes with the session.
+                if deadline <= time.monotonic() or not self._connected.is_set():
+                    return False
+                pending = self.zk.delete_async(marker)
+        return False
 
     def _names_with_token(self, token: str) -> list[str]:
         names = [n for _, n in wire.sort_names(self.zk.get_children(self.queue_path))]

@@ -79,6 +79,11 @@ class Registration:
             self._publish()
 
     def _publish(self) -> None:
+        if not self.zk.connected:
+            # It could only wait in kazoo's queue for --zk-timeout (and hold up a stop); the
+            # next tick after reconnecting publishes the state of then.
+            log.debug("registry.skipped", path=self.path, error="disconnected")
+            return
         try:
             self.zk.set(self.path, self._body())
         except NoNodeError:  # session was lost: the ephemeral died with it
@@ -96,7 +101,8 @@ class Registration:
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
-            self._thread.join(wait)
+            # Disconnected, a publish under way cannot finish: the node goes with the session.
+            self._thread.join(wait if self.zk.connected else min(wait, 0.1))
         # The node is ephemeral: unreachable now, it goes with the session. Reachable, the
         # delete waits at most --zk-timeout (ZkClient's synchronous calls are bounded).
         if delete and self.zk.connected:

@@ -6,9 +6,9 @@ checks the address a connection is *actually opened to* -- after DNS, on every c
 on every redirect hop (each hop is a new ``Transport.get``) -- never the host name in the URL,
 so DNS rebinding and odd spellings (``2130706433``, ``0x7f.1``, ``[::ffff:127.0.0.1]``) cannot
 slip through. The transports call :meth:`AddressGuard.blocked` when they open a connection
-(libcurl: ``CURLOPT_OPENSOCKETFUNCTION`` in :mod:`zkcrawl.web.transfer`; requests: a checked
-``create_connection`` in :mod:`zkcrawl.web.transfer_requests`); a reused keep-alive connection
-was checked when it was opened. A refused connection is the fetch outcome
+(libcurl: ``CURLOPT_OPENSOCKETFUNCTION`` in :mod:`zkcrawl.web.transports.curl`; requests: a
+checked ``create_connection`` in :mod:`zkcrawl.web.transports.requests`); a reused keep-alive
+connection was checked when it was opened. A refused connection is the fetch outcome
 ``error: "blocked-address"`` (permanent, never retried).
 
 What is blocked: everything that is not globally routable public unicast. Python's
@@ -27,7 +27,13 @@ What is blocked: everything that is not globally routable public unicast. Python
   2001:db8::/32, 3fff::/20), benchmarking 198.18.0.0/15, the 6to4 relay anycast
   192.88.99.0/24, 240.0.0.0/4 and broadcast, discard-only 100::/64, Teredo 2001::/32 and the
   rest of 2001::/23, local-use NAT64 64:ff9b:1::/48, SRv6 5f00::/16, unique-local fc00::/7,
-  site-local fec0::/10.
+  site-local fec0::/10;
+* **cloud platform services on public addresses**: Azure's WireServer 168.63.129.16 (the
+  VM agent's channel: certificates, extensions, health), IBM Cloud's service network
+  161.26.0.0/16 and service endpoints 166.8.0.0/14. Every other cloud's metadata service is
+  in a range blocked above: 169.254.169.254 (AWS, GCP, Azure IMDS, Oracle, OpenStack,
+  DigitalOcean, Hetzner), 169.254.0.23 (Tencent), 100.100.100.200 (Alibaba), 192.0.0.192
+  (Oracle), fd00:ec2::254 (AWS), fd20:ce::254 (GCP).
 
 The guard is stricter than ``ipaddress``, never looser: whatever ``is_global`` is False for is
 blocked. ``AddressGuard(allow=(ip_network("10.1.0.0/16"),))`` exempts networks an operator
@@ -81,6 +87,12 @@ def _nets(*pairs: tuple[str, str]) -> tuple[tuple[Network, str], ...]:
 _NAMED_V4 = _nets(
     ("0.0.0.0/8", "'this network' (0.0.0.0/8)"),
     ("10.0.0.0/8", "private (10.0.0.0/8)"),
+    # Cloud platform services on public addresses (issue #27): the rest of the clouds'
+    # metadata services sit in ranges blocked anyway (169.254.169.254, 169.254.0.23,
+    # 100.100.100.200, 192.0.0.192, fd00:ec2::254, fd20:ce::254).
+    ("168.63.129.16/32", "cloud platform (Azure WireServer 168.63.129.16)"),
+    ("161.26.0.0/16", "cloud platform (IBM Cloud service network 161.26.0.0/16)"),
+    ("166.8.0.0/14", "cloud platform (IBM Cloud service endpoints 166.8.0.0/14)"),
     ("100.64.0.0/10", "shared address space (100.64.0.0/10)"),
     ("127.0.0.0/8", "loopback"),
     ("169.254.0.0/16", "link-local"),

@@ -84,7 +84,7 @@ _UNUSABLE = frozenset({"replacement", "x-user-defined"})
 
 
 def _python_codec(whatwg_name: str) -> str:
-    codec = webencodings.lookup(whatwg_name).codec_info.name
+    codec: str = webencodings.lookup(whatwg_name).codec_info.name
     return _SUPERSETS.get(codec, codec)
 
 

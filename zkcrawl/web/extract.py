@@ -27,6 +27,7 @@ import lxml.html
 import structlog
 
 from zkcrawl.errors import UsageError
+from zkcrawl.web.css import CssError, css_to_xpath
 from zkcrawl.web.decode import decode_html
 
 __all__ = [
@@ -304,7 +305,8 @@ def extract_record(
 
 
 def parse_field_specs(specs: Iterable[str]) -> dict[str, lxml.etree.XPath]:
-    """Parse repeated ``--field NAME=XPATH`` options (split at the first ``=``).
+    """Parse repeated ``--field NAME=XPATH`` (or ``NAME=css:SELECTOR``) options (split at
+    the first ``=``).
 
     Raises :class:`UsageError` on a missing ``=``, a bad or repeated name, or a bad XPath.
     """
@@ -316,5 +318,10 @@ def parse_field_specs(specs: Iterable[str]) -> dict[str, lxml.etree.XPath]:
             raise UsageError(f"--field: expected NAME=XPATH, got '{spec}'")
         if name in fields:
             raise UsageError(f"--field: field '{name}' given twice")
+        if expr.startswith("css:"):  # NAME=css:SELECTOR (::text, ::attr(NAME) too)
+            try:
+                expr = css_to_xpath(expr[4:].strip())
+            except CssError as exc:
+                raise UsageError(f"--field {name}: {exc}") from None
         fields[name] = compile_xpath(expr, "--field")
     return fields

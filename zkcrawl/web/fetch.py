@@ -11,7 +11,10 @@ error               retryable    meaning
 ``content-type``    no           media type not in ``accept_types``
 ``too-large``       no           more than ``max_bytes`` (body holds the first max_bytes)
 ``timeout``         yes          connect/read timeout, or the total budget ran out
-``connection``      yes          refused, reset, DNS, TLS, truncated or undecodable body
+``connection``      yes          refused, reset, DNS, TLS, truncated body, no answer
+``protocol``        no           the server broke HTTP in a way it will again: a status
+                                 line or header that does not parse, a header over the
+                                 transport's limit, an unknown Content-Encoding
 ``redirects``       no           more than ``max_redirects`` hops, or a loop
 ``bad-url``         no           not an http(s) URL, or an unusable redirect target
 ``cancelled``       yes          :meth:`Fetcher.close` was called meanwhile
@@ -24,17 +27,24 @@ not be fetched -- ``connection``, ``timeout``, ``http-503`` -- retryable, with
 ``from_robots`` set: a down host is a ``connection`` error whichever request met it first.
 A fetch at least :data:`ROBOTS_RECHECK` seconds after robots.txt was found unreachable asks
 for it again (the host's back-off paces those fetches), instead of failing for the 60 s the
-cache keeps the verdict.
+cache keeps the verdict. robots.txt is read once per fetch -- or once per item for a caller
+that asks first (:meth:`Fetcher.robots`: its verdict serves the fetch of the same URL that
+follows on the same thread within :data:`ROBOTS_RECHECK`).
+
+A "try later" answer (408, 429, 5xx) holds the host in the fetcher's politeness for
+:data:`zkcrawl.backoff.HOST_RETRY` -- its ``Retry-After``, else 1 s doubling with the item's
+``attempt`` up to 60 s -- once, here: ``FetchResult.backed_off`` tells the caller it is done.
 
 Bounds: connecting is bounded by ``connect_timeout``, a silence by ``timeout`` (in whole
 seconds with libcurl), and the whole request+body by ``total_timeout`` (default
-``2 * timeout``), so a server trickling one byte at a time is cut at the budget (with
-requests, the head is bounded per read only: :mod:`zkcrawl.web.transfer_requests`).  The
+``2 * timeout``), so a server trickling one byte at a time is cut at the budget (the
+head included, on both transports).  The
 body never exceeds ``max_bytes`` in memory, decompressed or not.  The bytes are moved by a
-transport (:class:`~zkcrawl.web.transfer.Transport`, one per thread): libcurl by default
-(:mod:`zkcrawl.web.transfer`), or a ``requests.Session`` with ``http="requests"``
-(:mod:`zkcrawl.web.transfer_requests`). This module is the policy around it and the same
-code for either, so every outcome above means the same whatever the transport.
+transport (:class:`~zkcrawl.web.transports.base.Transport`, one per thread): libcurl by
+default (:mod:`zkcrawl.web.transports.curl`), or a ``requests.Session`` with
+``http="requests"`` (:mod:`zkcrawl.web.transports.requests`). This module is the policy
+around it and the same code for either, so every outcome above means the same whatever the
+transport.
 
 ``FetchSettings.guard`` (:class:`~zkcrawl.web.addresses.AddressGuard`, on by default) is the
 SSRF guard: the transport checks the address of every connection it opens -- after DNS, so
@@ -43,6 +53,14 @@ private, link-local, multicast, reserved... addresses (``blocked-address``). ``g
 or ``AddressGuard.off()`` is ``--allow-private-addresses``; ``AddressGuard(allow=...)``
 exempts networks. A transport factory of your own must build transports with
 ``set_guard`` (both built-in ones have it) unless the guard is off.
+
+Conditional re-crawls (issue #23): ``fetch(url, validators)`` sends ``If-None-Match`` /
+``If-Modified-Since`` from :class:`~zkcrawl.web.validators.Validators` (cleaned there: no
+header value the server chose is sent back unchecked) on every hop; a final ``304`` to such a
+request is a success with ``not_modified`` set and an empty body -- never an ``http-304``
+error. A 304 to a request that sent no validator stays ``http-304``. The transports get the
+lines as ``headers=`` only when there are any, so a transport of your own without that
+keyword still serves first fetches.
 """
 
 from __future__ import annotations
@@ -52,12 +70,13 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC
 from urllib.parse import urljoin
 
 import structlog
 
+from zkcrawl.backoff import HOST_RETRY, Backoff
 from zkcrawl.politeness.local import Politeness, wait_for_slot
 from zkcrawl.web.addresses import (
     BLOCK_PRIVATE,
@@ -66,9 +85,10 @@ from zkcrawl.web.addresses import (
     BlockedAddress,
     active,
 )
-from zkcrawl.web.robots import RobotsCache, RobotsUnreachable
-from zkcrawl.web.transfer import Response, Transport, TransportFactory, transport_factory
+from zkcrawl.web.robots import RobotsCache, RobotsDecision, RobotsUnreachable
+from zkcrawl.web.transports import Response, Transport, TransportFactory, transport_factory
 from zkcrawl.web.urls import host_key, host_of
+from zkcrawl.web.validators import Validators
 
 __all__ = ["FetchResult", "FetchSettings", "Fetcher", "parse_retry_after"]
 
@@ -77,8 +97,9 @@ log = structlog.get_logger(__name__)
 ROBOTS_MAX_BYTES = 500 * 1024  # RFC 9309 §2.5: parse at least the first 500 KiB
 ROBOTS_RECHECK = 1.0  # seconds: an unreachable robots.txt is asked again by a later fetch
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
-_FAILED = frozenset({"timeout", "connection", "bad-url", BLOCKED_ADDRESS})  # no usable response
-_PERMANENT = frozenset({"bad-url", BLOCKED_ADDRESS})
+PROTOCOL = "protocol"  # a permanent protocol violation (issue #27: it was retried)
+_FAILED = frozenset({"timeout", "connection", "bad-url", PROTOCOL, BLOCKED_ADDRESS})
+_PERMANENT = frozenset({"bad-url", PROTOCOL, BLOCKED_ADDRESS})
 _ROBOTS_REDIRECTS = 5  # RFC 9309 §2.3.1.2: follow at least five
 
 
@@ -126,6 +147,8 @@ class FetchResult:
     waited_ms: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)  # lower-case names (page processors)
     from_robots: bool = False  # the error is robots.txt's (unreachable), not the page's
+    not_modified: bool = False  # a 304 to our validators: unchanged, no body (issue #23)
+    backed_off: bool = False  # the fetcher held the host (HOST_RETRY): nobody else does
 
     @property
     def ok(self) -> bool:
@@ -166,9 +189,9 @@ class Fetcher:
 
     Thread-safe: one transport per thread (``http``: ``"curl"``, a libcurl handle, the
     default; ``"requests"``, a ``requests.Session``; or a factory of your own, see
-    :data:`~zkcrawl.web.transfer.TransportFactory`), each with its own keep-alive connections,
-    so connections are reused across the fetches of that thread and no lock is shared between
-    threads on the request path. An unknown ``http`` name raises ValueError.
+    :data:`~zkcrawl.web.transports.base.TransportFactory`), each with its own keep-alive
+    connections, so connections are reused across the fetches of that thread and no lock is
+    shared between threads on the request path. An unknown ``http`` name raises ValueError.
     """
 
     def __init__(
@@ -193,18 +216,35 @@ class Fetcher:
 
     # -- public API -------------------------------------------------------------------------
 
+    def robots(self, url: str) -> RobotsDecision:
+        """robots.txt's verdict on ``url`` (allowed, Crawl-delay, unreachable...), read once:
+        a :meth:`fetch` of the same URL on this thread within :data:`ROBOTS_RECHECK` seconds
+        uses it instead of reading robots.txt again (robots off: always allowed)."""
+        if self._robots is None:
+            return RobotsDecision(allowed=True)
+        decision = self._robots.decide(url)
+        self._local.robots = (url, decision, time.monotonic())
+        return decision
+
     def robots_allowed(self, url: str) -> bool:
         """True when robots.txt is off or allows ``url``."""
-        return self._robots is None or self._robots.allowed(url)
-
-    def robots_unreachable(self, url: str) -> bool:
-        """True when robots.txt for ``url`` could not be fetched lately (no verdict: the
-        page is tried later, robots.txt asked again then)."""
-        return self._robots is not None and self._robots.decide(url).temporary
+        return self.robots(url).allowed
 
     def crawl_delay(self, url: str) -> float | None:
         """robots.txt Crawl-delay for ``url``'s host, or None (also when robots is off)."""
-        return None if self._robots is None else self._robots.crawl_delay(url)
+        return self.robots(url).crawl_delay
+
+    def _verdict(self, url: str, first_hop: bool) -> RobotsDecision:
+        """The verdict :meth:`robots` just read for ``url`` on this thread (the first hop of
+        a fetch only, an allowing one, fresh), else robots.txt's now -- with
+        :data:`ROBOTS_RECHECK`, so an unreachable one is asked again."""
+        assert self._robots is not None
+        read: tuple[str, RobotsDecision, float] | None = getattr(self._local, "robots", None)
+        self._local.robots = None
+        if first_hop and read is not None and read[0] == url and read[1].allowed \
+                and time.monotonic() - read[2] < ROBOTS_RECHECK:
+            return replace(read[1], crawl_delay=None)  # its Crawl-delay was applied already
+        return self._robots.decide(url, retry_after=ROBOTS_RECHECK)
 
     def close(self) -> None:
         """Close the threads' connections; waits in progress end with error ``cancelled``
@@ -221,16 +261,22 @@ class Fetcher:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def fetch(self, url: str) -> FetchResult:
+    def fetch(self, url: str, validators: Validators | None = None, *, attempt: int = 0
+              ) -> FetchResult:
         """GET ``url`` with up to ``settings.retries`` in-fetch retries.  Never raises for
-        network/HTTP problems (see the module docstring for the outcomes)."""
+        network/HTTP problems (see the module docstring for the outcomes). ``validators``:
+        what a previous fetch returned, for a conditional GET; ``attempt``: the item's
+        earlier tries (the host's back-off on a "try later" answer grows with them,
+        :data:`zkcrawl.backoff.HOST_RETRY`)."""
+        extra = validators.headers() if validators is not None else ()
         started = time.monotonic()
         waited = 0.0
-        attempt = 0
+        first, attempt = attempt, 0
+        pause: Backoff | None = None  # made on a first retry: most fetches have none
         while True:
             attempt += 1
             try:
-                result = self._attempt(url)
+                result = self._attempt(url, extra, first + attempt - 1)
             except Exception:  # a bug here must not take the worker down
                 log.error("fetch.unexpected", url=url, exc_info=True)
                 result = FetchResult(url, url, error="connection", retryable=True)
@@ -243,10 +289,9 @@ class Fetcher:
                 break
             # Honours Retry-After with our own cap, goes through robots/politeness again
             # and counts attempts.
-            delay = result.retry_after
-            if delay is None:
-                delay = self.settings.backoff * 2 ** (attempt - 1)
-            delay = min(delay, self.settings.retry_after_cap)
+            if pause is None:
+                pause = Backoff(self.settings.backoff, self.settings.retry_after_cap)
+            delay = pause.after(attempt - 1, result.retry_after)
             log.info("fetch.retry", url=url, attempt=attempt, error=result.error, delay_s=delay)
             if self._closed.wait(delay):
                 break
@@ -275,9 +320,13 @@ class Fetcher:
                 self._wires.append(wire)
         return wire
 
-    def _get(self, url: str, remaining: float, limit: int, accept: tuple[str, ...]
-             ) -> Response:
+    def _get(self, url: str, remaining: float, limit: int, accept: tuple[str, ...],
+             extra: tuple[str, ...] = ()) -> Response:
         s = self.settings
+        if extra:  # only then: a transport of one's own may not take headers=
+            return self._wire().get(url, connect=min(s.connect_timeout, remaining),
+                                    idle=min(s.timeout, remaining), budget=remaining,
+                                    limit=limit, accept=accept, headers=extra)
         return self._wire().get(url, connect=min(s.connect_timeout, remaining),
                                 idle=min(s.timeout, remaining), budget=remaining,
                                 limit=limit, accept=accept)
@@ -287,7 +336,7 @@ class Fetcher:
             return 0.0
         return wait_for_slot(self._politeness, host, self._closed)
 
-    def _attempt(self, url: str) -> FetchResult:
+    def _attempt(self, url: str, extra: tuple[str, ...] = (), tries: int = 0) -> FetchResult:
         s = self.settings
         current, redirects, waited = url, 0, 0.0
         seen = {url}
@@ -304,7 +353,7 @@ class Fetcher:
                 return done(error="bad-url")
             host = host_key(current)
             if self._robots is not None:
-                verdict = self._robots.decide(current, retry_after=ROBOTS_RECHECK)
+                verdict = self._verdict(current, current == url)
                 if not verdict.allowed:
                     if verdict.blocked is not None:  # robots.txt's origin: the same address
                         return done(error=BLOCKED_ADDRESS)
@@ -318,7 +367,7 @@ class Fetcher:
             if self._closed.is_set():
                 return done(error="cancelled", retryable=True)
             hop_start = time.monotonic()
-            resp = self._get(current, remaining, s.max_bytes, s.accept_types)
+            resp = self._get(current, remaining, s.max_bytes, s.accept_types, extra)
             location = resp.headers.get("location")
             if resp.status in _REDIRECT_STATUSES and location and resp.error is None:
                 try:
@@ -335,10 +384,12 @@ class Fetcher:
                 if remaining <= 0:
                     return done(error="timeout", status=resp.status, retryable=True)
                 continue
-            return self._final(resp, host, done)
+            if resp.status == 304 and extra and resp.error in (None, "content-type"):
+                return done(status=304, not_modified=True, headers=resp.headers)
+            return self._final(resp, host, done, tries)
 
-    def _final(self, resp: Response, host: str, done: Callable[..., FetchResult]
-               ) -> FetchResult:
+    def _final(self, resp: Response, host: str, done: Callable[..., FetchResult],
+               tries: int = 0) -> FetchResult:
         s = self.settings
         status, ctype = resp.status, resp.headers.get("content-type")
         if status is None or resp.error in _FAILED:
@@ -350,10 +401,12 @@ class Fetcher:
         retry_after = parse_retry_after(resp.headers.get("retry-after"), s.retry_after_cap)
         if status >= 300 or status < 200:
             retryable = status in (408, 429) or status >= 500
-            if self._politeness is not None and retryable and (status == 429 or retry_after):
-                # The host asked us to slow down: hold every request to it, not just this one.
-                self._politeness.back_off(host, retry_after or max(s.backoff, 1.0))
+            held = self._politeness is not None and retryable
+            if held:  # "try later": hold every request to the host, once, here
+                assert self._politeness is not None
+                self._politeness.back_off(host, HOST_RETRY.after(tries, retry_after))
             return done(
+                backed_off=held,
                 error=f"http-{status}",
                 status=status,
                 content_type=ctype,

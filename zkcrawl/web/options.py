@@ -6,7 +6,7 @@ import dataclasses
 
 from zkcrawl.settings import FETCHING, opt
 from zkcrawl.web.addresses import BLOCK_PRIVATE, AddressGuard
-from zkcrawl.web.transfer import TRANSPORTS
+from zkcrawl.web.transports import TRANSPORTS
 
 
 @dataclasses.dataclass(frozen=True)

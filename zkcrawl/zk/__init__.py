@@ -7,6 +7,7 @@ rule, TID251, enforces it).
   module on kazoo's private API;
 * :mod:`.errors`  kazoo's exceptions, re-exported (typed) for callers to catch;
 * :mod:`.security` credentials, ACLs and TLS settings (plain data, no kazoo);
+* :mod:`.acls`    reading and fixing the ACLs of a live tree (``zkcrawl acl``, ``--zk-acl``);
 * :mod:`.types`   what crosses the boundary: :class:`Stat`, :class:`Pending`,
   :class:`WatchedEvent`, :class:`ZkState`, the callback and result aliases.
 

@@ -3,11 +3,16 @@
 It owns the connection policy:
 
 * **connect** waits at most ``zk_timeout`` seconds; an unreachable ensemble is a
-  :class:`~zkcrawl.errors.ZkUnavailable` (exit 2), never a hang. A TLS handshake that fails
+  :class:`~zkcrawl.errors.ZkUnavailable` (exit 75), never a hang. A TLS handshake that fails
   (wrong CA, client certificate refused, not a TLS port), credentials the server refuses
   (SASL) or a server that requires authentication the session lacks are a
   :class:`~zkcrawl.zk.security.ZkSecurityError` (exit 2: configuration, not an outage),
   raised at once rather than after the timeout.
+* **a refused loopback port**: asked to (``refused_fails``: a person waits at a terminal),
+  connect raises ZkUnavailable at once when every server is on this machine (loopback) and
+  refuses the TCP connection -- nothing listens there (:func:`refused_on_loopback`); a
+  supervised process keeps trying for the timeout, which its restart arithmetic counts on
+  (deploy/systemd: an outage must not trip the start limit).
 * **security** (:mod:`zkcrawl.zk.security`): credentials (digest or SASL DIGEST-MD5), the
   ACL every created znode gets (``--zk-acl``), TLS; a NoAuth on a create/set/delete is a
   :class:`ZkAccessDenied` naming the path and the identity, never the secret.
@@ -20,13 +25,17 @@ It owns the connection policy:
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+import math
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ParamSpec, TypeVar
 
 from kazoo.client import KazooClient
+from kazoo.hosts import collect_hosts
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from kazoo.retry import KazooRetry, RetryFailedError
 from kazoo.security import ACL, Id
@@ -43,14 +52,16 @@ from zkcrawl.zk.errors import (
     NoNodeError,
     UnimplementedError,
 )
+from zkcrawl.zk.poll import PollHandler
 from zkcrawl.zk.security import (
     OPEN_ACL,
-    WRITE_PERMS,
     ZkAuth,
     ZkSecurityError,
     ZkTls,
+    access_warning,
     creator_acl,
     describe_acl,
+    open_writers,
     sasl_available,
 )
 from zkcrawl.zk.types import (
@@ -153,10 +164,13 @@ class ZkClient:
         logger.addFilter(self._quiet)
         self._kazoo = KazooClient(hosts=hosts, timeout=session_timeout,
                                   connection_retry=conn_retry, command_retry=cmd_retry,
-                                  read_only=read_only, logger=logger, **security)
+                                  read_only=read_only, logger=logger,
+                                  handler=PollHandler(),  # one poll(2) per select (poll.py)
+                                  **security)
         if auth is not None and auth.scheme == "sasl":
             self._sasl_failure_is_auth_failure()
         self._heard = time.monotonic()  # the last word from the server (silent_for)
+        self._pause: PauseWatch | None = None  # started by the first silent_for()
         self._note_replies()
         self._wire = Wire(self._kazoo, timeout=max(zk_timeout, 1.0))
 
@@ -226,23 +240,57 @@ class ZkClient:
     def silent_for(self) -> float:
         """Seconds since the server last answered this client. Past the session timeout the
         session may be expired on the server before kazoo can tell (a process frozen or
-        cut off): a holder must not start work on its leases until it hears again."""
-        return time.monotonic() - self._heard
+        cut off): a holder must not start work on its leases until it hears again.
+
+        A pause of this process (SIGSTOP, a VM frozen) counts as silence -- ``inf`` -- until a
+        request sent after it is answered: a frozen process hears nothing, but on waking
+        kazoo may first read what the server sent before it expired the session, and that
+        is no word about the session now (:class:`PauseWatch`)."""
+        if self._pause is None:
+            self._pause = PauseWatch(self._probe).start()
+        now = time.monotonic()
+        if self._pause.in_doubt(now):
+            return math.inf
+        return now - self._heard
+
+    def _probe(self, timeout: float) -> bool:
+        """One round trip sent now: True when it was answered in this session."""
+        try:
+            self._kazoo.exists_async("/").get(timeout=timeout)
+        except Exception:
+            return False
+        return True
 
     # -- lifecycle -------------------------------------------------------
-    def connect(self) -> ZkClient:
-        """Connect within ``zk_timeout`` or raise :class:`ZkUnavailable`; a TLS or
-        authentication failure raises :class:`ZkSecurityError` (at once)."""
-        deadline = time.monotonic() + self.zk_timeout
+    def connect(self, notice: Callable[[], object] | None = None,
+                refused_fails: bool = False) -> ZkClient:
+        """Connect within ``zk_timeout`` or raise :class:`ZkUnavailable` -- with
+        ``refused_fails`` at once when every server is on loopback and refuses the
+        connection; a TLS or authentication failure raises :class:`ZkSecurityError` (at
+        once). ``notice`` is called once when the connection takes longer than
+        :data:`NOTICE_AFTER` seconds (a TTY's "connecting to ..." line)."""
+        start = time.monotonic()
+        deadline = start + self.zk_timeout
+        refused = probed = noticed = False
         try:
             live = self._kazoo.start_async()
             while not live.wait(0.05):  # kazoo sets no event for a failed handshake
                 if self._quiet.tls_failure or self._kazoo.client_state == _AUTH_FAILED:
                     break
+                waited = time.monotonic() - start
+                if refused_fails and not probed and waited >= PROBE_AFTER:
+                    probed = True
+                    if refused_on_loopback(self.hosts):
+                        refused = True
+                        break
+                if notice is not None and not noticed and waited >= NOTICE_AFTER:
+                    noticed = True
+                    notice()
                 if time.monotonic() >= deadline:
                     break
             if not self._kazoo.connected:
-                raise KazooTimeoutError("Connection time-out")
+                raise KazooTimeoutError("connection refused: nothing listens there" if refused
+                                        else "Connection time-out")
             # The first request runs after the SASL and digest handshakes: it tells whether
             # the server accepts this session (enforce.auth.enabled, refused SASL).
             self._kazoo.exists_async("/").get(
@@ -262,13 +310,15 @@ class ZkClient:
                     "secureClientPort") from None
             if self._kazoo.client_state == _AUTH_FAILED:
                 raise self._auth_error(exc) from None
-            why = "timed out" if isinstance(exc, KazooTimeoutError) else str(exc) or type(exc)
+            why = ("timed out" if isinstance(exc, KazooTimeoutError) and not refused
+                   else str(exc) or type(exc))
+            within = "" if refused else f" within {self.zk_timeout:g}s"
             tls = " over TLS" if self.tls is not None else ""
             hint = ("; the server closed every connection: if it is a TLS port "
                     "(secureClientPort), add --zk-tls" if self.tls is None and self._quiet.dropped
                     else "")
-            raise ZkUnavailable(f"cannot reach ZooKeeper at {self.hosts}{tls} within "
-                                f"{self.zk_timeout:g}s ({why}); check --zk / ZKCRAWL_ZK "
+            raise ZkUnavailable(f"cannot reach ZooKeeper at {self.hosts}{tls}{within} "
+                                f"({why}); check --zk / ZKCRAWL_ZK "
                                 f"(start a local one with `zkcrawl local-zk start`){hint}"
                                 ) from None
         return self
@@ -287,6 +337,8 @@ class ZkClient:
     def close(self) -> None:
         """End the session (ephemeral nodes vanish now) and stop all retries."""
         self._stopped.set()
+        if self._pause is not None:
+            self._pause.stop()
         self._stop_quietly()
 
     def _stop_quietly(self) -> None:
@@ -359,37 +411,57 @@ class ZkClient:
         acls, _stat = self._kazoo.get_acls(path)
         return [(int(a.perms), str(a.id.scheme), str(a.id.id)) for a in acls]
 
+    def get_acl_async(self, path: str) -> Pending[tuple[list[tuple[int, str, str]], Stat]]:
+        """Pipelined :meth:`get_acl`: ``(acl, stat)``."""
+        pending: Any = self._kazoo.handler.async_result()
+        inner = self._kazoo.get_acls_async(path)
+
+        def done(res: Any) -> None:
+            try:
+                acls, stat = res.get_nowait()
+            except Exception as exc:  # the request's own error, handed on
+                pending.set_exception(exc)
+                return
+            pending.set(([(int(a.perms), str(a.id.scheme), str(a.id.id)) for a in acls], stat))
+
+        inner.rawlink(done)
+        result: Pending[tuple[list[tuple[int, str, str]], Stat]] = pending
+        return result
+
+    def set_acl_async(self, path: str, acl: Sequence[tuple[int, str, str]]) -> Pending[Stat]:
+        """Pipelined :meth:`set_acl` (a NoAuth is the request's NoAuthError)."""
+        pending: Pending[Stat] = self._kazoo.set_acls_async(
+            path, [ACL(perms, Id(scheme, ident)) for perms, scheme, ident in acl])
+        return pending
+
+    def set_acl(self, path: str, acl: Sequence[tuple[int, str, str]]) -> None:
+        """Replace ``path``'s ACL (ZooKeeper's setACL: needs ADMIN on the node); a NoAuth is
+        a :class:`ZkAccessDenied`."""
+        try:
+            self.answer(self._kazoo.set_acls_async(
+                path, [ACL(perms, Id(scheme, ident)) for perms, scheme, ident in acl]))
+        except NoAuthError:
+            raise self._denied("setACL", path) from None
+
     def check_access(self, path: str) -> list[str]:
         """With credentials, compare ``path``'s ACL (when the node exists and may be read)
         with this identity: a digest ACL naming the same user with another password is a
         wrong password (:class:`ZkSecurityError`). Returns warnings: the node is writable
-        by anyone although ``--zk-acl creator``; or this identity may not write it."""
+        by others (:func:`~zkcrawl.zk.security.open_writers`) although ``--zk-acl
+        creator``; or this identity may not write it."""
         if self.auth is None:
             return []
         try:
             acl = self.get_acl(path)
         except KazooException:  # no node (yet), no READ on it, a lost connection: no verdict
             return []
-        scheme, ident = self.auth.acl_id
-        granted = 0
-        for perms, s, i in acl:
-            if (s, i) in ((scheme, ident), ("world", "anyone")):
-                granted |= perms
-        if granted & WRITE_PERMS == WRITE_PERMS:
-            world = sum(p for p, s, i in acl if (s, i) == ("world", "anyone"))
-            if world & WRITE_PERMS and self.acl != [OPEN_ACL]:
-                return [f"{path} was created without --zk-acl creator (its ACL: "
-                        f"{describe_acl(acl)}): anyone who reaches ZooKeeper may write it; "
-                        "only znodes created from now on get the creator ACL"]
-            return []
-        if scheme == "digest" and any(
-                s == "digest" and i.split(":", 1)[0] == self.auth.user and i != ident
-                for _p, s, i in acl):
-            raise ZkSecurityError(f"wrong password for {self.auth.describe()}: the ACL of "
-                                  f"{path} grants that user with another password")
-        return [f"the ACL of {path} ({describe_acl(acl)}) does not let "
-                f"{self.auth.describe()} write: writes will fail (NoAuth); every process "
-                "of a root must use the same identity"]
+        writers = open_writers(acl)
+        if writers and self.acl != [OPEN_ACL]:
+            return [f"{path} was created without --zk-acl creator (its ACL: "
+                    f"{describe_acl(acl)}): {writers} may write it; only znodes created "
+                    "from now on get the creator ACL"]
+        warning = access_warning(self.auth, acl, path)
+        return [warning] if warning else []
 
     def _denied(self, op: str, path: str) -> ZkAccessDenied:
         who = (self.auth.describe() if self.auth is not None
@@ -509,6 +581,83 @@ class ZkClient:
         """Call ``func(children)`` now and on every change of ``path``'s children; re-armed
         by itself (kazoo's ``ChildrenWatch``) until ``func`` returns False. kazoo's thread."""
         ChildrenWatch(self._kazoo, path, func)
+
+
+class PauseWatch:
+    """Tells that this process was paused (SIGSTOP, a frozen VM, a long stall): a thread
+    ticks every :data:`PAUSE_TICK` s; a gap of more than :data:`PAUSE_S` between two ticks
+    -- seen by the ticking thread, or by anyone who asks while the last tick is that old --
+    is a pause, and the pause lasts until a request sent after it is answered (``probe``).
+
+    Why by hand: nothing in kazoo or the standard library tells a process it was stopped;
+    a monotonic clock jumps over the pause, and that is what is measured."""
+
+    def __init__(self, probe: Callable[[float], bool]) -> None:
+        self._probe = probe
+        self._tick = time.monotonic()
+        self._paused_at: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="zk-pause-watch", daemon=True)
+
+    def start(self) -> PauseWatch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def in_doubt(self, now: float) -> bool:
+        return self._paused_at is not None or now - self._tick > PAUSE_S
+
+    def _run(self) -> None:
+        while not self._stop.wait(PAUSE_TICK):
+            now = time.monotonic()
+            if now - self._tick > PAUSE_S:
+                self._paused_at = now  # before the tick moves: no reader sees neither
+            self._tick = now
+            since = self._paused_at
+            if since is not None and self._probe(1.0) and self._paused_at == since:
+                self._paused_at = None
+
+
+PAUSE_TICK = 0.1
+PAUSE_S = 1.0  # a thread that ticks every 0.1 s and missed 1 s: the process was stopped
+
+#: Seconds of a connection attempt before :func:`refused_on_loopback` is asked (a live
+#: local server has answered long before), and before the caller's ``notice``.
+PROBE_AFTER = 0.3
+NOTICE_AFTER = 0.5
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name: its addresses are not ours to guess
+        return False
+
+
+def refused_on_loopback(hosts: str, timeout: float = 1.0) -> bool:
+    """True when every server of the connection string ``hosts`` is on this machine
+    (127.0.0.0/8, ::1, ``localhost``) and refuses a TCP connection: nothing listens there,
+    so waiting ``--zk-timeout`` cannot help. False for anything else (a remote server, one
+    that accepts, a timeout, a string kazoo cannot parse); never raises."""
+    try:
+        servers, _chroot = collect_hosts(hosts)
+    except ValueError:
+        return False
+    if not servers or not all(_is_loopback(host) for host, _ in servers):
+        return False
+    for host, port in servers:
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+        except ConnectionRefusedError:
+            continue
+        except (OSError, OverflowError, ValueError):
+            return False
+        return False  # something listens: kazoo's handshake will tell
+    return True
 
 
 def gather(asyncs: Iterable[Pending[T]], timeout: float | None = None) -> list[T | Exception]:

@@ -7,6 +7,16 @@
 * :func:`creator_acl` -- the ACL every znode zkcrawl creates gets with ``--zk-acl creator``:
   ALL (read, write, create, delete, admin) for that identity, READ for anyone.
 * :class:`ZkTls` -- TLS to ZooKeeper: CA bundle, client certificate and key.
+* The ACLs of a root's nodes: :func:`relied_on` lists the root and every node directly
+  under it that :class:`~zkcrawl.queue.layout.Layout` names; :func:`open_writers` finds
+  whether *others may write* a node -- an entry that needs no credentials (``world:anyone``,
+  or ``ip:RANGE``: every client from that range) with WRITE, CREATE, DELETE or ADMIN;
+  another named identity (``digest:ops``) is a deliberate grant, not "others" -- and
+  :func:`repaired_acl` the ACL that fixes it (this identity ALL, anyone READ, other
+  identities kept). ``ip:0.0.0.0/0`` counts as anyone, never as "writes will fail". Every
+  ACL read here is hostile data: any scheme, id or permission bits decode to a verdict,
+  never an exception (property-tested). Reading and fixing the ACLs of a live tree is
+  :mod:`zkcrawl.zk.acls`.
 
 No kazoo import here, so :mod:`zkcrawl.settings` can parse and check these without a
 connection; :class:`~zkcrawl.zk.client.ZkClient` turns them into kazoo's arguments.
@@ -17,15 +27,20 @@ from __future__ import annotations
 import base64
 import dataclasses
 import hashlib
+import ipaddress
 import os
 import stat
 import warnings
+from typing import Any
 
 from zkcrawl.errors import UsageError
 
-__all__ = ["ALL", "OPEN_ACL", "PERMS", "READ_ACL", "SASL_MECHANISMS", "WRITE_PERMS", "ZkAuth",
-           "ZkSecurityError", "ZkTls", "creator_acl", "describe_acl", "digest_id",
-           "parse_auth", "read_auth_file", "sasl_available", "world_readable_warning"]
+__all__ = ["ACL_MODES", "ALL", "MODIFY_PERMS", "OPEN_ACL", "PERMS", "READ_ACL", "SASL_MECHANISMS",
+           "WRITE_PERMS", "Acl", "ZkAuth", "ZkSecurityError", "ZkTls",
+           "access_warning", "creator_acl", "describe_acl", "digest_id",
+           "grants_everyone", "ip_network", "needs_no_credentials", "open_writers",
+           "parse_auth", "read_auth_file", "relied_on", "repaired_acl", "sasl_available",
+           "world_readable_warning"]
 
 #: ZooKeeper's permission bits (org.apache.zookeeper.ZooDefs.Perms).
 PERMS = {"READ": 1, "WRITE": 2, "CREATE": 4, "DELETE": 8, "ADMIN": 16}
@@ -223,3 +238,100 @@ def sasl_available() -> bool:
         except ImportError:
             return False
     return True
+
+
+# -- the ACLs of a root's nodes (SPEC §4 "Security flags") --------------------------------
+#: What lets a client change a node, its children or its ACL.
+MODIFY_PERMS = WRITE_PERMS | PERMS["ADMIN"]
+#: ``--zk-acl`` values: ``fix`` is ``creator`` that also repairs, at start, the nodes of the
+#: root others may write.
+ACL_MODES = ("creator", "open", "fix")
+_IP_ID_LIMIT = 64
+Acl = list[tuple[int, str, str]]
+
+
+def ip_network(ident: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+    """The address range of an ``ip`` ACL id (``10.0.0.0/8``, ``127.0.0.1``, ``::1/128``),
+    or None for anything ZooKeeper would not match (a hostile ACL may hold any text)."""
+    if len(ident) > _IP_ID_LIMIT or not ident.isascii():
+        return None
+    try:
+        return ipaddress.ip_network(ident.strip(), strict=False)
+    except ValueError:
+        return None
+
+
+def needs_no_credentials(scheme: str, ident: str) -> bool:
+    """An ACL entry every client holds without credentials: ``world:anyone``, or ``ip``
+    (every client connecting from that range, authenticated or not, e.g. every local user
+    for ``ip:127.0.0.1``)."""
+    return (scheme, ident) == ("world", "anyone") or scheme == "ip"
+
+
+def grants_everyone(scheme: str, ident: str) -> bool:
+    """``world:anyone``, or an ``ip`` range of every address (``ip:0.0.0.0/0``, ``ip:::/0``)."""
+    if (scheme, ident) == ("world", "anyone"):
+        return True
+    net = ip_network(ident) if scheme == "ip" else None
+    return net is not None and net.prefixlen == 0
+
+
+def open_writers(acl: Acl) -> str | None:
+    """Who may change a node with ``acl`` without credentials, in words, or None: "anyone
+    who reaches ZooKeeper" (``world:anyone`` or ``ip:0.0.0.0/0`` with a write permission)
+    or "every client connecting from 10.0.0.0/8"."""
+    ranges = []
+    for perms, scheme, ident in acl:
+        if not perms & MODIFY_PERMS or not needs_no_credentials(scheme, ident):
+            continue
+        if grants_everyone(scheme, ident):
+            return "anyone who reaches ZooKeeper"
+        net = ip_network(ident)
+        ranges.append(str(net) if net is not None else repr(ident[:_IP_ID_LIMIT]))
+    return f"every client connecting from {', '.join(ranges)}" if ranges else None
+
+
+def access_warning(auth: ZkAuth, acl: Acl, path: str) -> str | None:
+    """Whether ``auth`` may write a node with ``acl``: None if it may (or an ``ip`` entry
+    may let it), a warning if it may not; a digest entry naming the same user with another
+    password is a wrong password (:class:`ZkSecurityError`)."""
+    scheme, ident = auth.acl_id
+    granted = 0
+    for perms, s, i in acl:
+        if (s, i) == (scheme, ident) or grants_everyone(s, i):
+            granted |= perms
+    if granted & WRITE_PERMS == WRITE_PERMS:
+        return None
+    if any(s == "ip" and p & WRITE_PERMS for p, s, _i in acl):
+        return None  # it depends on the address this client connects from: no verdict
+    if scheme == "digest" and any(
+            s == "digest" and i.split(":", 1)[0] == auth.user and i != ident
+            for _p, s, i in acl):
+        raise ZkSecurityError(f"wrong password for {auth.describe()}: the ACL of "
+                              f"{path} grants that user with another password")
+    return (f"the ACL of {path} ({describe_acl(acl)}) does not let {auth.describe()} "
+            "write: writes will fail (NoAuth); every process of a root must use the same "
+            "identity")
+
+
+def repaired_acl(acl: Acl, ours: Acl) -> Acl:
+    """``acl`` without the entries that need no credentials, with ``ours`` (the creator
+    ACL: ALL for this identity, READ for anyone) in front; other identities are kept."""
+    mine = {(s, i) for _p, s, i in ours}
+    return list(ours) + [(p, s, i) for p, s, i in acl
+                         if not needs_no_credentials(s, i) and (s, i) not in mine]
+
+
+def relied_on(layout: Any) -> list[str]:
+    """The root and every node directly under it that a ``Layout`` names (each of its
+    properties that is such a path: the containers and the control node), so that a node a
+    new version of the layout adds is checked too. The root first, then sorted."""
+    root: str = layout.root
+    found = set()
+    for name in dir(type(layout)):
+        if isinstance(getattr(type(layout), name), property):
+            value = getattr(layout, name)
+            if (isinstance(value, str) and value.startswith(root + "/")
+                    and "/" not in value[len(root) + 1:]):
+                found.add(value)
+    return [root or "/", *sorted(found)]

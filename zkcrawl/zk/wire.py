@@ -33,6 +33,7 @@ from typing import Any, ClassVar, TypeVar, cast, overload
 from kazoo.exceptions import EXCEPTIONS, ConnectionLoss
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.serialization import (
+    CheckVersion,
     Create,
     Delete,
     GetData,
@@ -61,6 +62,7 @@ _GETDATA_HEAD: bytes = multiheader_struct.pack(GetData.type, False, -1)
 _CREATE_HEAD: bytes = multiheader_struct.pack(Create.type, False, -1)
 _DELETE_HEAD: bytes = multiheader_struct.pack(Delete.type, False, -1)
 _SETDATA_HEAD: bytes = multiheader_struct.pack(SetData.type, False, -1)
+_CHECK_HEAD: bytes = multiheader_struct.pack(CheckVersion.type, False, -1)
 _MULTI_DONE: bytes = multiheader_struct.pack(-1, True, -1)
 _EPHEMERAL, _SEQUENTIAL = 1, 2
 
@@ -103,6 +105,12 @@ class Wire:
         self._kazoo._call(request, result)
         return result
 
+    def empty_result(self) -> Pending[list[TxResult]]:
+        """A request answered already, with no results (an empty transaction)."""
+        result: Pending[list[TxResult]] = self._kazoo.handler.async_result()
+        result.set([])  # type: ignore[attr-defined]  # kazoo's AsyncResult.set
+        return result
+
     def multi_read(self, paths: Sequence[str]) -> Pending[list[ReadResult]]:
         chroot = self.chroot
         return self.call(MultiRead([chroot + p for p in paths]))
@@ -133,7 +141,8 @@ class MultiRead:
 
 
 class Multi:
-    """A ``multi`` transaction of creates, deletes and setData, committed in one round trip.
+    """A ``multi`` transaction of creates, deletes, setData and version checks, committed in
+    one round trip.
 
     The same wire format and results as kazoo's ``TransactionRequest``, minus its per-op
     path normalisation and validation. Paths are ours and already absolute (the chroot is
@@ -170,6 +179,12 @@ class Multi:
         self._ops.append(b"".join((_SETDATA_HEAD, _string(self._chroot + path),
                                    _PACK(len(value)), value, _PACK(version))))
 
+    def check(self, path: str, version: int) -> None:
+        """Fail the whole transaction unless ``path`` is at ``version`` (the fence of a
+        partition owner's writes: the partition node's version is its epoch)."""
+        self._ops.append(b"".join((_CHECK_HEAD, _string(self._chroot + path),
+                                   _PACK(version))))
+
     def serialize(self) -> bytes:
         return b"".join((*self._ops, _MULTI_DONE))
 
@@ -179,6 +194,11 @@ class Multi:
         return _read_multi(data, offset, _transaction_result)
 
     def commit_async(self) -> Pending[list[TxResult]]:
+        if not self._ops:
+            # An empty multi got no answer from the server here (Debian's ZooKeeper: the
+            # call waited out its timeout): answered here, with no results.
+            done: Pending[list[TxResult]] = self._wire.empty_result()
+            return done
         return self._wire.call(self)
 
     def commit(self) -> list[TxResult]:

@@ -41,10 +41,11 @@ from zkcrawl.admin.cluster import (
     select_dead,
 )
 from zkcrawl.admin.cluster import session as zk_session
-from zkcrawl.errors import ExitStatus, UsageError
+from zkcrawl.errors import ExitStatus, UsageError, ZkCrawlError
 from zkcrawl.runner import setup_logging
 from zkcrawl.settings import CommonSettings, opt
-from zkcrawl.textsafe import printable, scrub
+from zkcrawl.textsafe import printable, scrub, shown_url
+from zkcrawl.zk.client import ZkClient
 
 NAME = "dead"
 HELP = "list, requeue or purge dead letters (items that failed --max-attempts times)"
@@ -110,11 +111,20 @@ def _print_list(letters: list[DeadLetter], as_json: bool) -> None:
         print("no dead letters")
         return
     for d in letters:
-        error = printable(d.error, ERROR_SHOWN) if d.error else "-"
-        url = printable(d.url, URL_SHOWN) if d.url else "(none: malformed item)"
-        print(f"{printable(d.id)}  attempts={d.attempts}  age={_age(d.dead_at)}  "
+        error = shown_url(d.error, ERROR_SHOWN) if d.error else "-"
+        url = shown_url(d.url, URL_SHOWN) if d.url else "(none: malformed item)"
+        print(f"{printable(d.id)}  attempts={d.attempts_text}  age={_age(d.dead_at)}  "
               f"error={error}  url={url}")
     print(f"{len(letters)} dead letter(s)")
+
+
+def root_missing(zk: ZkClient, root: str) -> str | None:
+    """``root /x does not exist yet: ...`` when ``--root`` names no znode (a typo, another
+    cluster's root), else None; `zkcrawl status` says the same in its header."""
+    if zk.exists(root.rstrip("/") or "/") is not None:
+        return None
+    return (f"root {printable(root, 300)} does not exist yet: nothing ran here "
+            "(check --root)")
 
 
 def _report(verb: str, out: Outcome) -> ExitStatus:
@@ -141,6 +151,12 @@ def execute(settings: Settings, ns: argparse.Namespace, env: Mapping[str, str]) 
         raise UsageError("dead purge deletes dead letters for good: add --yes to confirm")
     setup_logging(settings)
     with zk_session(settings) as zk:
+        missing = root_missing(zk, settings.root)
+        if missing and ns.action != "list":
+            raise ZkCrawlError(missing)
+        if missing:  # as `zkcrawl status` says it; the JSON stays a list
+            print("[]" if settings.json else f"no dead letters: {missing}")
+            return ExitStatus.OK
         if ns.action == "list":
             now = time.time()
             _print_list([d for d in list_dead(zk, settings.root) if where.matches(d, now)],

@@ -8,7 +8,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from zkcrawl.admin.localzk import ZkServer, four_letter, pid_alive, read_pid, stop_pid
+from zkcrawl.admin.localzk import ZkServer, four_letter, server_pid, stop_pid
 from zkcrawl.errors import ExitStatus, LocalZkError, UsageError
 from zkcrawl.settings import CommonSettings, opt
 
@@ -53,8 +53,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def execute(settings: Settings, ns: argparse.Namespace, env: Mapping[str, str]) -> ExitStatus:
     data_dir = Path(settings.data_dir or default_dir(env))
-    pid = read_pid(data_dir)
-    running = pid is not None and pid_alive(pid)
+    pid, state = server_pid(data_dir)  # a PID file naming another process: not running
+    running = state == "running"
     if ns.action == "status":
         mode = four_letter(settings.port, "srvr")
         if running and "Mode:" in mode:
@@ -65,6 +65,8 @@ def execute(settings: Settings, ns: argparse.Namespace, env: Mapping[str, str]) 
     if ns.action == "stop":
         if stop_pid(data_dir):
             print(f"stopped pid={pid}")
+        elif state == "other":
+            print(f"not running (the PID file named pid={pid}, another process: left alone)")
         else:
             print("not running")
         return ExitStatus.OK

@@ -20,11 +20,12 @@ from typing import Any
 
 from zkcrawl.admin.cluster import list_queue, purge_queue
 from zkcrawl.admin.cluster import session as zk_session
-from zkcrawl.errors import ExitStatus, UsageError
+from zkcrawl.admin.commands.dead import root_missing
+from zkcrawl.errors import ExitStatus, UsageError, ZkCrawlError
 from zkcrawl.queue.layout import Layout
 from zkcrawl.runner import setup_logging
 from zkcrawl.settings import CommonSettings, opt
-from zkcrawl.textsafe import printable, scrub
+from zkcrawl.textsafe import printable, scrub, shown_url
 
 NAME = "queue"
 HELP = "list the head of the queue, or purge every queued item (--yes)"
@@ -54,7 +55,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def _row(r: dict[str, Any]) -> str:
     """One item of the text list, every value from ZooKeeper escaped."""
     held = f"  leased by {printable(str(r['leased_by']), 200)}" if r["leased_by"] else ""
-    what = (printable(r["url"], URL_SHOWN) if r["url"]
+    what = (shown_url(r["url"], URL_SHOWN) if r["url"]
             else f"(malformed: {printable(str(r['error']), URL_SHOWN)})")
     return (f"{printable(r['item'])}  attempt={printable(str(r['attempt']))}  "
             f"age={r['age_s']:.1f}s  {what}{held}")
@@ -65,6 +66,12 @@ def execute(settings: Settings, ns: argparse.Namespace, env: Mapping[str, str]) 
         raise UsageError("queue purge deletes every queued item for good: add --yes to confirm")
     setup_logging(settings)
     with zk_session(settings) as zk:
+        missing = root_missing(zk, settings.root)
+        if missing and ns.action == "purge":
+            raise ZkCrawlError(missing)
+        if missing:  # as `zkcrawl status` says it; the JSON stays a list
+            print("[]" if settings.json else f"0 queued: {missing}")
+            return ExitStatus.OK
         if ns.action == "purge":
             deleted, leased = purge_queue(zk, settings.root)
             print(f"purged {deleted} item(s) from {Layout.of(settings.root).queue}"

@@ -4,10 +4,13 @@ in a crawl.
 Reads consumer result files (``-`` = stdin, ``.gz`` accepted) and PostgreSQL results
 tables (``postgresql://USER@HOST/DB?table=NAME``, every row of the table: the consumer's
 ``--out``; needs ``zkcrawl[postgres]``), prints outcomes by reason,
+what broke (per reason its top URLs, with attempts and consumer; ok/failed per host),
 each consumer's share, hosts and where the time went (queue, dispatch, wait, process:
 p50/p95/max) with the dispatch/process verdict. ``--html PATH`` also writes one
 self-contained page (inline SVG histograms and per-consumer throughput; nothing fetched
-when viewed). ``--json`` prints the summary document instead of the text.
+when viewed). ``--json`` prints the summary document instead of the text. ``--latest``
+counts each URL once, by its final outcome; ``--dead`` adds the dead letters of ``--root``
+(from ZooKeeper) to the failure totals.
 
 Bad lines and bad values are skipped and counted (``bad_lines``, ``bad_values``), never
 fatal: only an unreadable input or an unwritable ``--html`` path is an error (exit 2), and
@@ -27,6 +30,8 @@ from collections.abc import Mapping
 
 from zkcrawl import postgres
 from zkcrawl.admin import report
+from zkcrawl.admin.cluster import DeadLetter, list_dead
+from zkcrawl.admin.cluster import session as zk_session
 from zkcrawl.errors import ExitStatus, UsageError
 from zkcrawl.runner import setup_logging
 from zkcrawl.settings import CommonSettings, opt
@@ -46,6 +51,10 @@ class Settings(CommonSettings):
     html: str | None = opt(None, "also write a self-contained HTML report to PATH",
                            metavar="PATH")
     json: bool = opt(False, "print the summary as one JSON object instead of text")
+    latest: bool = opt(False, "count each URL once, by its final outcome (a requeued item "
+                       "that failed, then succeeded, counts as ok)")
+    dead: bool = opt(False, "also count the dead letters of --root (reads ZooKeeper --zk): "
+                     "those without a failed record join the failure totals")
 
     def validate(self) -> None:
         super().validate()
@@ -104,7 +113,11 @@ def execute(settings: Settings, ns: argparse.Namespace, env: Mapping[str, str]) 
     records, bad = report.load_records([f for f in ns.files if f not in tables])
     for url in tables:
         records += load_table(url)
-    summary = report.summarize(records, bad)
+    dead: list[DeadLetter] = []
+    if settings.dead:
+        with zk_session(settings) as zk:
+            dead = list(list_dead(zk, settings.root))
+    summary = report.summarize(records, bad, latest=settings.latest, dead=dead)
     if settings.html:
         write_html(settings.html, summary)
     if settings.json:

@@ -9,8 +9,15 @@ last heartbeat; an id that is neither registered nor holding a lease is exit 1.
 
 Wording, the same in the table and the JSON: leases are *held*, of which *fetching* now or
 *waiting* in a backlog; *ok* and *failed* items apart (processed = ok + failed); a host is
-*held back* only by a Retry-After, a failure's cool-down or a Crawl-delay, not by items
-waiting their turn; a consumer whose heartbeat is 3 intervals old is *STALE*.
+*backed off* only by a Retry-After or a down host's back-off, not by items waiting their
+turn; a consumer whose heartbeat is 3 intervals old is *STALE*.
+
+Hosts have owners: where ``<root>/partitions`` exists a ``partitions`` block follows
+the header (:mod:`zkcrawl.admin.partition_status`): P, partitions owned and by whom, batches
+and items queued, the oldest batch, owner nodes not held by the consumer they name, the
+partitions WITHOUT AN OWNER that hold items (the first 20; all counted) and a table of the
+deepest ten partitions. A root made before hosts had owners may still hold
+``<root>/hosts`` nodes: one line says how many (ignored; they may be deleted).
 
 The table shows what consumers and producers published, which anyone who reaches the
 ensemble may have written: every value goes through :func:`zkcrawl.textsafe.printable`
@@ -32,7 +39,7 @@ from zkcrawl.admin.cluster import STALE_AFTER, cluster_status, consumer_status, 
 from zkcrawl.errors import ExitStatus, UsageError, ZkCrawlError
 from zkcrawl.runner import setup_logging
 from zkcrawl.settings import CommonSettings, opt
-from zkcrawl.textsafe import printable
+from zkcrawl.textsafe import printable, shown_url
 from zkcrawl.zk import KazooException
 from zkcrawl.zk.client import ZkClient
 
@@ -81,7 +88,7 @@ def _age(seconds: float | None) -> str:
 
 
 def _cell(value: Any) -> str:
-    return "-" if value is None else printable(str(value), _CELL_LIMIT)
+    return "-" if value is None else shown_url(str(value), _CELL_LIMIT)
 
 
 def _number(value: Any, spec: str = ".1f") -> str:
@@ -98,13 +105,75 @@ def _table(head: list[str], rows: list[list[Any]]) -> list[str]:
             for r in cells]
 
 
-def _hosts_line(h: dict[str, Any]) -> str:
-    line = (f"hosts     {h['tracked']} with a politeness slot, {h['held_back']} held back "
-            "(Retry-After, failures, Crawl-delay)")
-    if h["longest"]:
-        line += ": " + ", ".join(f"{_cell(x['host'])} ({_number(x['next_slot_in_s'], 'g')} s)"
-                                 for x in h["longest"][:5])
-    return line
+def _stale_hosts_line(doc: dict[str, Any]) -> list[str]:
+    """One line for ``<root>/hosts`` nodes left by the layout before hosts had owners."""
+    n = doc.get("stale_hosts") or 0
+    if not n:
+        return []
+    return [f"stale     {n} nodes under {_cell(doc['root'].rstrip('/'))}/hosts from before "
+            "hosts had owners: ignored (safe to delete)"]
+
+
+UNOWNED_SHOWN = 20  # partitions without an owner listed in the table (all are counted)
+PARTITIONS_SHOWN = 10  # rows of the per-partition table: the deepest (the JSON has all)
+
+
+def _partitions_head(s: dict[str, Any]) -> list[str]:
+    count = "P unknown" if s["count"] is None else f"P={s['count']}"
+    if s["count_error"]:
+        count += f" (root data refused: {_cell(s['count_error'])})"
+    owners = ", ".join(f"{_cell(k)} {v}" for k, v in list(s["by_owner"].items())[:10])
+    more = " ..." if len(s["by_owner"]) > 10 else ""
+    items = (f"{s['items']} items queued" if s["items_counted"]
+             else f"items not counted ({_cell(s['items_note'])})")
+    lines = [f"partitions {count}: {s['present']} present, {s['owned']} owned"
+             + (f" ({owners}{more})" if owners else ""),
+             f"           {s['batches']} batches, {items}, oldest {_age(s['oldest_age_s'])}"
+             + (f"; {s['malformed_batches']} malformed batches"
+                if s["malformed_batches"] else "")]
+    if s.get("hosts_active") is not None:
+        lines.append(f"           hosts: {s['hosts_active']} active, "
+                     f"{s['hosts_backed_off']} backed off (Retry-After or down, kept for a "
+                     "hand-over)")
+    if s["unverified"]:
+        lines.append(f"           {len(s['unverified'])} owner nodes not held by the live "
+                     "consumer they name (forged, or a consumer going): "
+                     + ", ".join(str(p) for p in s["unverified"][:UNOWNED_SHOWN]))
+    if s["ignored"]:
+        lines.append(f"           {s['ignored']} children of partitions/ that are no "
+                     "partition (ignored)")
+    return lines
+
+
+def _count(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def _partition_lines(s: dict[str, Any] | None) -> list[str]:
+    """The ``partitions`` section (``--politeness owner``); nothing without partitions."""
+    if s is None:
+        return []
+    lines = _partitions_head(s)
+    unowned = s["unowned"]
+    if unowned:
+        shown = ", ".join(str(p) for p in unowned[:UNOWNED_SHOWN])
+        more = f" and {len(unowned) - UNOWNED_SHOWN} more" if len(unowned) > UNOWNED_SHOWN else ""
+        lines.append(f"           WITHOUT AN OWNER, holding items: {len(unowned)} "
+                     f"({shown}{more})")
+    deep = sorted((x for x in s["list"] if x["batches"]),
+                  key=lambda x: (-(x["depth"] or 0), -x["batches"], x["partition"]))
+    if deep:
+        rows = [[x["partition"], "NONE" if x["owner"] is None
+                 else x["owner"] + ("" if x["verified"] else " (unverified)"),
+                 x["batches"], x["depth"], _age(x["oldest_age_s"]),
+                 _count(x.get("hosts_active")), _count(x.get("hosts_backed_off"))]
+                for x in deep[:PARTITIONS_SHOWN]]
+        lines += ["", *_table(["PARTITION", "OWNER", "BATCHES", "ITEMS", "OLDEST", "HOSTS",
+                               "BACKED OFF"], rows)]
+        if len(deep) > PARTITIONS_SHOWN:
+            lines.append(f"... {len(deep) - PARTITIONS_SHOWN} more partitions hold items "
+                         "(--json lists all)")
+    return lines
 
 
 def _heartbeat(c: dict[str, Any]) -> str:
@@ -133,7 +202,7 @@ def render(doc: dict[str, Any], hosts: str) -> str:
              *([f"found     {doc['discovered']['batches']} batches of discovered links "
                 "waiting for a `zkcrawl-producer --follow`"]
                if doc.get("discovered", {}).get("batches") else []),
-             _hosts_line(doc["hosts"]), ""]
+             *_stale_hosts_line(doc), *_partition_lines(doc.get("partitions")), ""]
     if doc["consumers"]:
         rows = [[c["id"], c["host"], c["state"], c["ok"], c["failed"], c["leases"],
                  c["in_flight"], c["waiting"], _number(c["items_per_s"]), _heartbeat(c),
@@ -154,12 +223,28 @@ def render(doc: dict[str, Any], hosts: str) -> str:
                      + ", ".join(f"{_cell(k)}={v}" for k, v in orphans.items()))
     lines.append("")
     if doc["producers"]:
+        from producer.summary import held_back_text
+
         rows = [[p["id"], p["host"], p["state"], p.get("pages", "-"), p.get("offered", "-"),
-                 _age(p["heartbeat_age_s"])] for p in doc["producers"]]
-        lines += _table(["PRODUCER", "HOST", "STATE", "PAGES", "OFFERED", "HEARTBEAT"], rows)
+                 held_back_text(p), _age(p["heartbeat_age_s"]), _last_pass(p)]
+                for p in doc["producers"]]
+        lines += _table(["PRODUCER", "HOST", "STATE", "PAGES", "OFFERED", "HELD BACK",
+                         "HEARTBEAT", "LAST PASS"], rows)
     else:
         lines.append("no live producers")
     return "\n".join(lines) + "\n"
+
+
+def _last_pass(producer: dict[str, Any]) -> str:
+    """A watching producer's last pass (``--watch``): "#3 40.2s ago: 1 pages, 0 sitemaps,
+    0 new"; "-" for a producer that does not watch (or publishes a malformed pass)."""
+    from producer.watch import last_pass
+
+    lp = last_pass(producer)
+    if lp is None:
+        return "-"
+    return (f"#{lp['number']} {_age(max(0.0, time.time() - lp['started_at']))} ago: "
+            f"{lp['pages']} pages, {lp['sitemaps']} sitemaps, {lp['new']} new")
 
 
 _LEASES_SHOWN = 50  # lease rows of the one-consumer view (the JSON has them all)
@@ -180,14 +265,14 @@ def render_consumer(doc: dict[str, Any], hosts: str) -> str:
                   f"heartbeat {_heartbeat(c)} ago (every "
                   f"{_number(c['heartbeat_interval_s'], 'g')} s){stale}",
                   f"items     {_cell(c['ok'])} ok, {_cell(c['failed'])} failed, "
-                  f"{_number(c['items_per_s'])} items/s",
+                  f"{_number(c['items_per_s'])} items/s; {_cell(c['redelivered'])} "
+                  "claimed again after a holder died (not fetches)",
                   f"leases    {len(doc['leases'])} held: {_cell(c['in_flight'])} fetching now, "
                   f"{_cell(c['waiting'])} waiting in its backlog (capacity "
                   f"{_cell(c.get('capacity'))})"]
-    waits = [h for h in doc["hosts"] if h["next_slot_in_s"]]
-    lines.append("waits on  " + (", ".join(
-        f"{_cell(h['host'])} ({h['leased_items']} items, next slot in "
-        f"{_number(h['next_slot_in_s'], 'g')} s)" for h in waits[:10]) or "no host"))
+    lines.append("hosts     " + (", ".join(
+        f"{_cell(h['host'])} ({h['leased_items']} items)" for h in doc["hosts"][:10])
+        or "no host"))
     lines.append("")
     if doc["leases"]:
         rows = [[x["item"], _age(x["age_s"]), x["attempt"], x["host"], x["url"]]
@@ -228,7 +313,8 @@ def _doc(zk: ZkClient, settings: Settings) -> dict[str, Any]:
         return cluster_status(zk, settings.root)
     doc = consumer_status(zk, settings.root, settings.consumer)
     if not settings.watch and not doc["registered"] and not doc["leases"]:
-        live = sorted(c["id"] for c in cluster_status(zk, settings.root)["consumers"])
+        live = sorted(c["id"] for c in cluster_status(zk, settings.root, partitions=False)[
+            "consumers"])
         raise ZkCrawlError(f"no consumer {settings.consumer!r} under {settings.root}"
                            f"/consumers and no lease held by it (live: "
                            f"{', '.join(printable(x, 80) for x in live) or 'none'})")

@@ -7,12 +7,15 @@ would do with it -- before a queue is filled with the wrong links.
 * **the producer's view** of the page as a listing: the links ``--links``/``--links-css``
   select, each kept (normalized, as it would be offered) or dropped with the producer's
   reason (``javascript``, ``deny``, ``other-host``... and ``duplicate`` for a repeat on this
-  page), and the next page ``--next`` finds;
+  page), and the next page ``--next`` finds; how many ``<a>`` elements the page has and
+  their most common classes (a selector that selects nothing gets a ready-made one);
 * **the consumer's view** of the page as an item: the record it would write, built by the
   same function the consumer's pool threads use (:func:`consumer.pipeline.page_record`),
   and whether the item would be recorded at once or retried; with ``--processor`` (the
   consumer's flag: ``[re:PATTERN ]module:callable``, first match wins) the page processor's
   result -- fields, skip, the links it would hand to ``--follow`` --, or its failure; with
+  ``--extract article`` the article fields (main text, author, date...: what the consumer
+  with that flag records; here extracted in this process); with
   ``--pipeline`` the record through that chain (``open()``, ``process()``, ``close()``, as the
   consumer runs them: a pipeline with side effects has them here too).
 
@@ -27,6 +30,7 @@ import argparse
 import dataclasses
 import json
 import math
+import re
 import sys
 import time
 from collections.abc import Mapping
@@ -35,7 +39,7 @@ from typing import Any
 import lxml.etree
 
 from consumer.pipeline import extract_page, page_record
-from consumer.processors import FieldsProcessor, Processors, parse_routes
+from consumer.processors import ArticleProcessor, FieldsProcessor, Processors, parse_routes
 from consumer.results import ResultChain
 from consumer.settings import DEFAULT_USER_AGENT
 from producer import listing
@@ -60,6 +64,8 @@ EXAMPLES = """
     # the record the consumer would write for one item page, with an extra field
     zkcrawl try https://shop.example.com/p/42 --field "price=//span[@class='price']/text()"
     zkcrawl try http://127.0.0.1:8000/ --allow-private-addresses --json
+    # the article the consumer would record with --extract article (text, author, date...)
+    zkcrawl try https://blog.example.com/2024/05/post/ --extract article
 """
 DUPLICATE = "duplicate"  # a link already kept from this page: the producer skips it too
 _CONSUMER_ID = "try"
@@ -74,6 +80,10 @@ class Settings(CommonSettings, WebOptions):
     next: str | None = opt(None, "XPath of the next-page link", metavar="XPATH")
     field: tuple[str, ...] = opt((), "record field NAME=XPATH, as the consumer's (repeatable)",
                                  repeat=True, metavar="NAME=XPATH")
+    extract: str = opt("title", "what the consumer's default processor records, as its "
+                       "--extract: 'title' (title + --field) or 'article' (main text, "
+                       "author, date, language, canonical, tags, description, JSON-LD)",
+                       choices=("title", "article"))
     allow: tuple[str, ...] = opt((), "keep only links matching one of these regexes; "
                                  "repeatable", repeat=True, metavar="REGEX")
     deny: tuple[str, ...] = opt((), "drop links matching this regex; repeatable", repeat=True,
@@ -128,10 +138,12 @@ def make_plan(s: Settings, url: str) -> Plan:
                              deny=compile_patterns(s.deny, "--deny"), same_host=s.same_host,
                              strip_params=tuple(p for p in s.strip_param if p))
     fields = parse_field_specs(s.field)
+    results = ResultChain.load(s.pipeline)
+    results.failures.every = True  # zkcrawl try: every failure's traceback (issue #26)
+    default = ArticleProcessor(fields) if s.extract == "article" else FieldsProcessor(fields)
     return Plan(url.strip(), listing.compile_selectors(s.links, s.links_css, s.next),
                 fields, link_filter,
-                Processors(parse_routes(s.processor), FieldsProcessor(fields)),
-                ResultChain.load(s.pipeline))
+                Processors(parse_routes(s.processor), default, trace_every=True), results)
 
 
 def producer_view(plan: Plan, res: FetchResult) -> dict[str, Any]:
@@ -139,7 +151,8 @@ def producer_view(plan: Plan, res: FetchResult) -> dict[str, Any]:
     page = listing.page_from_result(plan.url, res, plan.selectors)
     view: dict[str, Any] = {"skipped": page.skipped, "error": page.error,
                             "links_found": len(page.links), "offer": [], "drop": [],
-                            "next": page.next_url}
+                            "next": page.next_url, "anchors": page.anchors,
+                            "anchor_classes": [[c, n] for c, n in page.anchor_classes]}
     kept: set[str] = set()
     for link in page.links:
         norm, reason = classify_link(plan.link_filter, link, page.final_url)
@@ -223,6 +236,10 @@ def render_text(s: Settings, doc: Mapping[str, Any]) -> str:
     else:
         out.append(f"  {p['links_found']} links found: {len(p['offer'])} would be offered, "
                    f"{len(p['drop'])} dropped")
+        classes = [(str(c), int(n)) for c, n in p["anchor_classes"]]
+        out.append("  " + _p(listing.describe_anchors(p["anchors"], classes)))
+        if not p["links_found"]:
+            out.append(f"  the selector selects nothing{_selector_hint(classes)}")
         out += [f"  offer  {_p(u)}" for u in p["offer"]]
         width = max((len(d["reason"]) for d in p["drop"]), default=0)
         out += [f"  drop   {d['reason']:<{width}}  {_p(d['link'])}" for d in p["drop"]]
@@ -246,7 +263,9 @@ def render_text(s: Settings, doc: Mapping[str, Any]) -> str:
         out.append(f"  would retry later ({rec['error']}): the item goes back to the queue "
                    "after a back-off; after --max-attempts it is recorded and dead-lettered")
     elif c["outcome"] == "record-failed":
-        out.append(f"  would record the failure at once: error {rec['error']}")
+        out.append(f"  would record the failure at once: error {rec['error']}"
+                   + ("; and dead-letter it (`zkcrawl dead requeue --error blocked-address` "
+                      "undoes it)" if rec["error"] == "blocked-address" else ""))
     out.append(f"  title: {_p(str(rec['title'])) if rec['title'] is not None else '(none)'}")
     for name, value in rec["fields"].items():
         out.append(f"  {name}: {_p(json.dumps(value, ensure_ascii=False))}")
@@ -254,6 +273,16 @@ def render_text(s: Settings, doc: Mapping[str, Any]) -> str:
     if links:
         out.append(f"  {len(links)} link(s) for --follow:")
     return "\n".join(out + links) + "\n"
+
+
+def _selector_hint(classes: list[tuple[str, int]]) -> str:
+    """``: --links-css 'a.post-link' would select 6`` from the most common class, if any."""
+    if not classes:
+        return ""
+    name, count = classes[0]
+    if not re.fullmatch(r"-?[A-Za-z_][A-Za-z0-9_-]*", name):
+        return ""  # not a plain CSS identifier: no ready-made selector
+    return f": --links-css 'a.{name}' would select {count}"
 
 
 def _p(text: str) -> str:

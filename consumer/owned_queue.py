@@ -1,0 +1,806 @@
+"""The queue of a consumer whose hosts have owners: the partitions it owns, batch by batch.
+
+:class:`OwnedQueue` offers the worker and the committer the surface of
+:class:`~zkcrawl.queue.leases.LeaseQueue` (claim, release, complete, retry, dead_letter,
+drain_lost, depth, wait_connected, skip) over :class:`~zkcrawl.queue.partition_queue.
+PartitionQueue`, for the partitions :class:`~consumer.ownership.Ownership` gives this
+consumer (``--politeness owner``). Guarantees:
+
+* it claims only from partitions whose owner node it holds (taken with an epoch; the others
+  wait until their previous owner lets go or its session ends), so only the owner fetches a
+  host, and every write of it is fenced on that epoch: a zombie changes nothing;
+* a claim marks its items started in their batch -- one write per batch touched -- before
+  they reach the worker; a holder's death is charged for those only (SPEC §3). An item the
+  worker gives back (its host at its cap, :mod:`consumer.parking`) is unmarked with the
+  batch's next write;
+* settles are one write per batch touched (:meth:`complete` of a committed group); a retry
+  or a dead letter is one write with its settle. A write whose answer was lost raises
+  :class:`~zkcrawl.queue.offers.QueueSuspended` (the committer holds the group); the batch
+  is read again before its next write, and what that write would do again is not done
+  twice;
+* a partition lost (another consumer's now, or this session ended) gives its items up: not
+  claimed any more, their settles fenced (``lost``), and its owner node is deleted once
+  nothing of it is in flight; the owner of partition 0 also moves the ingress
+  (``<root>/queue``) into the partitions;
+* **a back-off in force survives a hand-over**: the hosts of a settled item are looked up in
+  this consumer's politeness (:meth:`~consumer.ownership.Ownership.hold`); when one's
+  Retry-After, down-host back-off or Crawl-delay changed, the partition's host state
+  (:mod:`zkcrawl.queue.partition_state`) rides the next checkpoint as the partition node's
+  data -- the setData that is also the transaction's fence, no write of its own. A partition
+  taken reads it (untrusted: a state that does not decode is ignored with a warning and
+  its reason, the partition crawled as usual) and seeds :meth:`~consumer.ownership.
+  Ownership.taken`, so the first request to such a host waits until its hold ends.
+
+Status: issue #22 step 3, used with ``--politeness owner``; the default cluster politeness
+still claims from the shared queue.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from consumer.ownership import Ownership
+from zkcrawl.logs import get_logger
+from zkcrawl.queue import items as wire
+from zkcrawl.queue import partition_state as ps
+from zkcrawl.queue.claims import (
+    AT_LEAST_ONCE,
+    AT_MOST_ONCE,
+    Claimed,
+    CompleteResult,
+    dead_letter_body,
+    retry_item,
+    too_large_to_retry,
+)
+from zkcrawl.queue.items import Item
+from zkcrawl.queue.offers import QueueSuspended
+from zkcrawl.queue.partition_queue import (
+    BatchNode,
+    Change,
+    Checkpointed,
+    Fenced,
+    Owned,
+    PartitionQueue,
+)
+from zkcrawl.web.urls import host_key
+from zkcrawl.zk import ConnectionLoss, KazooException, SessionExpiredError, ZkClient, ZkState
+
+log = get_logger(__name__)
+
+CLAIM_BATCH = 100
+RELIST_S = 30.0  # a partition is listed again at least this often (its watch, sooner)
+RETAKE_S = 5.0  # a partition another session holds: asked again (its owner node's watch, sooner)
+INGRESS_MOVE = 2000  # ingress items one move takes (fewer when they exceed a transaction)
+PICK_PER_BATCH = 16  # a claim looks at the first so many queued items of each batch
+PER_ROUND = 8  # partitions listed per claim round at most (gaining 90 of them at once
+# stalled a consumer's claims for a second: measured by bench rebalance)
+TAKES_PER_ROUND = 64  # partitions taken per claim round, pipelined (PartitionQueue.take_many:
+# one by one, a consumer took a new root's 256 partitions in 3.5 s before its first fetch)
+FLUSH_S = 0.2  # settles wait at most this long for their checkpoint (one write for all)
+
+
+@dataclass(eq=False)  # identity: a key of per-batch groups
+class _Batch:
+    p: int
+    node: BatchNode
+    seq: int
+    ctime: float
+    queued: list[int] = field(default_factory=list)  # pending, not handed out, in order
+    hosts: list[str] = field(default_factory=list)  # per item: its politeness key
+    handed: dict[int, Claimed] = field(default_factory=dict)
+    unstart: set[int] = field(default_factory=set)  # given back: unmark at the next write
+    # what the next checkpoint writes: marks, settles, and per settled index its retry or
+    # dead letter
+    want_start: set[int] = field(default_factory=set)
+    want_done: set[int] = field(default_factory=set)
+    want_retry: dict[int, Item] = field(default_factory=dict)
+    want_dead: dict[int, bytes] = field(default_factory=dict)
+    unsure: bool = False  # a checkpoint's answer was lost: read the node before the next one
+
+    def wants(self) -> bool:
+        return bool(self.want_start or self.want_done or self.unstart)
+
+
+@dataclass(eq=False)
+class _Part:
+    owned: Owned
+    batches: dict[str, _Batch] = field(default_factory=dict)
+    listed: float = 0.0
+    dirty: bool = True
+    leaving: bool = False
+    # the partition's host state (partition_state): what the checkpoint keeps, hosts of
+    # items settled since (to look up), and a generation to know what was written
+    holds: dict[str, ps.Hold] = field(default_factory=dict)
+    touched: set[str] = field(default_factory=set)
+    state_gen: int = 0
+    written_gen: int = 0
+
+    def in_flight(self) -> int:
+        """Items handed out, or settled and not yet checkpointed."""
+        return sum(len(b.handed) + len(b.want_done) for b in self.batches.values())
+
+
+class OwnedQueue:
+    """The owned partitions of one consumer as a claimable queue (module docstring)."""
+
+    claim_batch = CLAIM_BATCH
+
+    def __init__(self, zk: ZkClient, root: str, consumer_id: str, ownership: Ownership,
+                 max_attempts: int = 3, delivery: str = AT_LEAST_ONCE) -> None:
+        if delivery not in (AT_LEAST_ONCE, AT_MOST_ONCE):
+            raise ValueError(f"unknown delivery {delivery!r}")
+        self.delivery = delivery
+        self._once = delivery == AT_MOST_ONCE  # settled on the take: nothing in flight
+        self.zk = zk
+        self.consumer_id = consumer_id
+        self.ownership = ownership
+        self.pq = PartitionQueue(zk, root, ownership.partitions, consumer=consumer_id,
+                                 max_attempts=max_attempts)
+        self.skip: object = None  # the worker's Parking.skip (names it wants not now)
+        # Items a host may still take in the worker (its per-host cap minus its load): set
+        # by the consumer's wiring; items beyond it stay here, unmarked (no churn of marks).
+        self.host_room: Callable[[str], int] | None = None
+        self._lock = threading.RLock()
+        self._parts: dict[int, _Part] = {}
+        self._asked: dict[int, float] = {}  # partition -> when take() last said "not yet"
+        self._lost: list[Claimed] = []
+        # Entries out of attempts once their dead holder is charged (SPEC §3), kept started
+        # in their batch by adopt: handed out first, as claims the pipeline settles as
+        # ``abandoned`` -- a record in the sink and a dead letter, no fetch.
+        self._abandoned: list[tuple[_Batch, int]] = []
+        self._wake = threading.Event()
+        self._ingress_event = threading.Event()
+        self._connected = threading.Event()
+        if zk.connected:
+            self._connected.set()
+        self._session = zk.session_id
+        self._session_lost = threading.Event()  # kazoo said LOST: every partition is gone
+        self._flushing = threading.Lock()  # one checkpoint at a time
+        self._want = threading.Event()  # settles or unmarks wait for a checkpoint
+        self._stopping = threading.Event()
+        ownership.figures = self.host_figures
+        zk.add_listener(self._on_state)
+        self._flusher = threading.Thread(target=self._flush_loop, name="checkpoint",
+                                         daemon=True)
+        self._flusher.start()
+        self._mover = threading.Thread(target=self._move_loop, name="ingress", daemon=True)
+        self._mover.start()
+
+    # -- kazoo's thread ------------------------------------------------------------------
+    def _on_state(self, state: str) -> bool:
+        if state == ZkState.LOST:
+            self._session_lost.set()
+        if state == ZkState.CONNECTED:
+            self._connected.set()
+        else:
+            self._connected.clear()
+        self._wake.set()
+        return False
+
+    def _watch_part(self, p: int) -> Callable[[object], None]:
+        def changed(_event: object) -> None:
+            part = self._parts.get(p)
+            if part is not None:
+                part.dirty = True  # listed again at the next claim
+            self._wake.set()
+        return changed
+
+    def _owner_gone(self, _event: object) -> None:
+        """An owner node another session held changed (deleted): ask again now."""
+        self._asked.clear()
+        self._wake.set()
+
+    def _on_ingress(self, _event: object) -> None:
+        self._ingress_event.set()
+
+    # -- the claim loop ------------------------------------------------------------------
+    def claim(self, max_items: int = 1, timeout: float | None = None) -> list[Claimed]:
+        """Up to ``max_items`` items of owned partitions, marked started; waits up to
+        ``timeout`` for some (bounded waits on a watch, never a busy loop)."""
+        deadline = time.monotonic() + (timeout or 0.0)
+        while True:
+            if not self._connected.is_set():
+                # ZooKeeper away: no read or mark could be answered, and each would hold the
+                # claim loop (its stats, its progress line) until --zk-timeout. Wait for it.
+                self._connected.wait(max(0.0, deadline - time.monotonic()))
+                if not self._connected.is_set():
+                    return []
+            self._wake.clear()
+            try:
+                self._sync()
+                got = self._take(max_items)
+            except (ConnectionLoss, SessionExpiredError, KazooException):
+                got = []
+            if got or time.monotonic() >= deadline:
+                return got
+            self._wake.wait(max(0.0, min(deadline - time.monotonic(), 0.5)))
+
+    def _sync(self) -> None:
+        """Sessions, ownership (take what is ours, let go of what is not), listings, the
+        ingress."""
+        if self._session_lost.is_set() or self._session is None:
+            # Only a LOST session (kazoo's state, not a transient id while reconnecting: the
+            # same session comes back after a leader's election) gives the partitions up.
+            self._session_lost.clear()
+            self._drop_all("session")
+            self._session = self.zk.session_id
+        owned = self.ownership.owned()
+        now = time.monotonic()
+        with self._lock:
+            for p, part in self._parts.items():
+                if p not in owned:
+                    part.leaving = True
+            done = [(p, part) for p, part in self._parts.items()
+                    if part.leaving and not part.in_flight()]
+        for p, part in done:
+            self._let_go(p, part)
+        wanted = [p for p in sorted(owned)
+                  if p not in self._parts and now - self._asked.get(p, -RETAKE_S) >= RETAKE_S]
+        if len(wanted) > TAKES_PER_ROUND:  # bounded a round: the claim hands out meanwhile
+            wanted = wanted[:TAKES_PER_ROUND]
+            self._wake.set()  # more to take: the next round comes at once
+        if wanted:
+            for p, got in self.pq.take_many(wanted, watch=self._owner_gone).items():
+                self._took(p, got, now)
+        lists = 0
+        for part in list(self._parts.values()):
+            if not part.leaving and (part.dirty or now - part.listed >= RELIST_S):
+                if lists >= PER_ROUND:
+                    self._wake.set()
+                    break
+                self._list(part, now)
+                lists += 1
+
+    def _took(self, p: int, owned: Owned | None, now: float) -> None:
+        if owned is None:
+            self._asked[p] = now
+            return
+        self._asked.pop(p, None)
+        state = owned.state
+        if state.error is not None or state.dropped:
+            log.warning("partition.state_ignored", consumer=self.consumer_id, partition=p,
+                        reason=state.error or f"{state.dropped} entries that are no hold",
+                        kept=len(state.holds),
+                        note="the host state of the partition node is not to be trusted: "
+                             "its hosts start one gap after the take")
+        self.ownership.taken(p, time.monotonic(), state)
+        with self._lock:
+            self._parts[p] = _Part(owned, holds={h.host: h for h in state.holds})
+        # One line per partition would flood a start (256 at once: ownership.changed says
+        # gained=N); a take that inherits holds (a back-off in force) is worth an info line.
+        (log.info if state.holds else log.debug)(
+            "partition.taken", consumer=self.consumer_id, partition=p, epoch=owned.epoch,
+            holds=len(state.holds))
+
+    def _let_go(self, p: int, part: _Part) -> None:
+        """Nothing of ``p`` in flight: clear the marks of items given back (else its next
+        owner would charge them a death) and write its host state if it changed (the next
+        owner's holds), then delete the owner node."""
+        try:
+            if any(b.unstart for b in part.batches.values()) or part.touched \
+                    or part.state_gen != part.written_gen:
+                self._flush()
+            with self._lock:
+                self._parts.pop(p, None)
+            self.pq.release(part.owned)
+        except (QueueSuspended, ConnectionLoss, SessionExpiredError, KazooException):
+            return  # no answer: tried again at the next round (or gone with the session)
+        log.debug("partition.released", consumer=self.consumer_id, partition=p)
+
+    def _move_loop(self) -> None:
+        """The owner of partition 0 moves the ingress into the partitions, as fast as it
+        fills (a thread of its own: the claim loop's pace must not set the producers')."""
+        names: list[str] = []
+        while not self._stopping.is_set():
+            if 0 not in self._parts or not self._connected.is_set():
+                self._ingress_event.wait(1.0)
+                self._ingress_event.clear()
+                names = []
+                continue
+            try:
+                if not names:
+                    self._ingress_event.clear()
+                    names = self.pq.ingress_names(watch=self._on_ingress)
+                    if not names:
+                        self._ingress_event.wait(1.0)
+                        continue
+                moved, dead = self.pq.move_ingress(INGRESS_MOVE, names=names)
+                if not (moved + dead):
+                    names = []  # raced (another mover) or the listing was stale: list again
+                    continue
+                names = names[self.pq.ingress_consumed:]
+            except (ConnectionLoss, SessionExpiredError, KazooException):
+                names = []
+                self._connected.wait(1.0)
+            except Exception:  # never let the mover die: the ingress would stop
+                log.exception("partition.move_failed", consumer=self.consumer_id)
+                names = []
+                self._stopping.wait(1.0)
+
+    def _list(self, part: _Part, now: float) -> None:
+        part.dirty, part.listed = False, now
+        try:
+            read = self.pq.read(part.owned, skip=frozenset(part.batches),
+                                watch=self._watch_part(part.owned.partition))
+            for node in read.batches:
+                node2 = self.pq.adopt(part.owned, node, keep_abandoned=True)
+                if node2 is None:
+                    continue
+                abandoned = self.pq.abandoned_here(node2)
+                b = _Batch(part.owned.partition, node2, wire.parse_seq(node2.name) or 0,
+                           time.time())
+                b.queued = [i for i in node2.batch.pending if i not in node2.batch.started]
+                b.hosts = [host_key(it.url) if it is not None else ""
+                           for it in node2.batch.items]
+                with self._lock:
+                    part.batches[node2.name] = b
+                    self._abandoned.extend((b, i) for i in abandoned)
+        except Fenced:
+            self._fence(part.owned.partition)
+
+    def _take(self, n: int) -> list[Claimed]:
+        """Pick up to ``n`` queued items (not skipped) and mark them started: one
+        checkpoint for all (:meth:`_flush`), shared with the settles waiting for it.
+        Abandoned entries first (already marked: no write)."""
+        given = self._hand_abandoned(n)
+        if given:
+            return given
+        picks = self._pick(n)
+        if not picks:
+            return []
+        try:
+            self._flush()
+        except QueueSuspended:
+            pass  # the marks wait in want_start: handed out once written
+        out: list[Claimed] = []
+        with self._lock:
+            for b, chosen in picks:
+                if self._once:  # at-most-once: handed out once its settle is written
+                    marked = [i for i in chosen if i not in b.want_done]
+                    unmarked = [i for i in chosen if i in b.want_done]
+                    b.want_done.difference_update(unmarked)
+                else:
+                    marked = [i for i in chosen if i in b.node.batch.started]
+                    unmarked = [i for i in chosen if i not in b.node.batch.started]
+                    b.want_start.difference_update(unmarked)
+                out.extend(self._hand(b, marked))
+                if unmarked and b.p in self._parts:  # not written (yet): claimable again
+                    b.queued = sorted({*b.queued, *unmarked})
+        return out
+
+    def _hand_abandoned(self, n: int) -> list[Claimed]:
+        """Up to ``n`` kept abandoned entries of batches still ours, each a claim that
+        counts the dead holder (``deaths=1``: :meth:`Claimed.abandoned`)."""
+        out: list[Claimed] = []
+        with self._lock:
+            while self._abandoned and len(out) < n:
+                b, i = self._abandoned.pop(0)
+                part = self._parts.get(b.p)
+                if part is None or part.leaving or part.batches.get(b.node.name) is not b \
+                        or i in b.handed:
+                    continue  # not ours any more: its next owner charges it again
+                [c] = self._hand(b, [i])
+                out.append(replace(c, deaths=1))
+                if not self._once:
+                    b.handed[i] = out[-1]
+        return out
+
+    def _pick(self, n: int) -> list[tuple[_Batch, list[int]]]:
+        """Up to ``n`` queued items, oldest offer first across every owned partition (so
+        hosts advance evenly, as in the order they were offered), a host no more than it
+        has room for; moved to ``want_start``."""
+        room = self._room()
+        with self._lock:
+            cands: list[tuple[float, int, _Batch, int]] = []
+            for part in self._parts.values():
+                if part.leaving:
+                    continue
+                for b in part.batches.values():
+                    items = b.node.batch.items
+                    for i in b.queued[:PICK_PER_BATCH]:
+                        item = items[i]
+                        cands.append((item.enqueued_at or b.ctime if item else b.ctime,
+                                      i, b, i))
+            cands.sort(key=lambda c: (c[0], c[1]))
+            chosen: dict[_Batch, list[int]] = {}
+            left = n
+            for _, _, b, i in cands:
+                if left <= 0:
+                    break
+                if room(b.hosts[i]):
+                    chosen.setdefault(b, []).append(i)
+                    left -= 1
+            for b, idx in chosen.items():
+                gone = set(idx)
+                b.queued = [i for i in b.queued if i not in gone]
+                if self._once:
+                    b.want_done |= gone  # at-most-once: deleted on the take (SPEC §3)
+                else:
+                    b.want_start |= gone
+            return list(chosen.items())
+
+    def _room(self) -> Callable[[str], bool]:
+        """Does a host take one more item now? Counts the items picked in this claim."""
+        host_room = self.host_room
+        if host_room is None:
+            return lambda _host: True
+        picked: dict[str, int] = {}
+
+        def take(host: str) -> bool:
+            if not host:
+                return True
+            n = picked.get(host, 0)
+            if host_room(host) - n <= 0:
+                return False
+            picked[host] = n + 1
+            return True
+        return take
+
+    def _hand(self, b: _Batch, chosen: list[int]) -> list[Claimed]:
+        out = []
+        for i in chosen:
+            item = b.node.batch.items[i]
+            assert item is not None
+            c = Claimed(name=self._name(b, i), seq=b.seq * 1000 + i, data=item.encode(),
+                        item=item, error=None, ctime=item.enqueued_at or b.ctime,
+                        session=self._session)
+            if not self._once:  # at-most-once: settled already, nothing held
+                b.handed[i] = c
+            out.append(c)
+        return out
+
+    @staticmethod
+    def _name(b: _Batch, i: int) -> str:
+        return f"{b.p}/{b.node.name}/{i}"
+
+    # -- checkpoints -----------------------------------------------------------------------
+    def _flush_loop(self) -> None:
+        """Settles and unmarks are written at most every FLUSH_S, in one checkpoint."""
+        while not self._stopping.is_set():
+            self._want.wait(1.0)
+            if self._stopping.wait(FLUSH_S):
+                return
+            self._want.clear()
+            try:
+                self._flush()
+            except QueueSuspended:
+                self._want.set()  # kept: tried again once connected
+                self._connected.wait(1.0)
+            except Exception:  # never let the checkpointer die: settles would stop
+                log.exception("partition.checkpoint_failed", consumer=self.consumer_id)
+
+    def _flush(self) -> None:
+        """Write every batch's wants in one checkpoint (as few transactions as fit);
+        QueueSuspended when the answer was lost (the wants stay, the batches are read again
+        before the next one)."""
+        with self._flushing:
+            changes, batches = self._changes()
+            states = self._states()
+            if not changes and not states:
+                return
+            try:
+                res = self.pq.checkpoint(changes, {p: (o, d) for p, (o, d, _) in states.items()})
+            except (ConnectionLoss, SessionExpiredError, KazooException):
+                with self._lock:
+                    for b in batches:
+                        b.unsure = True
+                raise QueueSuspended("checkpoint answer lost: held") from None
+            self._apply(changes, batches, res)
+            self._states_applied(states, res)
+
+    def _states(self) -> dict[int, tuple[Owned, bytes, int]]:
+        """The partitions whose host state changed since it was last written: partition ->
+        (owned, data, generation). The hosts of items settled since are looked up first."""
+        out: dict[int, tuple[Owned, bytes, int]] = {}
+        wall = time.time()
+        with self._lock:
+            for p, part in self._parts.items():
+                if part.touched:
+                    self._look_up(part, wall)
+                if part.state_gen != part.written_gen:
+                    part.holds = {h.host: h for h in ps.in_force(part.holds.values(), wall)}
+                    out[p] = (part.owned, ps.encode(part.holds.values(), wall), part.state_gen)
+        return out
+
+    def _look_up(self, part: _Part, wall: float) -> None:
+        """Fold the politeness of ``part.touched`` into ``part.holds``: a hold that is new,
+        longer (past a rounding) or of another gap is a change (written with the next
+        checkpoint); expired holds go as they are met."""
+        changed = False
+        for host in part.touched:
+            if not host:
+                continue
+            new = self.ownership.hold(host)
+            old = part.holds.get(host)
+            if old is not None and old.until <= wall and not old.delay:
+                del part.holds[host]
+                old = None
+            if new is None:
+                continue
+            if old is not None:
+                until = max(new.until, old.until)
+                new = ps.Hold(host, until, new.delay,
+                              new.reason if new.until >= old.until else old.reason)
+                if until <= old.until + 0.05 and new.delay == old.delay:
+                    continue
+            part.holds[host] = new
+            changed = True
+        part.touched.clear()
+        if changed:
+            part.state_gen += 1
+
+    def _states_applied(self, states: dict[int, tuple[Owned, bytes, int]],
+                        res: Checkpointed) -> None:
+        with self._lock:
+            for p in res.states:
+                part = self._parts.get(p)
+                if part is not None and p in states:
+                    part.written_gen = max(part.written_gen, states[p][2])
+
+    def host_figures(self) -> dict[int, tuple[int, int]]:
+        """Per owned partition: its active hosts (with items not done in this consumer's
+        batches) and its backed-off hosts (a Retry-After or down-host back-off in force,
+        kept for a hand-over). O(items held): for the status node, every few seconds."""
+        wall = time.time()
+        out: dict[int, tuple[int, int]] = {}
+        with self._lock:
+            for p, part in self._parts.items():
+                active: set[str] = set()
+                for b in part.batches.values():
+                    hosts = b.hosts
+                    active.update(hosts[i] for i in b.queued)
+                    active.update(hosts[i] for i in b.handed)
+                active.discard("")
+                backed = sum(1 for h in part.holds.values() if h.until > wall)
+                out[p] = (len(active), backed)
+        return out
+
+    def _changes(self) -> tuple[list[Change], list[_Batch]]:
+        with self._lock:
+            todo = [(part, b) for part in self._parts.values() for b in part.batches.values()
+                    if b.wants() or b.unsure]
+        changes: list[Change] = []
+        batches: list[_Batch] = []
+        for part, b in todo:
+            if b.unsure and not self._reconcile(part, b):
+                continue
+            with self._lock:
+                if not b.wants():
+                    continue
+                changes.append(Change(part.owned, b.node, frozenset(b.want_start),
+                                      frozenset(b.want_done), frozenset(b.unstart),
+                                      [b.want_retry[i] for i in sorted(b.want_retry)],
+                                      [b.want_dead[i] for i in sorted(b.want_dead)]))
+                batches.append(b)
+        return changes, batches
+
+    def _apply(self, changes: list[Change], batches: list[_Batch], res: Checkpointed) -> None:
+        with self._lock:
+            for k, (ch, b) in enumerate(zip(changes, batches, strict=True)):
+                if k in res.stale:
+                    b.unsure = True
+                    continue
+                if k not in res.nodes:
+                    continue  # its partition was fenced
+                b.want_start -= ch.started
+                b.want_done -= ch.done
+                b.unstart -= ch.unstarted
+                for i in ch.done:
+                    b.want_retry.pop(i, None)
+                    b.want_dead.pop(i, None)
+                node = res.nodes[k]
+                part = self._parts.get(b.p)
+                if node is None:
+                    if part is not None:
+                        part.batches.pop(b.node.name, None)
+                    b.node = replace(b.node, batch=b.node.batch.progressed(done=ch.done))
+                else:
+                    b.node = node
+        for p in res.fenced:
+            self._fence(p)
+
+    def _reconcile(self, part: _Part, b: _Batch) -> bool:
+        """A batch whose last checkpoint answer was lost: read it; what that checkpoint
+        did is not done again (a settle's retry batch is never created twice). False when
+        the read itself failed (tried again at the next checkpoint)."""
+        try:
+            node = self.pq.reread(part.owned, b.node.name)
+        except (ConnectionLoss, SessionExpiredError, KazooException):
+            return False
+        with self._lock:
+            b.unsure = False
+            if node is None:  # deleted: the checkpoint that finished it had committed
+                part.batches.pop(b.node.name, None)
+                b.want_start.clear()
+                b.want_done.clear()
+                b.want_retry.clear()
+                b.want_dead.clear()
+                return True
+            b.node = node
+            for i in b.want_done & node.batch.done:
+                b.want_retry.pop(i, None)
+                b.want_dead.pop(i, None)
+            b.want_done -= node.batch.done
+            b.want_start -= node.batch.started | node.batch.done
+        return True
+
+    # -- settles ---------------------------------------------------------------------------
+    def complete(self, claimed: Sequence[Claimed]) -> CompleteResult:
+        """Settle ``claimed`` with the next checkpoint (within FLUSH_S): returned at once.
+        An item whose settle a failure overtakes is redone by the partition's next owner
+        (a duplicate only of what was in flight)."""
+        if self._once:
+            return CompleteResult(list(claimed), [])
+        lost: list[Claimed] = []
+        done: list[Claimed] = []
+        with self._lock:
+            for (part, b), cs in self._by_batch(claimed, lost).items():
+                for c in cs:
+                    i = self._index(c)
+                    b.handed.pop(i, None)
+                    b.want_done.add(i)
+                    part.touched.add(b.hosts[i])
+                done.extend(cs)
+        self._want.set()
+        return CompleteResult(done, lost)
+
+    def retry(self, c: Claimed, error: str) -> CompleteResult:
+        """Again at the partition's tail with ``attempt + 1`` and the error, in the same
+        checkpoint as its settle (a dead letter if it could not fit)."""
+        again = retry_item(c, error)
+        if again is None:
+            return self.dead_letter(c, too_large_to_retry(error))
+        return self._settle_one(c, retry=again)
+
+    def dead_letter(self, c: Claimed, error: str) -> CompleteResult:
+        return self._settle_one(c, dead=dead_letter_body(c, error))
+
+    def _settle_one(self, c: Claimed, *, retry: Item | None = None,
+                    dead: bytes | None = None) -> CompleteResult:
+        if self._once:
+            return self._settle_taken(c, retry, dead)
+        lost: list[Claimed] = []
+        with self._lock:
+            for (part, b), _cs in self._by_batch([c], lost).items():
+                i = self._index(c)
+                b.handed.pop(i, None)
+                b.want_done.add(i)
+                part.touched.add(b.hosts[i])
+                if retry is not None:
+                    b.want_retry[i] = retry
+                if dead is not None:
+                    b.want_dead[i] = dead
+                self._want.set()
+                return CompleteResult([c], [])
+        return CompleteResult([], lost)
+
+    def _settle_taken(self, c: Claimed, retry: Item | None, dead: bytes | None
+                      ) -> CompleteResult:
+        """At-most-once: the item left its batch on the take; a retry is offered again,
+        a dead letter created -- one write each, QueueSuspended when its answer is lost."""
+        try:
+            if retry is not None:
+                self.pq.offer([retry])
+            if dead is not None:
+                self.zk.create(f"{self.pq.layout.dead}/{wire.DEAD_PREFIX}", dead,
+                               sequence=True)
+        except (ConnectionLoss, SessionExpiredError, KazooException):
+            raise QueueSuspended("connection lost: outcome held") from None
+        return CompleteResult([c], [])
+
+    def release(self, claimed: Sequence[Claimed]) -> None:
+        """Give items back before their fetch: claimable again here, unmarked with the next
+        checkpoint (no write of their own). At-most-once: offered again (they left their
+        batch on the take)."""
+        if self._once:
+            items = [c.item for c in claimed if c.item is not None]
+            try:
+                if items:
+                    self.pq.offer(items)
+            except (ConnectionLoss, SessionExpiredError, KazooException):
+                log.warning("queue.release_lost", items=len(items), consumer=self.consumer_id,
+                            note="at-most-once: items given back while ZooKeeper was away "
+                                 "are lost")
+            return
+        lost: list[Claimed] = []
+        with self._lock:
+            for (_, b), cs in self._by_batch(claimed, lost).items():
+                for c in cs:
+                    i = self._index(c)
+                    if b.handed.pop(i, None) is not None:
+                        b.unstart.add(i)
+                        b.queued.append(i)
+                b.queued.sort()
+        self._want.set()
+
+    # -- bookkeeping ---------------------------------------------------------------------
+    def _by_batch(self, claimed: Sequence[Claimed], lost: list[Claimed]
+                  ) -> dict[tuple[_Part, _Batch], list[Claimed]]:
+        out: dict[tuple[_Part, _Batch], list[Claimed]] = {}
+        with self._lock:
+            for c in claimed:
+                p, name, _ = c.name.split("/")
+                part = self._parts.get(int(p))
+                b = part.batches.get(name) if part is not None else None
+                if part is None or b is None or b.handed.get(self._index(c)) is not c:
+                    lost.append(c)
+                    continue
+                out.setdefault((part, b), []).append(c)
+        return out
+
+    @staticmethod
+    def _index(c: Claimed) -> int:
+        return int(c.name.rsplit("/", 1)[1])
+
+    def _fence(self, p: int) -> None:
+        """Partition ``p`` is not ours any more: its handed items are lost."""
+        with self._lock:
+            part = self._parts.pop(p, None)
+            if part is None:
+                return
+            for b in part.batches.values():
+                self._lost.extend(b.handed.values())
+        log.warning("partition.fenced", consumer=self.consumer_id, partition=p,
+                    note="another consumer owns it now: its items here are given up")
+
+    def _drop_all(self, why: str) -> None:
+        with self._lock:
+            for part in self._parts.values():
+                for b in part.batches.values():
+                    self._lost.extend(b.handed.values())
+            dropped = len(self._parts)
+            self._parts.clear()
+        if dropped:
+            log.warning("partition.dropped_all", consumer=self.consumer_id, partitions=dropped,
+                        reason=why)
+
+    def drain_lost(self) -> list[Claimed]:
+        with self._lock:
+            lost, self._lost = self._lost, []
+        return lost
+
+    def depth(self) -> int:
+        return self.pq.depth()
+
+    def wait_connected(self, timeout: float | None) -> bool:
+        return self._connected.wait(timeout)
+
+    @property
+    def held(self) -> int:
+        with self._lock:
+            return sum(p.in_flight() for p in self._parts.values())
+
+    def close(self) -> None:
+        """The last checkpoint (settles not written yet), then let go of every partition:
+        a clean stop hands them over at once. Disconnected, neither can go through: no
+        ZooKeeper call is waited out (each would cost --zk-timeout); the partitions go with
+        the session and their next owners redo what was settled since the last checkpoint."""
+        self._stopping.set()
+        self._ingress_event.set()
+        away = not self._connected.is_set()
+        self._flusher.join(0.1 if away else FLUSH_S + 5.0)  # a daemon: mid-call, left to end
+        self._mover.join(0.1 if away else 5.0)
+        self.zk.remove_listener(self._on_state)
+        if away or not self._connected.is_set():
+            log.warning("partition.checkpoint_lost", consumer=self.consumer_id,
+                        note="ZooKeeper unreachable: the next owners redo what was settled "
+                             "since the last checkpoint (duplicates, none lost)")
+            return
+        try:
+            self._flush()
+        except QueueSuspended:
+            log.warning("partition.checkpoint_lost", consumer=self.consumer_id,
+                        note="ZooKeeper unreachable: the next owners redo what was settled "
+                             "since the last checkpoint (duplicates, none lost)")
+        with self._lock:
+            parts = list(self._parts.items())
+            self._parts.clear()
+        for p, part in parts:
+            try:
+                self.pq.release(part.owned)
+            except (ConnectionLoss, SessionExpiredError, KazooException):
+                break  # they go with the session
+            log.debug("partition.released", consumer=self.consumer_id, partition=p)

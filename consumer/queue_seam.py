@@ -1,0 +1,63 @@
+"""The worker's queue seam: what the consumer's worker and committer ask of a queue.
+
+Two implementations, both structural (neither imports this module):
+:class:`zkcrawl.queue.leases.LeaseQueue` (the shared queue, a lease per claim) and
+:class:`consumer.owned_queue.OwnedQueue` (the partitions this consumer owns). Guarantees
+every implementation gives:
+
+* :meth:`~WorkerQueue.claim` returns items this process holds until it completes,
+  retries, dead-letters or releases them -- or until its session is lost: then they come
+  back once from :meth:`~WorkerQueue.drain_lost` and any completion of them is refused
+  (``CompleteResult.lost``);
+* every call is bounded (``timeout``, or ``--zk-timeout`` per ZooKeeper call); with
+  ZooKeeper away the completions raise :class:`~zkcrawl.queue.offers.QueueSuspended` (the
+  committer keeps the group and retries once reconnected);
+* what :meth:`~WorkerQueue.release` cannot give back (ZooKeeper away) goes with the session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from zkcrawl.queue.claims import Claimed, CompleteResult
+
+__all__ = ["WorkerQueue"]
+
+
+class WorkerQueue(Protocol):
+    """The queue surface :class:`consumer.worker.Worker` and its committer use."""
+
+    @property
+    def delivery(self) -> str: ...
+
+    @property
+    def claim_batch(self) -> int: ...
+
+    @property
+    def skip(self) -> object: ...
+
+    @skip.setter
+    def skip(self, value: Callable[[str], bool] | None) -> None:
+        """Names the claiming thread should leave alone now (the worker's parking)."""
+
+    @property
+    def held(self) -> int: ...
+
+    def claim(self, max_items: int = 1, timeout: float | None = None) -> list[Claimed]: ...
+
+    def complete(self, claimed: Sequence[Claimed]) -> CompleteResult: ...
+
+    def retry(self, c: Claimed, error: str) -> CompleteResult: ...
+
+    def dead_letter(self, c: Claimed, error: str) -> CompleteResult: ...
+
+    def release(self, claimed: Sequence[Claimed]) -> None: ...
+
+    def drain_lost(self) -> list[Claimed]: ...
+
+    def depth(self) -> int: ...
+
+    def wait_connected(self, timeout: float | None) -> bool: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,353 @@
+"""Offers straight into partitions, with back-pressure per partition (issue #22, item 6).
+
+:class:`PartitionOfferer` is an :class:`~producer.offerer.Offerer` (the same ``add``,
+``flush``, seen state, checkpoints, counts) whose committer thread, instead of writing one
+ingress node per item, groups the items by partition (:func:`zkcrawl.queue.partitions.
+partition_of` of the host) and commits them as batches of at most 64 KiB into
+``<root>/partitions/<p>/`` (:class:`zkcrawl.queue.partition_offers.PartitionOffers`: protected
+transactions, a lost answer never doubled). Used when the root records P or ``--partitions``
+is given (``producer.main.use_partitions``).
+
+Back-pressure (docs/guide/producer.md, "Back-pressure"):
+
+* ``--max-depth N`` bounds the total queued -- the ingress plus every partition, in items
+  -- as before: no commit takes it past N;
+* ``--max-partition-depth M`` bounds one partition (default: a quarter of N, at least
+  2 N / P, at most N), so one big host never fills N for everyone;
+* items of a partition without room wait in a buffer in memory, per partition, while the
+  items of the other partitions go on; they are offered as soon as their partition has
+  room again (a children watch on it: no polling). Only when that buffer holds more than
+  ``--max-held`` items does the producer wait (state ``waiting`` on its status node, as at
+  ``--max-depth``), until it falls below again;
+* a held item is not in the seen state (a URL enters it only after its commit), so a
+  producer stopped or killed while holding items offers them again on its next run --
+  never lost, never doubled by the restart itself. A stop (SIGTERM) counts them as
+  ``unoffered``; the end of the input waits for them (:meth:`drain`, state ``waiting``);
+* the status node and ``zkcrawl status`` show what is held back: ``held_back`` =
+  ``{"items", "partitions", "top": [{"partition", "items"}, ...]}`` (the five fullest).
+
+Depths are counted from above (a batch's done items count until it is deleted; see
+:mod:`zkcrawl.queue.partition_offers`) and listed again only when an offer would pass a
+bound by what is known, so a producer far from its bounds lists nothing. Several producers
+may overshoot a bound by one transaction each, as at ``--max-depth``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import queue as stdqueue
+import threading
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import structlog
+
+from producer.offerer import _WAIT_SLICE, Batch, Offerer, Origin
+from producer.summary import Counts
+from zkcrawl.queue import partition_batch as pb
+from zkcrawl.queue.items import Item
+from zkcrawl.queue.leases import LeaseQueue
+from zkcrawl.queue.partition_offers import PartitionOffers
+from zkcrawl.seen import SeenSet
+
+log = structlog.get_logger(__name__)  # lazy: bound after logs.configure()
+
+Committed = Callable[[list[object]], None]
+TOP_HELD = 5  # partitions named on the status node
+_IDLE_LOOK = 0.2  # between handoffs, how often a committer holding items looks at the watch flag
+_FLUSH: Batch = []  # handoffs known by identity: offer what has room now,
+_DRAIN: Batch = []  # and offer everything, waiting for room
+
+
+def partition_bound(max_depth: int, partitions: int, wanted: int = 0) -> int:
+    """``--max-partition-depth``: ``wanted``, or a quarter of ``max_depth`` but at least
+    ``2 * max_depth / partitions`` (so that a root with few partitions is not throttled
+    below its share), never above ``max_depth``."""
+    if wanted > 0:
+        return min(wanted, max_depth)
+    share = -(-2 * max_depth // max(1, partitions))
+    return max(1, min(max_depth, max(-(-max_depth // 4), share)))
+
+
+def held_bound(max_depth: int, batch: int, wanted: int = 0) -> int:
+    """``--max-held``: ``wanted``, or half of ``max_depth`` but at least one ``batch``."""
+    return wanted if wanted > 0 else max(batch, max_depth // 2)
+
+
+class PartitionOfferer(Offerer):
+    """An :class:`Offerer` into partitions, with a held-back buffer (module docstring)."""
+
+    def __init__(self, queue: LeaseQueue, feed: PartitionOffers, seen: SeenSet,
+                 counts: Counts, *, max_partition_depth: int, max_held: int,
+                 **kwargs: Any) -> None:
+        self.feed = feed
+        self.max_partition_depth = max_partition_depth
+        self.max_held = max_held
+        self._held: dict[int, Batch] = {}  # p -> items buffered (committer thread writes)
+        self._held_n = 0
+        self._full: set[int] = set()  # partitions whose last offer found no room for all
+        self._waiting = False
+        self._looked = 0.0  # monotonic time of the last look between handoffs
+        self._hold_lock = threading.Lock()
+        # offer_item's URLs: url -> (meta, key, callback); not de-duplicated by the seen state
+        self._extra: dict[str, tuple[dict[str, object], object, Committed]] = {}
+        super().__init__(queue, seen, counts, **kwargs)
+        self.fill = max(1, min(self.batch, pb.MAX_ITEMS))  # a partition's batch is ripe
+        counts.held_back = self.held_back()
+
+    # -- producer thread -------------------------------------------------------------
+    def flush(self) -> None:
+        """Offer everything accepted so far that has room; returns once it is committed
+        (or abandoned). Items of a partition without room stay held back."""
+        self._ask(_FLUSH)
+
+    def drain(self) -> None:
+        """:meth:`flush`, then wait until every held item is committed too (state
+        ``waiting`` meanwhile); a stop ends the wait, the held items count as unoffered."""
+        self._ask(_DRAIN)
+
+    def offer_item(self, url: str, meta: dict[str, object], key: object,
+                   on_committed: Committed) -> bool:
+        """Offer ``url`` with its own ``meta`` whether seen or not (a --recrawl re-offer);
+        ``on_committed([key, ...])`` is called (committer thread) once its batch committed.
+        False when the URL is already on its way (accepted, not yet committed)."""
+        if url in self._pending or url in self._inflight:
+            return False
+        self._extra[url] = (meta, key, on_committed)
+        self._pending[url] = (str(meta.get("source", "")), None)
+        if len(self._pending) >= self.batch:
+            self._hand_over()
+        return True
+
+    def _items(self, part: Batch) -> list[Item]:
+        if not self._extra:
+            return super()._items(part)
+        now = time.time()
+        out = []
+        for entry in part:
+            extra = self._extra.get(entry[0])
+            out.append(super()._items([entry])[0] if extra is None else
+                       Item(url=entry[0], producer=self.producer_id, enqueued_at=now,
+                            meta=dict(extra[0])))
+        return out
+
+    def _offered(self, part: Batch, part_done: Callable[[], None], names: list[str]) -> None:
+        if not self._extra:
+            super()._offered(part, part_done, names)
+            return
+        plain = [e for e in part if e[0] not in self._extra]
+        calls: dict[int, tuple[Committed, list[object]]] = {}
+        for url, _ in part:
+            extra = self._extra.pop(url, None)
+            if extra is not None:
+                self._inflight.discard(url)
+                calls.setdefault(id(extra[2]), (extra[2], []))[1].append(extra[1])
+        for callback, keys in calls.values():
+            callback(keys)
+        super()._offered(plain, part_done, names)
+
+    def _abandon(self, batch: Batch) -> None:
+        for url, _ in batch:
+            self._extra.pop(url, None)
+        super()._abandon(batch)
+
+    def _ask(self, what: Batch) -> None:
+        if self._pending:
+            self._hand_over()
+        self._put(what)
+        self._handoff.join()
+        self._raise_failure()
+
+    @property
+    def held(self) -> int:
+        """Items buffered in memory, not yet offered (held back or waiting for a batch)."""
+        return self._held_n
+
+    def held_back(self) -> dict[str, Any]:
+        """What the status node shows: items held back for partitions without room, in how
+        many partitions, the fullest ones."""
+        with self._hold_lock:
+            sizes = [(len(v), p) for p, v in self._held.items() if v and p in self._full]
+        top = heapq.nlargest(TOP_HELD, sizes)
+        return {"items": sum(n for n, _ in sizes), "partitions": len(sizes),
+                "top": [{"partition": p, "items": n} for n, p in top]}
+
+    # -- committer thread ------------------------------------------------------------
+    def _commit_loop(self) -> None:
+        while True:
+            try:  # items held: offer them as soon as a partition changed, between handoffs
+                batch = self._handoff.get(timeout=_IDLE_LOOK if self._full else None)
+            except stdqueue.Empty:
+                if self._failure is None:
+                    self._look_again()
+                continue
+            if batch is None:
+                self._abandon_held()
+                self._handoff.task_done()
+                return
+            if self._failure is not None:
+                self._abandon([] if batch is _DRAIN or batch is _FLUSH else batch)
+            elif batch is _FLUSH:
+                self._guarded(lambda: self._offer(everything=True))
+            elif batch is _DRAIN:
+                self._guarded(lambda: self._offer_until(0))
+            else:
+                self._guarded(partial(self._commit, batch))
+            self._handoff.task_done()
+
+    def _look_again(self) -> None:
+        """Between handoffs, with items held: offer them once a partition changed; after a
+        slice without news, list the full ones again (a watch lost with a session)."""
+        now = time.monotonic()
+        if self.feed.changed.is_set():
+            self.feed.changed.clear()
+        elif now - self._looked < _WAIT_SLICE:
+            return
+        else:
+            self.feed.mark_all_dirty(sorted(self._full))
+        self._looked = now
+        self._guarded(lambda: self._offer(everything=True))
+
+    def _guarded(self, work: Callable[[], None]) -> None:
+        try:
+            work()
+        except BaseException as exc:  # raised again in the producer thread
+            self._fail(exc)
+            self._abandon_held()
+        self.counts.held_back = self.held_back()
+        self.counts.listings = self.feed.listings
+
+    def _commit(self, batch: Batch) -> None:
+        """Buffer ``batch`` per partition, offer the ripe batches, and wait while more than
+        ``max_held`` items are buffered."""
+        with self._hold_lock:
+            for entry in batch:
+                self._held.setdefault(self.feed.partition_of(entry[0]), []).append(entry)
+        self._held_n += len(batch)
+        self._offer_until(self.max_held)
+
+    def _offer_until(self, most: int) -> None:
+        """Offer; then, while more than ``most`` items are buffered, wait for a partition to
+        change and offer again."""
+        self._offer(everything=most == 0)
+        while self._held_n > most:
+            if not self._await_change():
+                break
+            self._offer(everything=most == 0)
+        if self._waiting and self._held_n <= most:
+            self._waiting = False
+            log.info("producer.resumed", held=self._held_n, depth=self.feed.total())
+            self.on_state("offering")
+
+    def _offer(self, everything: bool) -> None:
+        """One commit of what is to go and has room. To go: ``everything`` -- also when more
+        than ``max_held`` items are buffered -- else the ripe partitions (a batch's worth,
+        ``fill``: small ones wait for more items). Room: the total, then each partition's
+        bound; depths listed again only where the known ones say no."""
+        feed = self.feed
+        if not feed.measured:
+            feed.measure()
+        want = {p: len(v) for p, v in self._held.items() if v}
+        everything = everything or sum(want.values()) > self.max_held
+        cands = want if everything else {p: n for p, n in want.items() if n >= self.fill}
+        if not cands:
+            return
+        self._measure_stale(cands)
+        room = self.max_depth - feed.total()
+        bound = self.max_partition_depth
+        groups: dict[int, Batch] = {}
+        for p in sorted(cands, key=lambda q: -cands[q]):  # the largest first
+            k = max(0, min(cands[p], bound - feed.depth(p), room))
+            if k:
+                groups[p] = self._held[p][:k]
+                room -= k
+            if k < cands[p]:
+                self._full.add(p)
+            else:
+                self._full.discard(p)
+        if groups:
+            self._commit_groups(groups)
+        unwatched = sorted(p for p in self._full if not feed.armed(p))
+        if unwatched:  # a partition made full by this very commit: its watch tells of room
+            feed.measure(unwatched)
+
+    def _measure_stale(self, cands: dict[int, int]) -> None:
+        """List again the partitions whose known depth says no but may be lower now (their
+        watch fired); every such one, and the ingress, when the total says no."""
+        feed = self.feed
+        bound = self.max_partition_depth
+        stale = {p for p, n in cands.items() if feed.depth(p) + n > bound and feed.dirty(p)}
+        if feed.total() + sum(cands.values()) > self.max_depth:
+            stale |= {p for p in range(feed.partitions) if feed.dirty(p)}
+            feed.measure_ingress()
+        if stale:
+            feed.measure(sorted(stale))
+
+    def _commit_groups(self, groups: dict[int, Batch]) -> None:
+        items = {p: self._items(entries) for p, entries in groups.items()}
+        complete = False
+        try:
+            for c in self.feed.commit(items):
+                self._offered([groups[c.partition][i] for i in c.indices], _nothing, [])
+            complete = True
+        finally:
+            self._release(groups, complete)
+
+    def _release(self, groups: dict[int, Batch], complete: bool) -> None:
+        """Take what the commit settled out of the buffer. Each group is the head of its
+        partition's buffer; after a complete commit, its items still in flight were refused
+        (too large for a batch: logged by the queue, counted as dropped here)."""
+        with self._hold_lock:
+            for p, entries in groups.items():
+                if complete:
+                    rest = self._held[p][len(entries):]
+                    for url, _ in entries:
+                        if url in self._inflight:
+                            self._inflight.discard(url)
+                            self.counts.dropped["too-large"] += 1
+                else:  # a failure: what committed is out, the rest is abandoned by the caller
+                    rest = [e for e in self._held[p] if e[0] in self._inflight]
+                if rest:
+                    self._held[p] = rest
+                else:
+                    del self._held[p]
+                    self._full.discard(p)
+        self._held_n = sum(len(v) for v in self._held.values())
+
+    def _await_change(self) -> bool:
+        """Wait (a watch, in slices that look at the stop flag) for a listed partition to
+        change; False once stopped."""
+        if not self._waiting:
+            self._waiting = True
+            self.counts.waits += 1
+            held = self.held_back()
+            self.counts.held_back = held
+            log.info("producer.backpressure", held=held["items"], partitions=held["partitions"],
+                     top=held["top"], depth=self.feed.total(), max_depth=self.max_depth,
+                     max_partition_depth=self.max_partition_depth)
+            self.on_state("waiting")
+        if self._given_up():
+            return False
+        if self.feed.changed.wait(_WAIT_SLICE):
+            self.feed.changed.clear()
+        else:
+            self.feed.mark_all_dirty()  # a slice without news: list again (bounded)
+        return not self._given_up()
+
+    def _abandon_held(self) -> None:
+        with self._hold_lock:
+            entries = [e for v in self._held.values() for e in v]
+            self._held.clear()
+            self._full.clear()
+        self._held_n = 0
+        self._abandon(entries)
+        self.counts.held_back = self.held_back()
+
+
+def _nothing() -> None:
+    return None
+
+
+__all__ = ["Origin", "PartitionOfferer", "held_bound", "partition_bound"]

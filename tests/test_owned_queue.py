@@ -1,0 +1,96 @@
+"""consumer/owned_queue.py on a real ZooKeeper, without HTTP: claims marked started in one
+checkpoint, settles written with the next, items given back unmarked, a partition taken by
+another session fenced (its items lost here, nothing written), a clean close handing every
+partition over at once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from consumer.owned_queue import OwnedQueue
+from consumer.ownership import Ownership
+from tests.conftest import expire_session, wait_for
+from zkcrawl.queue import partition_batch as pb
+from zkcrawl.queue.items import Item
+from zkcrawl.queue.layout import Layout
+from zkcrawl.queue.leases import LeaseQueue
+from zkcrawl.zk.client import ZkClient
+
+P = 4
+
+
+def _member(zk: ZkClient, root: str, me: str) -> Ownership:
+    zk.ensure_path(Layout.of(root).consumers)
+    zk.create(Layout.of(root).consumer(me), b"{}", ephemeral=True)
+    return Ownership(zk, root, me, 1.0, partitions=P).start()
+
+
+def _batches(zk: ZkClient, root: str) -> list[pb.Batch]:
+    layout = Layout.of(root)
+    out = []
+    for p in zk.get_children(layout.partitions):
+        for n in zk.get_children(f"{layout.partitions}/{p}"):
+            if n.startswith("qn-"):
+                batch, _ = pb.decode(zk.get(f"{layout.partitions}/{p}/{n}")[0])
+                assert batch is not None
+                out.append(batch)
+    return out
+
+
+def _claim_all(q: OwnedQueue, n: int) -> list:
+    got: list = []
+    wait_for(lambda: got.extend(q.claim(100, timeout=0.5)) or len(got) >= n, 30,
+             f"{n} claimed")
+    return got
+
+
+def test_claims_are_marked_and_settles_checkpointed(zk_factory: Callable[..., ZkClient],
+                                                    zk_root: str) -> None:
+    zk = zk_factory()
+    LeaseQueue(zk, zk_root, "p").offer_many(
+        [Item(url=f"http://h{i % 5}.test/{i}") for i in range(30)])  # the ingress
+    q = OwnedQueue(zk, zk_root, "a", _member(zk, zk_root, "a"))
+    try:
+        got = _claim_all(q, 30)
+        assert zk.get_children(Layout.of(zk_root).queue) == []  # all moved
+        started = sum(len(b.started) for b in _batches(zk, zk_root))
+        assert started == 30  # marked before they were handed out
+        q.release(got[:5])  # given back before their fetch
+        assert q.complete(got[5:]).done == got[5:]
+        wait_for(lambda: sum(len(b.pending) for b in _batches(zk, zk_root)) == 5, 10,
+                 "the settles checkpointed")
+        assert sum(len(b.started) for b in _batches(zk, zk_root)) == 0  # unmarked too
+        again = _claim_all(q, 5)
+        assert sorted(c.url for c in again) == sorted(c.url for c in got[:5])
+        q.complete(again)
+        wait_for(lambda: _batches(zk, zk_root) == [], 10, "every batch settled and deleted")
+    finally:
+        q.close()
+
+
+def test_a_partition_taken_over_is_fenced_and_a_clean_close_hands_over(
+        zk_factory: Callable[..., ZkClient], zk_root: str) -> None:
+    a_zk = zk_factory(session_timeout=4.0)
+    LeaseQueue(a_zk, zk_root, "p").offer_many(
+        [Item(url=f"http://h{i % 3}.test/{i}") for i in range(12)])
+    a = OwnedQueue(a_zk, zk_root, "a", _member(a_zk, zk_root, "a"))
+    got = _claim_all(a, 12)
+    expire_session(a_zk)  # its owner nodes go; the others take over
+    b_zk = zk_factory()
+    b = OwnedQueue(b_zk, zk_root, "b", _member(b_zk, zk_root, "b"))
+    try:
+        redone = _claim_all(b, 12)  # the started ones, charged a death each
+        assert all(c.item.meta.get("holder_deaths") == 1 for c in redone)
+        wait_for(lambda: a_zk.connected, 20, "a reconnected (a zombie now)")
+        a.complete(got)  # its settles: fenced, nothing written
+        wait_for(lambda: len(a.drain_lost()) > 0 or a.held == 0, 10, "a's items given up")
+        assert sum(len(x.started) for x in _batches(b_zk, zk_root)) == 12  # b's marks stand
+        b.complete(redone)
+    finally:
+        b.close()
+        a.close()
+    layout = Layout.of(zk_root)
+    owners = [p for p in b_zk.get_children(layout.partitions)
+              if b_zk.exists(layout.partition_owner(int(p)))]
+    assert owners == []  # a clean close deletes its owner nodes: handed over at once
+    assert _batches(b_zk, zk_root) == []

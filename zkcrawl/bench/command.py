@@ -1,0 +1,197 @@
+"""``zkcrawl bench queue|offer|crawl|...``: the benchmarks' subcommand (registered by
+:mod:`zkcrawl.cli`), each case a ratio against its baseline in one run. The cases are
+imported when run: most need the ``bench`` extra (psutil), and ``zkcrawl --help`` loads none."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from zkcrawl.errors import ExitStatus, UsageError
+from zkcrawl.settings import CommonSettings, opt
+
+NAME = "bench"
+HELP = ("measure the queue, the producer's offers, a whole crawl, politeness on many hosts, "
+        "one big host among small ones, a rebalance, an ensemble, the partitioned queue or the "
+        "pipeline end to end against baselines")
+EXAMPLES = """
+    zkcrawl bench queue                    # a throwaway local ZooKeeper
+    zkcrawl bench queue --zk 127.0.0.1:2181 --root /bench --items 5000
+    zkcrawl bench crawl --json > crawl.json
+    zkcrawl bench crawl --pg postgresql://crawl@db/bench   # the PostgreSQL cases there
+    zkcrawl bench hosts --site-hosts 500 --domain-delay 1   # politeness on many hosts
+    zkcrawl bench skew                     # one big host among 50 small ones
+    zkcrawl bench ensemble                 # the queue on a 3-node ensemble on loopback
+    zkcrawl bench e2e                      # producer + consumer vs seed 002's crawler
+    zkcrawl bench sitemap                  # a 50,000-URL .xml.gz sitemap vs --from-file
+    zkcrawl bench watch                    # --watch: pages per quiet pass, time to offer
+    zkcrawl bench recrawl                  # a conditional re-crawl vs the first crawl
+    zkcrawl bench recrawl-store --items 10000000   # the --recrawl store at 10 M URLs
+    zkcrawl bench frontier --site-hosts 2500       # ZooKeeper writes a page: partitions
+    zkcrawl bench rebalance --site-hosts 300 --session-timeout 4   # a consumer joins, one leaves
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings(CommonSettings):
+    zk: str = opt("", "ZooKeeper to measure against (default: a throwaway local server)",
+                  metavar="HOSTS")
+    root: str = opt("/zkcrawl-bench", "queue: znode under which each run makes (and on exit, "
+                    "Ctrl-C included, removes) its own node")
+    items: int = opt(0, "items per case (0: queue 20000, offer 100000, crawl 2000, "
+                     "recrawl 2000, recrawl-store 1000000)",
+                     metavar="N")
+    threads: int = opt(32, "crawl: worker threads per consumer", metavar="N")
+    latency_ms: int = opt(50, "crawl: delay of every response of the synthetic site",
+                          metavar="MS")
+    pg: str = opt("", "crawl: PostgreSQL for the --out postgresql:// cases, "
+                  "postgresql://USER@HOST/DB (default: a throwaway local server when "
+                  "PostgreSQL is installed; password from PGPASSWORD/PGPASSFILE)",
+                  metavar="URL")
+    extract: str = opt("title", "crawl: 'article' measures --extract article (in the fetch "
+                       "threads, and with the process pool) against the default title",
+                       choices=("title", "article"))
+    site_hosts: int = opt(500, "hosts, rebalance: loopback hosts (127.77.x.y) the synthetic "
+                          "site answers as; frontier: hosts the URLs are spread over",
+                          metavar="N")
+    per_host: int = opt(10, "hosts, rebalance: pages offered per host (rebalance: at least "
+                        "45 s of them at --domain-delay)", metavar="N")
+    domain_delay: float = opt(1.0, "hosts, skew, rebalance: --domain-delay of the consumers",
+                              metavar="S")
+    small_hosts: int = opt(50, "skew: small hosts, --per-host pages each", metavar="N")
+    big_pages: int = opt(600, "skew: pages of the one big host", metavar="N")
+    json: bool = opt(False, "print one JSON object instead of a table")
+
+    zk_optional = True  # no --zk: each bench starts a throwaway local ZooKeeper
+
+    def validate(self) -> None:
+        super().validate()
+        if self.items < 0:
+            raise UsageError(f"--items must be >= 0 (0: the case's default), got {self.items}")
+        if not 1 <= self.threads <= 1024:
+            raise UsageError(f"--threads must be 1..1024, got {self.threads}")
+        if not 0 <= self.latency_ms <= 60_000:
+            raise UsageError(f"--latency-ms must be 0..60000, got {self.latency_ms}")
+        if self.site_hosts < 1 or self.per_host < 1:
+            raise UsageError("--site-hosts and --per-host must be at least 1")
+        if not 1 <= self.small_hosts <= 5000 or not 1 <= self.big_pages <= 100_000:
+            raise UsageError("--small-hosts must be 1..5000 and --big-pages 1..100000")
+        if not (math.isfinite(self.domain_delay) and 0 < self.domain_delay <= 60):
+            raise UsageError("--domain-delay must be within (0, 60] seconds")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("what", choices=("queue", "offer", "crawl", "hosts", "skew", "e2e",
+                                         "ensemble", "sitemap", "watch", "recrawl",
+                                         "recrawl-store", "frontier", "rebalance"))
+
+
+def execute(settings: Settings, ns: argparse.Namespace, env: Mapping[str, str]) -> ExitStatus:
+    hosts = settings.zk or None
+    out: dict[str, Any]
+    if ns.what == "queue":
+        from zkcrawl.bench import drain as bq
+
+        out = bq.run_bench(hosts, settings.items or 20_000, settings.root)
+        text = bq.render(out)
+    elif ns.what == "offer":
+        from zkcrawl.bench import offer as bo
+
+        out = bo.run_bench(hosts, settings.items or 100_000, json_out=settings.json)
+        text = bo.render(out) if hasattr(bo, "render") else json.dumps(out, indent=2)
+    elif ns.what in ("recrawl", "recrawl-store"):
+        out, text = _recrawl(ns.what, settings, hosts)
+    elif ns.what in ("sitemap", "watch"):
+        try:
+            from zkcrawl.bench import sitemap as bs
+        except ImportError as exc:  # psutil (zkcrawl.bench.crawl): the `bench` extra
+            raise UsageError(f"zkcrawl bench {ns.what} needs {exc.name}: "
+                             "pip install 'zkcrawl[bench]'") from None
+
+        if ns.what == "sitemap":
+            out = bs.run_sitemap(hosts, settings.items or 50_000)
+            text = bs.render(out)
+        else:
+            out = bs.run_watch(hosts)
+            text = bs.render_watch(out)
+    elif ns.what in ("hosts", "skew", "e2e", "ensemble", "frontier", "rebalance"):
+        out, text = _cluster_scale(ns.what, settings, hosts)
+    else:
+        try:
+            from zkcrawl.bench import crawl as bc
+        except ImportError as exc:  # psutil: the `bench` extra
+            raise UsageError(f"zkcrawl bench crawl needs {exc.name}: "
+                             "pip install 'zkcrawl[bench]'") from None
+
+        out = bc.run_bench(hosts, settings.items or 2000, threads=settings.threads,
+                           latency_ms=settings.latency_ms, json_out=settings.json,
+                           pg=settings.pg or None, extract=settings.extract)
+        text = bc.render(out) if hasattr(bc, "render") else json.dumps(out, indent=2)
+    print(json.dumps(out) if settings.json else text)
+    return ExitStatus.OK
+
+
+def _recrawl(what: str, settings: Settings, hosts: str | None) -> tuple[dict[str, Any], str]:
+    try:
+        from zkcrawl.bench import recrawl as br
+    except ImportError as exc:  # psutil: the `bench` extra
+        raise UsageError(f"zkcrawl bench {what} needs {exc.name}: "
+                         "pip install 'zkcrawl[bench]'") from None
+    if what == "recrawl-store":
+        out = br.run_store(settings.items or 1_000_000)
+        return out, br.render_store(out)
+    out = br.run_bench(hosts, settings.items or 2000, threads=settings.threads,
+                       latency_ms=settings.latency_ms)
+    return out, br.render(out)
+
+
+def _cluster_scale(what: str, settings: Settings, hosts: str | None) -> tuple[dict[str, Any], str]:
+    try:
+        from zkcrawl.bench import hosts as bh
+    except ImportError as exc:  # psutil: the `bench` extra
+        raise UsageError(f"zkcrawl bench {what} needs {exc.name}: "
+                         "pip install 'zkcrawl[bench]'") from None
+    if what == "hosts":
+        out = bh.run_bench(hosts, hosts=settings.site_hosts, per_host=settings.per_host,
+                           threads=settings.threads, latency_ms=settings.latency_ms,
+                           delay=settings.domain_delay)
+        return out, bh.render(out)
+    if what == "skew":
+        from zkcrawl.bench import skew
+
+        # the mix as the issue met it: 2 consumers x 16 threads, everything else default
+        out = skew.run_bench(hosts, small_hosts=settings.small_hosts,
+                             per_small=settings.per_host, big=settings.big_pages, procs=2,
+                             threads=16, latency_ms=settings.latency_ms,
+                             delay=settings.domain_delay)
+        return out, skew.render(out)
+    if what == "frontier":
+        from zkcrawl.bench import frontier
+
+        out = frontier.run_bench(hosts, items=settings.items or 20_000,
+                                 site_hosts=settings.site_hosts)
+        return out, frontier.render(out)
+    if what == "rebalance":
+        from zkcrawl.bench import rebalance
+
+        out = rebalance.run_bench(hosts, hosts=settings.site_hosts,
+                                  per_host=max(settings.per_host,
+                                               math.ceil(45 / settings.domain_delay)),
+                                  threads=settings.threads, latency_ms=settings.latency_ms,
+                                  delay=settings.domain_delay,
+                                  session_timeout=settings.session_timeout)
+        return out, rebalance.render(out)
+    if what == "ensemble":
+        if hosts is not None:
+            raise UsageError("bench ensemble starts its own 3-node ensemble: no --zk")
+        out = bh.run_ensemble(settings.items or 20_000)
+        return out, bh.render_ensemble(out)
+    from zkcrawl.bench import e2e
+
+    out = e2e.run_bench(hosts, articles=settings.items or 2000, threads=settings.threads,
+                        latency_ms=settings.latency_ms)
+    return out, e2e.render(out)

@@ -1,0 +1,119 @@
+"""A cap on what one ZooKeeper directory may hold: its nodes and their bytes (issue #27).
+
+ZooKeeper keeps every znode in the memory of every ensemble member, so a directory that
+writers fill and a reader drains -- ``<root>/discovered/`` (consumer -> producer), and
+``<root>/fetched/`` in the same way -- must not grow without bound when the reader is slow,
+stopped or flooded. :class:`CappedDir` is the writers' side of that bound, reusable for any
+such directory:
+
+* **limits**: :class:`DirLimits` -- at most ``max_nodes`` nodes and ``max_bytes`` bytes.
+  ZooKeeper tells a directory's node count in O(1) (the parent's ``numChildren``) but not
+  its bytes, so the bytes are bounded through the writer's own per-node limit
+  ``node_bytes``: the directory holds at most :attr:`DirLimits.node_cap` =
+  ``min(max_nodes, max_bytes // node_bytes)`` nodes, hence at most ``max_bytes`` bytes of
+  data whatever the nodes hold.
+* **wait, bounded**: :meth:`CappedDir.room` returns at once while there is room (one
+  ``exists`` of the parent, cached :data:`RECHECK` seconds while the count is far from the
+  cap); when the directory is full it waits for the reader -- on a children watch, never a
+  blind sleep -- at most ``wait`` seconds, then says no. The caller records why
+  (:data:`DIRECTORY_FULL` and the directory's name) instead of writing.
+* **slack**: the check comes before the write, not in the same transaction, and a writer's
+  own count of what it let through is replaced by ZooKeeper's at each read: writers
+  overshoot the cap by what they let through but have not written yet (for discovered
+  links: the pages a consumer holds between the check and their group's commit);
+* **the reader reports it**: :meth:`CappedDir.held` is what a reader logs as its backlog.
+
+To cap another directory: ``CappedDir(zk, layout.fetched, DirLimits(nodes, bytes, 64 KiB),
+wait)``, ``room(n)`` before each write of ``n`` nodes, ``held()`` on the reader's side.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from zkcrawl.logs import get_logger
+from zkcrawl.zk import NoNodeError, WatchedEvent, ZkClient
+
+__all__ = ["DIRECTORY_FULL", "RECHECK", "CappedDir", "DirLimits"]
+
+log = get_logger(__name__)
+
+DIRECTORY_FULL = "directory-full"  # the reason a write did not happen
+RECHECK = 1.0  # seconds a count far from the cap is trusted (plus what this writer added)
+_FAR = 0.9  # "far from the cap": below this fraction of it
+
+
+@dataclass(frozen=True)
+class DirLimits:
+    """At most ``max_nodes`` nodes and ``max_bytes`` bytes; ``node_bytes``: the most one
+    node holds (the writer's own limit)."""
+
+    max_nodes: int
+    max_bytes: int
+    node_bytes: int
+
+    @property
+    def node_cap(self) -> int:
+        """The nodes allowed: both limits hold whatever each node holds."""
+        return max(1, min(self.max_nodes, self.max_bytes // max(1, self.node_bytes)))
+
+
+class CappedDir:
+    """The writers' side of one capped directory (module docstring). Thread-safe."""
+
+    def __init__(self, zk: ZkClient, path: str, limits: DirLimits, wait: float) -> None:
+        self.zk = zk
+        self.path = path
+        self.limits = limits
+        self.wait = wait
+        self._lock = threading.Lock()
+        self._count = 0
+        self._read_at = -RECHECK  # never read yet
+        self.full_waits = 0  # times a writer found it full (stats, tests)
+
+    def held(self) -> tuple[int, int]:
+        """(nodes now, the most bytes they may hold) -- read from ZooKeeper."""
+        nodes = self._read()
+        return nodes, nodes * self.limits.node_bytes
+
+    def room(self, nodes: int) -> bool:
+        """True when ``nodes`` more fit (counted as written: the next checks include them);
+        False after waiting ``wait`` seconds for the reader to make room."""
+        cap = self.limits.node_cap
+        with self._lock:
+            fresh = time.monotonic() - self._read_at < RECHECK
+            if fresh and self._count + nodes <= cap * _FAR:
+                self._count += nodes
+                return True
+        deadline = time.monotonic() + self.wait
+        count = self._read()
+        if count + nodes > cap:
+            self.full_waits += 1
+            log.info("capped.full", path=self.path, nodes=count, cap=cap, waiting_s=self.wait)
+        while count + nodes > cap and count > 0:  # an empty directory takes one write
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            changed = threading.Event()
+
+            def wake(_event: WatchedEvent, changed: threading.Event = changed) -> None:
+                changed.set()  # kazoo's thread: set a flag, nothing else
+
+            try:
+                self.zk.get_children(self.path, watch=wake)
+            except NoNodeError:
+                return True  # removed meanwhile: the writer re-creates it, empty
+            changed.wait(min(left, 5.0))
+            count = self._read()
+        with self._lock:
+            self._count += nodes
+        return True
+
+    def _read(self) -> int:
+        stat = self.zk.exists(self.path)
+        count = int(stat.numChildren) if stat is not None else 0
+        with self._lock:
+            self._count, self._read_at = count, time.monotonic()
+        return count

@@ -1,0 +1,353 @@
+"""Fetch outcomes: ``<root>/fetched/fn-NNNNNNNNNN`` (SPEC §2), consumer -> producer.
+
+A producer run with ``--recrawl`` keeps a per-URL schedule (``producer.recrawl``); what each
+fetch of a URL it offered returned comes back here, for it to learn from. A node's data::
+
+    {"fetched": [{"url": "https://...", "status": 200, "changed": false, "etag": "\\"v1\\"",
+                  "last_modified": "Tue, 01 Dec 2026 10:00:00 GMT",
+                  "signature": "<32 hex>", "at": 1796000000.0}, ...], "consumer": "c1"}
+
+Only items that ask for it are reported: those whose ``meta.recrawl`` is an object (a
+``--recrawl`` producer offers every URL so). Guarantees:
+
+* **batched across groups**, **protected creates**: handed over by the committer in the
+  hook that writes ``<root>/discovered/``, gathered by :class:`FetchedBuffer` (a node per
+  second, per ~400 reports, or 0.2 s after the last one) and written with
+  :class:`~zkcrawl.queue.discovered.DiscoveredWriter`'s transaction code, each node at most
+  :data:`NODE_BYTES`: ~0.003 ZooKeeper writes per page. A duplicate (a retried write) is a
+  second look at the same answer for the producer.
+* **a report is not the page**: it never holds an item back. ZooKeeper *refusing* the
+  write (NoAuth...) is one ``fetched.refused`` warning; ZooKeeper *away* keeps the reports
+  for a later try (bounded); a consumer that stops loses at most its last second of
+  reports. A lost report only means the producer offers the URL again when its interval
+  has passed, with the validators it had.
+* **untrusted on the way back**: :func:`decode` never raises; a node that is not such an
+  object or is larger than :data:`NODE_BYTES` is skipped with its reason; an entry without
+  a string ``url`` of at most ``URL_LIMIT`` bytes or with a ``status`` outside 100..599 is
+  dropped and counted; ``etag``, ``last_modified`` and ``signature`` go through
+  :mod:`zkcrawl.web.validators` (a bad one becomes null, never sent to a server); ``at``
+  is clamped to [1995, now + 1 day]. Whether a URL was ever offered is the reader's
+  (the producer's store) to decide.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from zkcrawl.logs import get_logger
+from zkcrawl.queue import batches, untrusted
+from zkcrawl.queue.discovered import DiscoveredWriter, LinksRefused, _transactions
+from zkcrawl.queue.items import sort_names
+from zkcrawl.queue.layout import FETCHED_PREFIX, Layout
+from zkcrawl.queue.offers import QueueSuspended
+from zkcrawl.queue.untrusted import NODE_LIMIT, URL_LIMIT
+from zkcrawl.web.validators import (
+    EARLIEST,
+    clean_etag,
+    clean_last_modified,
+    clean_signature,
+)
+from zkcrawl.zk import NoNodeError, ZkClient, tx_ok
+from zkcrawl.zk.client import ZkAccessDenied
+
+__all__ = ["NODE_BYTES", "Decoded", "Fetched", "FetchedBuffer", "FetchedNode", "FetchedReader",
+           "FetchedWriter", "close_reports", "decode", "encode", "report_outcomes"]
+
+log = get_logger(__name__)
+
+NODE_BYTES = NODE_LIMIT
+FLUSH_S = 1.0  # a report waits at most this long for others to share its node
+QUIET_S = 0.2  # ... or this long after the last report came (the crawl went quiet)
+FLUSH_ENTRIES = 400  # ~50 KB: about one full node
+BUFFER_MAX = 50_000  # reports kept while ZooKeeper is away; the oldest dropped past it
+FUTURE_S = 86_400.0  # an ``at`` later than now + this is clamped to it
+
+
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    """One fetch's outcome: ``status`` None when no answer came; ``changed`` None on a first
+    fetch (nothing to compare with)."""
+
+    url: str
+    status: int | None
+    changed: bool | None
+    etag: str | None
+    last_modified: str | None
+    signature: str | None
+    at: float
+
+    def doc(self) -> dict[str, Any]:
+        return {"url": self.url, "status": self.status, "changed": self.changed,
+                "etag": self.etag, "last_modified": self.last_modified,
+                "signature": self.signature, "at": round(self.at, 3)}
+
+
+def encode(entries: Iterable[Fetched], consumer: str) -> list[bytes]:
+    """The nodes' data for ``entries``, each at most :data:`NODE_BYTES`."""
+    return batches.pack((entry.doc() for entry in entries), "fetched", consumer,
+                        too_large=lambda doc, n: log.warning(
+                            "fetched.entry_too_large", url=str(doc.get("url", ""))[:200],
+                            bytes=n),
+                        limit=NODE_BYTES)
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """A node's entries, the entries dropped as malformed, or why the whole node is."""
+
+    entries: tuple[Fetched, ...]
+    consumer: str | None
+    dropped: int = 0
+    error: str | None = None
+
+
+def decode(data: bytes | None, now: float | None = None) -> Decoded:
+    """SPEC §2's fetched node, with the untrusted-data limits; never raises."""
+    doc, why = untrusted.load_object(data, {"fetched": list, "consumer": str}, limit=NODE_BYTES)
+    if doc is None:
+        return Decoded((), None, error=why)
+    if "fetched" not in doc:
+        return Decoded((), None, error="no 'fetched' list")
+    now = time.time() if now is None else now
+    entries: list[Fetched] = []
+    dropped = 0
+    for raw in doc["fetched"]:
+        entry = _entry(raw, now)
+        if entry is None:
+            dropped += 1
+        else:
+            entries.append(entry)
+    return Decoded(tuple(entries), doc.get("consumer"), dropped)
+
+
+def _url(value: Any) -> str | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        size = len(value.encode("utf-8"))  # a lone surrogate (\\ud800) is not a URL
+    except UnicodeEncodeError:
+        return None
+    return value if size <= URL_LIMIT else None
+
+
+def _entry(raw: Any, now: float) -> Fetched | None:
+    if not isinstance(raw, dict):
+        return None
+    url, status, changed, at = (raw.get("url"), raw.get("status"), raw.get("changed"),
+                                raw.get("at"))
+    if (url := _url(url)) is None:
+        return None
+    if status is not None and (isinstance(status, bool) or not isinstance(status, int)
+                               or not 100 <= status <= 599):
+        return None
+    if not isinstance(changed, bool):
+        changed = None
+    if isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at):
+        at = now
+    at = min(max(float(at), EARLIEST), now + FUTURE_S)
+    return Fetched(url, status, changed, clean_etag(raw.get("etag")),
+                   clean_last_modified(raw.get("last_modified"), now),
+                   clean_signature(raw.get("signature")), at)
+
+
+class FetchedWriter(DiscoveredWriter):
+    """The consumer side: :meth:`report` a group's outcomes before its completion (the
+    transaction code is :class:`DiscoveredWriter`'s, aimed at ``<root>/fetched/``)."""
+
+    def __init__(self, zk: ZkClient, root: str, consumer_id: str) -> None:
+        self.zk = zk
+        self.layout = Layout.of(root)
+        self.consumer = consumer_id
+        self.prefix = f"{self.layout.fetched}/{FETCHED_PREFIX}"
+        self.nodes = 0
+        self.refused = 0  # entries ZooKeeper refused (warned, not retried)
+        try:
+            self._ensure_paths()
+        except LinksRefused as exc:  # _commit's NoNode path asks again, and refuses then
+            self._warn(exc, 0)
+
+    def _ensure_paths(self) -> None:
+        try:
+            self.zk.ensure_path(self.layout.fetched)
+            self.zk.ensure_path(self.layout.offers)
+        except ZkAccessDenied as exc:  # the root's ACL: a refusal like any other
+            raise LinksRefused("NoAuthError", str(exc)) from None
+
+    def report(self, entries: Sequence[Fetched]) -> int:
+        """Commit ``entries``; returns the nodes created (0 when ZooKeeper refused: warned).
+        Raises :class:`~zkcrawl.queue.offers.QueueSuspended` while ZooKeeper is away."""
+        if not entries:
+            return 0
+        created = 0
+        for chunk in _transactions(encode(entries, self.consumer)):
+            try:
+                created += self._commit(chunk)
+            except LinksRefused as exc:
+                self._warn(exc, len(entries))
+                return created
+        self.nodes += created
+        return created
+
+    def _warn(self, exc: LinksRefused, n: int) -> None:
+        self.refused += n
+        log.warning("fetched.refused", cause=exc.cause, error=str(exc)[:300], entries=n,
+                    hint="the items complete; the producer's --recrawl state keeps their "
+                    "old schedule")
+
+
+@dataclass(frozen=True)
+class FetchedNode:
+    """One fetched node as read: its name and what :func:`decode` made of it."""
+
+    name: str
+    decoded: Decoded
+
+
+class FetchedReader:
+    """The producer side: list, read (a bounded batch, oldest first), delete."""
+
+    def __init__(self, zk: ZkClient, root: str) -> None:
+        self.zk = zk
+        self.path = Layout.of(root).fetched
+        zk.ensure_path(self.path)
+
+    def names(self) -> list[str]:
+        """The nodes waiting, oldest first (names that are not ``fn-N`` ignored)."""
+        mapped = {f"qn-{n[len(FETCHED_PREFIX):]}": n
+                  for n in self.zk.get_children(self.path) if n.startswith(FETCHED_PREFIX)}
+        return [mapped[q] for _, q in sort_names(list(mapped))]
+
+    def read(self, names: Sequence[str]) -> list[FetchedNode]:
+        """The nodes' entries; a malformed node is one warning and comes back with its error
+        (the caller deletes it like a drained one: never read for ever)."""
+        nodes: list[FetchedNode] = []
+        results = self.zk.get_many([f"{self.path}/{n}" for n in names])
+        for name, res in zip(names, results, strict=True):
+            if isinstance(res, NoNodeError):
+                continue
+            if isinstance(res, Exception):
+                raise res
+            decoded = decode(res[0])
+            if decoded.error is not None:
+                log.warning("fetched.malformed", node=f"{self.path}/{name}",
+                            reason=decoded.error, skipped=True)
+            elif decoded.dropped:
+                log.warning("fetched.entries_dropped", node=f"{self.path}/{name}",
+                            dropped=decoded.dropped, kept=len(decoded.entries),
+                            reason="not an outcome: a string url of at most 8 KiB, a "
+                            "status in 100..599 or null")
+            nodes.append(FetchedNode(name, decoded))
+        return nodes
+
+    def delete(self, names: Sequence[str]) -> None:
+        """Delete drained nodes, one transaction per 500 (gone already: fine)."""
+        for i in range(0, len(names), 500):
+            tx = self.zk.transaction()
+            for name in names[i:i + 500]:
+                tx.delete(f"{self.path}/{name}")
+            if not tx_ok(tx.commit()):
+                for name in names[i:i + 500]:
+                    try:
+                        self.zk.delete(f"{self.path}/{name}")
+                    except NoNodeError:
+                        pass
+
+
+class FetchedBuffer:
+    """The consumer's reports, gathered across committer groups into few large nodes: a
+    node per :data:`FLUSH_S` or per :data:`FLUSH_ENTRIES` reports instead of one per group
+    (a group is ~30 items at speed: that was 0.07 ZooKeeper writes per page).
+
+    :meth:`add` never blocks on ZooKeeper for long and never raises: a flush that meets
+    ZooKeeper away keeps the reports (at most :data:`BUFFER_MAX`, the oldest dropped with
+    one warning) and tries again later. A daemon thread flushes what waits, so an idle
+    consumer's last reports go out too. What is lost -- the last :data:`FLUSH_S` of reports
+    of a consumer killed or stopped, the reports dropped over the cap -- is never a page:
+    the producer offers those URLs again when their interval has passed, with the
+    validators it had."""
+
+    def __init__(self, writer: FetchedWriter) -> None:
+        self.writer = writer
+        self._lock = threading.Lock()
+        self._flushing = threading.Lock()  # one flush at a time: the order kept
+        self._entries: list[Fetched] = []
+        self._since = self._last = 0.0
+        self.dropped = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="fetched-flush", daemon=True)
+        self._thread.start()
+
+    def add(self, entries: Sequence[Fetched]) -> None:
+        with self._lock:
+            self._last = time.monotonic()
+            if not self._entries:
+                self._since = self._last
+            self._entries.extend(entries)
+            over = len(self._entries) - BUFFER_MAX
+            if over > 0:
+                del self._entries[:over]
+                self.dropped += over
+                log.warning("fetched.dropped", reports=over, reason="ZooKeeper away for "
+                            "long: the oldest reports dropped (their URLs keep their "
+                            "schedule)")
+            full = len(self._entries) >= FLUSH_ENTRIES
+        if full:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write what waits (ZooKeeper away: kept for the next try)."""
+        with self._flushing:
+            with self._lock:
+                batch, self._entries = self._entries, []
+            if not batch:
+                return
+            try:
+                self.writer.report(batch)
+            except QueueSuspended:
+                with self._lock:
+                    self._entries[:0] = batch
+                    self._since = time.monotonic()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.flush()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(QUIET_S / 2):
+            now = time.monotonic()
+            with self._lock:
+                due = bool(self._entries) and (now - self._since >= FLUSH_S
+                                               or now - self._last >= QUIET_S)
+            if due:
+                try:
+                    self.flush()
+                except Exception:  # a bug must not end the flushing; logged
+                    log.error("fetched.flush_failed", exc_info=True)
+
+
+def close_reports(worker: Any) -> None:
+    """The consumer's shutdown, after its committer closed: the reports that wait go out
+    (ZooKeeper away: they are lost, see :class:`FetchedBuffer`)."""
+    buffer = getattr(worker, "_fetched_buffer", None)
+    if buffer is not None:
+        buffer.close()
+
+
+def report_outcomes(worker: Any, tasks: Sequence[Any]) -> None:
+    """The consumer's committer hook (``Worker._links``): the re-crawl reports of
+    ``tasks``' outcomes go to ``<root>/fetched/`` through one :class:`FetchedBuffer` kept
+    on ``worker`` (made on the first report). Never raises for ZooKeeper trouble."""
+    entries = [t.outcome.fetched for t in tasks
+               if t.outcome is not None and t.outcome.fetched is not None]
+    if not entries:
+        return
+    buffer = getattr(worker, "_fetched_buffer", None)
+    if buffer is None:
+        writer = FetchedWriter(worker.zk, worker.s.root, worker.id)
+        buffer = worker._fetched_buffer = FetchedBuffer(writer)
+    buffer.add(entries)

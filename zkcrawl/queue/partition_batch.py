@@ -1,0 +1,187 @@
+"""A partition's batch node on the wire (SPEC §2): many items and their progress in one znode.
+
+``<root>/partitions/<p>/qn-NNNNNNNNNN`` holds up to :data:`BATCH_LIMIT` bytes::
+
+    {"v": 1, "items": [<item>, ...], "started": [i, ...], "done": [i, ...], "token": "..."}
+
+Each ``<item>`` is an item object of SPEC §2 (or a bare-URL string); ``started`` and
+``done`` index into ``items``. Guarantees:
+
+* :func:`encode` never writes more than :data:`BATCH_LIMIT` bytes: :func:`pack` splits a
+  group of items into batches that fit (an item that alone would not fit is refused);
+* :func:`decode` never raises: data that is not a batch is one reason (the whole node is a
+  dead letter); an item that is not an item is a reason for that item only, and the good
+  items of the batch go on;
+* indices out of range, repeated or of the wrong type are dropped (hostile progress can
+  only make an item be done again, never skip one that was not done): an index is *done*
+  only when it is in ``done``, and *started* only when in ``started`` and not done.
+
+Pure functions, no ZooKeeper: :mod:`zkcrawl.queue.partition_queue` calls them.
+Status: building block of the partitioned frontier (issue #22, step 3); the consumer still
+claims from the shared queue.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from zkcrawl.queue import items as wire
+from zkcrawl.queue import untrusted
+from zkcrawl.queue.items import Item
+
+# Bytes of one batch node (SPEC §2: 64 KiB of items): an item may itself be 64 KiB
+# (wire.ITEM_LIMIT), so a batch has room for the envelope and progress of one such item
+# beyond it -- else an item at the limit, or a retry grown to it, could not be queued.
+BATCH_LIMIT = 64 * 1024 + 1024
+MAX_ITEMS = 1000  # items a batch made here holds at most, whatever their size
+# A batch another client wrote may hold more tiny items: anything within BATCH_LIMIT decodes
+# (a bare URL takes at least 10 bytes, so at most ~6,500 fit); more is refused whole.
+DECODE_MAX_ITEMS = BATCH_LIMIT // 10
+VERSION = 1
+_HEAD = 64  # bytes of the envelope around the items, generously
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The decoded batch: its items (None where an entry was not an item), and progress."""
+
+    items: tuple[Item | None, ...]
+    started: frozenset[int] = frozenset()
+    done: frozenset[int] = frozenset()
+    token: str | None = None
+    errors: dict[int, str] = field(default_factory=dict)  # entry index -> why it is no item
+    raws: dict[int, bytes] = field(default_factory=dict)  # entry index -> its data
+
+    @property
+    def pending(self) -> list[int]:
+        """Indices of items still to do (not done), in order; bad entries excluded."""
+        return [i for i, it in enumerate(self.items) if it is not None and i not in self.done]
+
+    @property
+    def in_flight(self) -> list[int]:
+        """Indices started and not done: what a holder's death is charged for."""
+        return sorted(i for i in self.started if i not in self.done)
+
+    @property
+    def finished(self) -> bool:
+        """Every good item done (the bad ones are dead letters by then)."""
+        return not self.pending
+
+    def progressed(self, *, started: Iterable[int] = (), done: Iterable[int] = (),
+                   unstarted: Iterable[int] = ()) -> Batch:
+        """The same batch with more items started and/or done (and ``unstarted`` ones no
+        longer marked: given back before their fetch)."""
+        d = self.done | frozenset(done)
+        s = (self.started - frozenset(unstarted)) | frozenset(started)
+        return Batch(self.items, s - d, d, self.token, self.errors, self.raws)
+
+
+def _item_doc(item: Item) -> dict[str, Any]:
+    return {"url": item.url, "attempt": item.attempt,
+            "enqueued_at": None if item.enqueued_at is None else round(item.enqueued_at, 3),
+            "producer": item.producer, "meta": item.meta}
+
+
+def encode(batch: Batch) -> bytes:
+    """The node's data; raises ValueError if it would exceed :data:`BATCH_LIMIT` (a batch
+    made by :func:`pack` never does; progress only shrinks it: indices are short)."""
+    docs: list[Any] = []
+    for i, item in enumerate(batch.items):
+        if item is not None:
+            docs.append(_item_doc(item))
+        else:  # a bad entry is kept as it came until its dead letter is written
+            docs.append(batch.raws.get(i, b"").decode("utf-8", "replace"))
+    doc: dict[str, Any] = {"v": VERSION, "items": docs, "started": sorted(batch.started),
+                           "done": sorted(batch.done)}
+    if batch.token:
+        doc["token"] = batch.token
+    data = _ENCODER.encode(doc).encode("utf-8")
+    if len(data) > BATCH_LIMIT:
+        raise ValueError(f"batch of {len(data)} bytes over {BATCH_LIMIT}")
+    return data
+
+
+def item_size(item: Item) -> int:
+    """Bytes ``item`` takes inside a batch (its JSON and a comma); an item that cannot be
+    written (a lone surrogate in hostile text) counts as too large: it is refused."""
+    try:
+        return len(_ENCODER.encode(_item_doc(item)).encode("utf-8")) + 1
+    except (UnicodeEncodeError, TypeError, ValueError):
+        return BATCH_LIMIT + 1
+
+
+def pack(items: Sequence[Item], *, max_items: int = MAX_ITEMS, token: str | None = None
+         ) -> Iterator[tuple[list[Item], list[Item]]]:
+    """Split ``items`` into batches that fit: yields ``(batch_items, refused)`` -- refused
+    are items larger than an item may be (SPEC §2: 64 KiB), reported with the next batch."""
+    chunk: list[Item] = []
+    refused: list[Item] = []
+    size = _HEAD + len(token or "")
+    limit = max(1, min(max_items, MAX_ITEMS))
+    for item in items:
+        n = item_size(item)
+        if n + _HEAD > BATCH_LIMIT or n - 1 > wire.ITEM_LIMIT:  # n counts its comma
+            refused.append(item)
+            continue
+        # room for the progress lists too: at most ~8 bytes an index, twice
+        if chunk and (len(chunk) >= limit or size + n + 16 * (len(chunk) + 1) > BATCH_LIMIT):
+            yield chunk, refused
+            chunk, refused, size = [], [], _HEAD + len(token or "")
+        chunk.append(item)
+        size += n
+    if chunk or refused:
+        yield chunk, refused
+
+
+def decode(data: bytes) -> tuple[Batch | None, str | None]:
+    """``(batch, None)`` or ``(None, reason)``; never raises (hostile data welcome)."""
+    if len(data) > BATCH_LIMIT:
+        return None, f"malformed: batch larger than {BATCH_LIMIT} bytes"
+    doc, why = untrusted.load_json(data, limit=BATCH_LIMIT)
+    if why is not None:
+        return None, f"malformed: {why}"
+    if not isinstance(doc, dict) or not isinstance(doc.get("items"), list):
+        return None, "malformed: batch without an 'items' list"
+    entries: list[Any] = doc["items"]
+    if len(entries) > DECODE_MAX_ITEMS:
+        return None, f"malformed: batch of more than {DECODE_MAX_ITEMS} items"
+    items: list[Item | None] = []
+    errors: dict[int, str] = {}
+    raws: dict[int, bytes] = {}
+    for i, entry in enumerate(entries):
+        item, error, raw = _entry(entry)
+        items.append(item)
+        if error is not None:
+            errors[i], raws[i] = error, raw
+    n = len(items)
+    done = _indices(doc.get("done"), n)
+    started = _indices(doc.get("started"), n) - done
+    token = doc.get("token")
+    return Batch(tuple(items), started, done, token if isinstance(token, str) else None,
+                 errors, raws), None
+
+
+def _entry(entry: Any) -> tuple[Item | None, str | None, bytes]:
+    """One entry through the item decoding rule of SPEC §2 (an object, or a bare URL)."""
+    if isinstance(entry, str):
+        raw = entry.encode("utf-8", "surrogatepass")
+    else:
+        try:
+            raw = _ENCODER.encode(entry).encode("utf-8", "surrogatepass")
+        except (TypeError, ValueError):
+            return None, "malformed: not JSON", b""
+    decoded = wire.decode(raw)
+    if decoded.item is None:
+        return None, decoded.error or "malformed", raw
+    return decoded.item, None, raw
+
+
+def _indices(value: Any, n: int) -> frozenset[int]:
+    if not isinstance(value, list):
+        return frozenset()
+    return frozenset(i for i in value
+                     if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n)
