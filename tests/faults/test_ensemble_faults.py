@@ -206,7 +206,11 @@ def test_leader_killed_during_the_producers_offers(ens, admin, zk_root, site, tm
     assert producer.returncode == 0, err.decode()[-3000:]
     queued = queued_counter(admin, zk_root)
     assert set(queued) == set(urls) and set(queued.values()) == {1}  # none missing or doubled
-    assert not admin.exists(layout.offers) or admin.get_children(layout.offers) == []
+    # An offer marker is ephemeral: deleted after its transaction, and with the producer's
+    # session in any case -- a close the ensemble did not answer (the leader's moves) leaves
+    # it only until that session times out.
+    wait_for(lambda: not admin.exists(layout.offers) or not admin.get_children(layout.offers),
+             SESSION * 3 + 10, "the producer's offer markers to go with its session")
     c, out, cerr = start_consumer(ens.hosts, zk_root, "c", "--threads", "16",
                                   "--exit-when-idle", "2")
     assert c.wait(120) == 0

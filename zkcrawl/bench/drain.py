@@ -42,7 +42,7 @@ from zkcrawl.queue.claims import Claimed
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.layout import Layout
 from zkcrawl.queue.leases import AT_LEAST_ONCE, AT_MOST_ONCE, LeaseQueue
-from zkcrawl.zk import ZkClient
+from zkcrawl.zk import NoNodeError, NotEmptyError, ZkClient
 
 SAMPLE = 300
 DEFAULT_ROOT = "/zkcrawl-bench"
@@ -341,10 +341,21 @@ def _cases(zk: ZkClient, n: int, base: str) -> dict[str, Any]:
     return out
 
 
+_REMOVE_TRIES = 20
+
+
 def _remove(zk: ZkClient, base: str, root: str | None) -> None:
-    """Delete the run node, and ``root`` when this run created it and it is empty now."""
-    if zk.exists(base):
-        zk.delete(base, recursive=True)
+    """Delete the run node, and ``root`` when this run created it and it is empty now.
+    A Ctrl-C leaves the case's pipelined requests in flight: one may create a node after the
+    recursive delete listed its parent (NotEmpty), so the delete is tried again, a bounded
+    number of times, until those requests have been answered."""
+    for _ in range(_REMOVE_TRIES):
+        try:
+            if zk.exists(base):
+                zk.delete(base, recursive=True)
+            break
+        except (NotEmptyError, NoNodeError):
+            time.sleep(0.1)  # the answers of the requests still in flight; bounded
     if root not in (None, "/") and zk.exists(root) and not zk.get_children(root):
         zk.delete(root)
 
