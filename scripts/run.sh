@@ -123,7 +123,14 @@ case "$what" in
     "$venv/bin/mypy" zkcrawl producer consumer
     say "docs: mkdocs build --strict (no broken link or anchor, no page outside the nav)"
     docs_site="$(mktemp -d)"
-    NO_MKDOCS_2_WARNING=1 "$venv/bin/mkdocs" build --strict --quiet --site-dir "$docs_site"
+    # Not --quiet: it hides the warnings from --strict as well, and the build passes with them.
+    if ! NO_MKDOCS_2_WARNING=1 "$venv/bin/mkdocs" build --strict --site-dir "$docs_site" \
+        > "$docs_site.log" 2>&1; then
+      grep -v "^INFO" "$docs_site.log" >&2 || true
+      echo "docs: the strict build failed (above)" >&2
+      exit 1
+    fi
+    rm -f "$docs_site.log"
     rm -rf "$docs_site"
     if [ "$#" -eq 0 ]; then
       dependency_edges

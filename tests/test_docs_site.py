@@ -44,7 +44,9 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, float]:
     site = tmp_path_factory.mktemp("docs") / "site"
     env = {**os.environ, "PYTHONPATH": str(REPO), "NO_MKDOCS_2_WARNING": "1"}
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet",
+    # Not --quiet: it hides the warnings from --strict as well (a build with an orphan page
+    # or a broken anchor passed with it).
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict",
                            "--site-dir", str(site)], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=180, check=False)
     took = time.monotonic() - start
