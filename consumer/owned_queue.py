@@ -31,8 +31,10 @@ consumer (``--politeness owner``). Guarantees:
   its reason, the partition crawled as usual) and seeds :meth:`~consumer.ownership.
   Ownership.taken`, so the first request to such a host waits until its hold ends.
 
-Status: issue #22 step 3, used with ``--politeness owner``; the default cluster politeness
-still claims from the shared queue.
+Status: the consumer's only queue (owners are the default and only politeness). Costs, in
+ZooKeeper writes: a claim's marks (one per batch touched), a checkpoint at most every
+``FLUSH_S``, and ownership in a few transactions however many partitions change hands
+(:meth:`~zkcrawl.queue.partition_queue.PartitionQueue.take_many`, ``release_many``).
 """
 
 from __future__ import annotations
@@ -235,8 +237,8 @@ class OwnedQueue:
                     part.leaving = True
             done = [(p, part) for p, part in self._parts.items()
                     if part.leaving and not part.in_flight()]
-        for p, part in done:
-            self._let_go(p, part)
+        if done:
+            self._let_go(done)
         wanted = [p for p in sorted(owned)
                   if p not in self._parts and now - self._asked.get(p, -RETAKE_S) >= RETAKE_S]
         if len(wanted) > TAKES_PER_ROUND:  # bounded a round: the claim hands out meanwhile
@@ -275,20 +277,23 @@ class OwnedQueue:
             "partition.taken", consumer=self.consumer_id, partition=p, epoch=owned.epoch,
             holds=len(state.holds))
 
-    def _let_go(self, p: int, part: _Part) -> None:
-        """Nothing of ``p`` in flight: clear the marks of items given back (else its next
-        owner would charge them a death) and write its host state if it changed (the next
-        owner's holds), then delete the owner node."""
+    def _let_go(self, done: list[tuple[int, _Part]]) -> None:
+        """Nothing of these partitions in flight: clear the marks of items given back (else
+        their next owners would charge them a death) and write their host state where it
+        changed (the next owners' holds) -- one checkpoint for all -- then delete their
+        owner nodes (a few transactions: :meth:`PartitionQueue.release_many`)."""
         try:
-            if any(b.unstart for b in part.batches.values()) or part.touched \
-                    or part.state_gen != part.written_gen:
+            if any(any(b.unstart for b in part.batches.values()) or part.touched
+                   or part.state_gen != part.written_gen for _p, part in done):
                 self._flush()
             with self._lock:
-                self._parts.pop(p, None)
-            self.pq.release(part.owned)
+                for p, _part in done:
+                    self._parts.pop(p, None)
+            self.pq.release_many([part.owned for _p, part in done])
         except (QueueSuspended, ConnectionLoss, SessionExpiredError, KazooException):
             return  # no answer: tried again at the next round (or gone with the session)
-        log.debug("partition.released", consumer=self.consumer_id, partition=p)
+        log.debug("partition.released", consumer=self.consumer_id,
+                  partitions=[p for p, _part in done])
 
     def _move_loop(self) -> None:
         """The owner of partition 0 moves the ingress into the partitions, as fast as it
@@ -798,9 +803,9 @@ class OwnedQueue:
         with self._lock:
             parts = list(self._parts.items())
             self._parts.clear()
-        for p, part in parts:
-            try:
-                self.pq.release(part.owned)
-            except (ConnectionLoss, SessionExpiredError, KazooException):
-                break  # they go with the session
-            log.debug("partition.released", consumer=self.consumer_id, partition=p)
+        try:
+            released = self.pq.release_many([part.owned for _p, part in parts])
+        except (ConnectionLoss, SessionExpiredError, KazooException):
+            return  # they go with the session
+        log.debug("partition.released", consumer=self.consumer_id,
+                  partitions=sum(released.values()))

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import expire_session, wait_for
+from zkcrawl.bench.hosts import zk_counters, zk_ports
 from zkcrawl.queue import items as wire
 from zkcrawl.queue import partition_batch as pb
 from zkcrawl.queue.items import Item
@@ -144,6 +145,44 @@ def test_take_many_takes_what_is_free_fenced_like_one_take(
     assert again[2] is None
     assert again[1] is not None and again[1].epoch > owned1.epoch
     assert b.owner(1)[0] == "b" and not a.release(owned1)  # a's old take deletes nothing
+
+
+def _writes(zk_hosts: str) -> float:
+    """Writes the test's server has served (``mntr``: a transaction is one)."""
+    counters = zk_counters(zk_ports(zk_hosts))
+    assert counters is not None, "mntr unanswered"
+    return counters["writes"]
+
+
+def test_many_partitions_are_taken_and_given_up_in_a_few_transactions(
+        zk_factory: Callable[..., ZkClient], zk_hosts: str, zk_root: str) -> None:
+    many = 200
+    a_zk, b_zk = zk_factory(), zk_factory()
+    a = PartitionQueue(a_zk, zk_root, many, consumer="a")
+    b = PartitionQueue(b_zk, zk_root, many, consumer="b")
+    held = b.take(7)  # another consumer's: seen in the read, not tried
+    assert held is not None
+    before = _writes(zk_hosts)
+    got = a.take_many(range(many))
+    took = _writes(zk_hosts) - before
+    assert got[7] is None and all(got[p] is not None for p in range(many) if p != 7)
+    # 4 transactions make the missing partition nodes, 4 take them: 8 writes, where one
+    # per node and one per take were ~400 (a closed session elsewhere may add one).
+    assert took <= 10, took
+    assert a.owner(0)[0] == "a" and b.owner(7)[0] == "b"
+    mine = [o for o in got.values() if o is not None]
+    before = _writes(zk_hosts)
+    released = a.release_many(mine)
+    assert _writes(zk_hosts) - before <= 6  # 199 partitions in 4 transactions
+    assert all(released.values()) and len(released) == many - 1
+    assert a.owner(0) == (None, None) and b.owner(7)[0] == "b"
+    # A fenced partition (taken again by b meanwhile) is not released, the others are.
+    again = a.take_many([1, 2, 3])
+    one = again[1]
+    assert one is not None and a.release(one) and b.take(1) is not None
+    out = a.release_many([o for o in again.values() if o is not None])
+    assert out == {1: False, 2: True, 3: True}
+    assert b.owner(1)[0] == "b" and a.owner(2) == (None, None)
 
 
 # -- progress --------------------------------------------------------------------------

@@ -239,6 +239,7 @@ class PartitionOffers:
         refused (counted in :attr:`refused`, logged) and never yielded."""
         creates: list[tuple[str, bytes]] = []
         holds: list[tuple[int, tuple[int, ...]]] = []
+        self.pq.ensure_partitions(p for p, group in groups.items() if group)
         for p, group in sorted(groups.items()):
             if not group:
                 continue

@@ -62,7 +62,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from zkcrawl.errors import ZkCrawlError
@@ -82,7 +82,6 @@ from zkcrawl.zk import (
     Multi,
     NodeExistsError,
     NoNodeError,
-    Pending,
     RolledBackError,
     RuntimeInconsistency,
     TxResult,
@@ -98,6 +97,13 @@ DEAD_PER_TX = 100  # dead letters in one transaction (each at most ~4.5 KB)
 CHECKPOINT_TX_BYTES = 512 * 1024  # one checkpoint transaction, far below jute.maxbuffer
 INGRESS_PER_MOVE = 2000  # ingress nodes moved by one transaction at most
 OWNER_LIMIT = 1024  # bytes of an owner node worth reading
+# Partitions taken, given up or made by one transaction at most: a consumer starting on a
+# root of 256 partitions (or stopping) writes a few transactions, not 256 -- each one a
+# quorum write, and the start and stop of a short crawl were most of its writes (bench
+# hosts: ~1,350 of ~2,400 ZooKeeper writes of 5,000 pages). A transaction that fails (one
+# partition raced) is done again partition by partition.
+OWNERSHIP_PER_TX = 64
+_ENSURE_ROUNDS = 3  # listings and transactions before the partition nodes are made one by one
 
 
 class Fenced(ZkCrawlError):
@@ -210,6 +216,7 @@ class PartitionQueue:
             groups[self.partition_of_url(item.url)].append(item)
         token = uuid.uuid4().hex
         creates: list[tuple[str, bytes]] = []
+        self.ensure_partitions(groups)
         for p, group in sorted(groups.items()):
             self._ensure_partition(p)
             for chunk, refused in pb.pack(group, max_items=self.max_items, token=token):
@@ -293,6 +300,13 @@ class PartitionQueue:
         for prefix, _ in creates:
             self.zk.ensure_path(prefix.rsplit("/", 1)[0])
 
+    def ensure_partitions(self, ps_: Iterable[int]) -> None:
+        """The nodes of partitions ``ps_`` exist (made, in a few transactions, where this
+        queue has not seen them yet): call it before writing into many partitions at once,
+        so that a fresh root costs a listing and a few writes, not one create per
+        partition (a create of a node that exists fails, and still counts as a write)."""
+        self._ensure_many(sorted({p for p in ps_ if p not in self._made}))
+
     def _ensure_partition(self, p: int) -> None:
         """The partition node exists (made once; a deleted one is made again by the
         offer's NoNodeError path)."""
@@ -346,50 +360,107 @@ class PartitionQueue:
 
     def take_many(self, ps_: Sequence[int], watch: Watcher | None = None
                   ) -> dict[int, Owned | None]:
-        """:meth:`take` for many partitions at once, pipelined: a few round trips in all,
-        not four per partition (a consumer starting on a root of 256 partitions took them in
-        3.5 s one by one, its first fetch waiting for the last). A partition whose version
-        moved between the read and the take (another consumer's race) is taken again one
-        by one; the answer per partition is its Owned, or None (another session holds it)."""
+        """:meth:`take` for many partitions at once: their nodes and owners read pipelined,
+        the free ones taken in transactions of up to :data:`OWNERSHIP_PER_TX` partitions
+        (a consumer starting on a root of 256 partitions took them in 3.5 s one by one, and
+        in 256 writes). A transaction that fails -- a partition whose version moved between
+        the read and the take, or taken meanwhile by another consumer -- is done again one
+        partition at a time; the answer per partition is its Owned, or None (another
+        session holds it)."""
         self._ensure_many([p for p in ps_ if p not in self._made])
         reads = gather([self.zk.get_async(self.layout.partition(p)) for p in ps_],
                        self.zk.zk_timeout)
         owners = gather([self.zk.exists_async(self.layout.partition_owner(p), watch=watch)
                          for p in ps_], self.zk.zk_timeout)
         out: dict[int, Owned | None] = {}
-        pending: list[tuple[int, bytes, int, Pending[list[TxResult]]]] = []
+        free: list[tuple[int, bytes, int]] = []
         for p, read, owner in zip(ps_, reads, owners, strict=True):
             if isinstance(read, Exception) or isinstance(owner, Exception) or (
                     owner is not None and int(owner.ephemeralOwner) == (self.zk.session_id
                                                                          or -1)):
                 out[p] = self.take(p, watch)  # an error, or ours from before: one by one
-                continue
-            if owner is not None:
-                out[p] = None
-                continue
-            data, stat = read
-            tx = self.zk.transaction()
-            tx.set_data(self.layout.partition(p), data or b"", version=int(stat.version))
-            tx.create(self.layout.partition_owner(p),
-                      _owner_doc(self.consumer, int(stat.version) + 1), ephemeral=True)
-            pending.append((p, bytes(data or b""), int(stat.version), tx.commit_async()))
-        answers = gather([c for *_, c in pending], self.zk.zk_timeout)
-        now = time.time()
-        for (p, data, version, _), res in zip(pending, answers, strict=True):
-            if isinstance(res, list) and tx_ok(res):
-                epoch = version + 1
-                with self._fence_lock:
-                    self._versions[p] = (epoch, epoch)
-                    self._unsure.pop(p, None)
-                out[p] = Owned(p, epoch, now, ps.decode(data, now))
-            elif isinstance(res, list) and len(res) > 1 and isinstance(res[1], NodeExistsError):
+            elif owner is not None:
                 out[p] = None
             else:
-                out[p] = self.take(p, watch)  # raced, or no answer: one by one
+                data, stat = read
+                free.append((p, bytes(data or b""), int(stat.version)))
+        chunks = list(_ownership_chunks(free))
+        answers = gather([self._take_tx(chunk).commit_async() for chunk in chunks],
+                         self.zk.zk_timeout)
+        now = time.time()
+        for chunk, res in zip(chunks, answers, strict=True):
+            if isinstance(res, list) and tx_ok(res):
+                for p, data, version in chunk:
+                    out[p] = self._taken(p, version + 1, data, now)
+            else:  # raced, or no answer: one by one
+                for p, _data, _version in chunk:
+                    out[p] = self.take(p, watch)
         return out
 
+    def _take_tx(self, chunk: Sequence[tuple[int, bytes, int]]) -> Multi:
+        """One transaction taking every partition of ``chunk``: the partition node written
+        at the version read (the new epoch, fencing older owners) and the owner node made."""
+        tx = self.zk.transaction()
+        for p, data, version in chunk:
+            tx.set_data(self.layout.partition(p), data, version=version)
+            tx.create(self.layout.partition_owner(p), _owner_doc(self.consumer, version + 1),
+                      ephemeral=True)
+        return tx
+
+    def _taken(self, p: int, epoch: int, data: bytes, now: float) -> Owned:
+        with self._fence_lock:
+            self._versions[p] = (epoch, epoch)
+            self._unsure.pop(p, None)
+        return Owned(p, epoch, now, ps.decode(data, now))
+
     def _ensure_many(self, ps_: Sequence[int]) -> None:
-        """The partition nodes exist: pipelined creates, an existing one is fine."""
+        """The partition nodes exist: a listing tells which do (reads cost no quorum
+        write); the missing ones are made in transactions of up to
+        :data:`OWNERSHIP_PER_TX`. Consumers that start together race to make the same
+        nodes: a transaction that fails is not done node by node at once (each of those
+        creates would fail too, and count as a write), the listing is read again and only
+        what is still missing is made; after a few rounds node by node, where an existing
+        node is fine."""
+        missing = list(ps_)
+        for _ in range(_ENSURE_ROUNDS):
+            if not missing:
+                return
+            missing = self._unlisted(missing)
+            chunks = [missing[i:i + OWNERSHIP_PER_TX]
+                      for i in range(0, len(missing), OWNERSHIP_PER_TX)]
+            txs = []
+            for chunk in chunks:
+                tx = self.zk.transaction()
+                for p in chunk:
+                    tx.create(self.layout.partition(p), b"{}")
+                txs.append(tx.commit_async())
+            failed: list[int] = []
+            for chunk, res in zip(chunks, gather(txs, self.zk.zk_timeout), strict=True):
+                if isinstance(res, list) and tx_ok(res):
+                    self._made.update(chunk)
+                else:
+                    failed += chunk
+            missing = failed
+        self._ensure_each(self._unlisted(missing) if missing else [])
+
+    def _unlisted(self, ps_: Sequence[int]) -> list[int]:
+        """Of ``ps_``, the partitions whose node the listing does not show (the others are
+        marked made)."""
+        if not ps_:
+            return []
+        try:
+            there = set(self.zk.get_children(self.layout.partitions))
+        except NoNodeError:
+            there = set()
+        missing = []
+        for p in ps_:
+            if str(p) in there:
+                self._made.add(p)
+            else:
+                missing.append(p)
+        return missing
+
+    def _ensure_each(self, ps_: Sequence[int]) -> None:
         if not ps_:
             return
         txs = []
@@ -439,6 +510,29 @@ class PartitionQueue:
             if ok:
                 self._versions.pop(owned.partition, None)
             return ok
+
+    def release_many(self, owned: Sequence[Owned]) -> dict[int, bool]:
+        """:meth:`release` for many partitions, in transactions of up to
+        :data:`OWNERSHIP_PER_TX` (each checks every partition's version, as one release
+        does); a transaction that fails (one partition no longer ours) is done again one
+        partition at a time. Per partition: True if released, False if it was not ours.
+        ConnectionLoss and session errors are raised, as :meth:`release` raises them."""
+        out: dict[int, bool] = {}
+        for i in range(0, len(owned), OWNERSHIP_PER_TX):
+            chunk = owned[i:i + OWNERSHIP_PER_TX]
+            with self._fence_lock:
+                tx = self.zk.transaction()
+                for o in chunk:
+                    tx.check(self.layout.partition(o.partition), self.version(o))
+                    tx.delete(self.layout.partition_owner(o.partition))
+                if tx_ok(tx.commit()):
+                    for o in chunk:
+                        self._versions.pop(o.partition, None)
+                        out[o.partition] = True
+                    continue
+            for o in chunk:
+                out[o.partition] = self.release(o)
+        return out
 
     # -- reading and progress --------------------------------------------------------
     def read(self, owned: Owned, limit: int = 100, *, skip: frozenset[str] = frozenset(),
@@ -748,6 +842,7 @@ class PartitionQueue:
                 continue
             groups[self.partition_of_url(decoded.item.url)].append(decoded.item)
             moved += 1
+        self.ensure_partitions(groups)
         for p, group in sorted(groups.items()):
             self._ensure_partition(p)
             for chunk, refused in pb.pack(group, max_items=self.max_items):
@@ -772,6 +867,24 @@ class _TxInput:
     datas: Sequence[bytes | None]
     groups: dict[int, list[int]]
     states: Mapping[int, tuple[Owned, bytes]]
+
+
+def _ownership_chunks(free: Sequence[tuple[int, bytes, int]]
+                      ) -> Iterator[list[tuple[int, bytes, int]]]:
+    """``free`` partitions ``(p, data, version)`` in groups for one take transaction each:
+    at most :data:`OWNERSHIP_PER_TX` partitions and :data:`MAX_TX_BYTES` of node data (a
+    partition node carries its host state: kilobytes at most, written back as it is)."""
+    chunk: list[tuple[int, bytes, int]] = []
+    size = 0
+    for entry in free:
+        cost = len(entry[1]) + 256  # the owner document and the paths, generously
+        if chunk and (len(chunk) >= OWNERSHIP_PER_TX or size + cost > MAX_TX_BYTES):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(entry)
+        size += cost
+    if chunk:
+        yield chunk
 
 
 def _fits(batch: pb.Batch) -> bool:
