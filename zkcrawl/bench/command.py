@@ -62,6 +62,11 @@ class Settings(CommonSettings):
                         "45 s of them at --domain-delay)", metavar="N")
     domain_delay: float = opt(1.0, "hosts, skew, rebalance: --domain-delay of the consumers",
                               metavar="S")
+    consumers: int = opt(4, "hosts: consumer processes of its many-consumer case "
+                         "(owner_N)", metavar="N")
+    backlog: int = opt(0, "hosts: --backlog of each consumer (0: twice --threads); a "
+                       "consumer keeps at most --threads + --backlog items in memory, so a "
+                       "crawl of many hosts needs at least the hosts it owns", metavar="N")
     small_hosts: int = opt(50, "skew: small hosts, --per-host pages each", metavar="N")
     big_pages: int = opt(600, "skew: pages of the one big host", metavar="N")
     json: bool = opt(False, "print one JSON object instead of a table")
@@ -78,6 +83,8 @@ class Settings(CommonSettings):
             raise UsageError(f"--latency-ms must be 0..60000, got {self.latency_ms}")
         if self.site_hosts < 1 or self.per_host < 1:
             raise UsageError("--site-hosts and --per-host must be at least 1")
+        if not 1 <= self.consumers <= 16 or not 0 <= self.backlog <= 1_000_000:
+            raise UsageError("--consumers must be 1..16 and --backlog 0..1000000")
         if not 1 <= self.small_hosts <= 5000 or not 1 <= self.big_pages <= 100_000:
             raise UsageError("--small-hosts must be 1..5000 and --big-pages 1..100000")
         if not (math.isfinite(self.domain_delay) and 0 < self.domain_delay <= 60):
@@ -158,7 +165,8 @@ def _cluster_scale(what: str, settings: Settings, hosts: str | None) -> tuple[di
     if what == "hosts":
         out = bh.run_bench(hosts, hosts=settings.site_hosts, per_host=settings.per_host,
                            threads=settings.threads, latency_ms=settings.latency_ms,
-                           delay=settings.domain_delay)
+                           delay=settings.domain_delay, consumers=settings.consumers,
+                           backlog=settings.backlog or None)
         return out, bh.render(out)
     if what == "skew":
         from zkcrawl.bench import skew

@@ -18,7 +18,8 @@ root, starts its consumers paused, resumes them once all are registered, and mea
   the last record, summed over the servers;
 * client CPU per page (psutil on the consumer processes, first to last page).
 
-Cases: ``owner_1`` and ``owner_4`` (1 and 4 consumer processes sharing the partitions) on
+Cases: ``owner_1`` and ``owner_4`` (1 and 4 consumer processes sharing the partitions; 4 is
+``--consumers``, each with ``--backlog``, default twice ``--threads``) on
 ``hosts`` hosts, then ``contention``: 4 consumers on 5 hosts (politeness-bound: the ideal pace
 is 5 / delay pages/s). Politeness is the owners' in every case (no ZooKeeper write per
 request); the cluster turns of ``<root>/hosts`` this bench compared them with are gone, and
@@ -192,7 +193,8 @@ def _cpu_of(p: psutil.Process) -> float:
 
 # -- one case ----------------------------------------------------------------------------
 def case(zk_hosts: str, *, hosts: int, per_host: int, procs: int, threads: int,
-         latency_ms: float, delay: float, tmp: Path) -> dict[str, Any]:
+         latency_ms: float, delay: float, tmp: Path, backlog: int | None = None
+         ) -> dict[str, Any]:
     """One crawl of ``hosts`` x ``per_host`` pages by ``procs`` consumers; see the module
     docstring for what is measured."""
     site, bases = start_site(latency_ms, max(per_host, 1), hosts=hosts)
@@ -212,7 +214,8 @@ def case(zk_hosts: str, *, hosts: int, per_host: int, procs: int, threads: int,
                 children.append(subprocess.Popen(
                     [sys.executable, "-m", "consumer.main", "--zk", zk_hosts, "--root", root,
                      "--id", f"bench-{i}", "--threads", str(threads),
-                     "--backlog", str(threads * 2), "--out", str(outs[i]),
+                     "--backlog", str(threads * 2 if backlog is None else backlog),
+                     "--out", str(outs[i]),
                      "--exit-when-idle", "2", "--domain-delay", f"{delay:g}",
                      "--no-robots", "--log-format", "json",
                      "--stats-interval", "5", "--allow-private-addresses"],
@@ -291,8 +294,8 @@ def _run(probe: Probe, expected: int, ports: list[int], timeout: float
 
 # -- the bench -----------------------------------------------------------------------------
 def run_bench(zk_hosts: str | None, hosts: int = 500, per_host: int = 10, threads: int = 32,
-              latency_ms: float = 50, delay: float = 1.0, contention_pages: int = 60
-              ) -> dict[str, Any]:
+              latency_ms: float = 50, delay: float = 1.0, contention_pages: int = 60, *,
+              consumers: int = 4, backlog: int | None = None) -> dict[str, Any]:
     """The three cases in one run (module docstring)."""
     with tempfile.TemporaryDirectory(prefix="zkcrawl-bench-hosts-") as name:
         tmp = Path(name)
@@ -302,8 +305,10 @@ def run_bench(zk_hosts: str | None, hosts: int = 500, per_host: int = 10, thread
                                    "cpus": os.cpu_count(),
                                    "load_avg_1m": round(os.getloadavg()[0], 2)}
             common: dict[str, Any] = {"threads": threads, "latency_ms": latency_ms,
-                                      "delay": delay, "tmp": tmp}
-            for key, procs in (("owner_1", 1), ("owner_4", 4)):
+                                      "delay": delay, "tmp": tmp, "backlog": backlog}
+            out["backlog"] = threads * 2 if backlog is None else backlog
+            out["consumers"] = consumers
+            for key, procs in (("owner_1", 1), (f"owner_{consumers}", consumers)):
                 out[key] = case(zkh, hosts=hosts, per_host=per_host, procs=procs, **common)
             out["contention"] = case(zkh, hosts=CONTENTION_HOSTS,
                                      per_host=max(2, contention_pages // CONTENTION_HOSTS),
@@ -318,13 +323,19 @@ def _ratios(out: dict[str, Any]) -> dict[str, float | None]:
 
     c = out["contention"]
     ideal = CONTENTION_HOSTS / out["delay"] if out["delay"] else 0.0
+    many = _many_key(out)
     return {"owner_1_vs_attainable": r(out["owner_1"]["pages_per_s"],
                                        out["owner_1"]["attainable_pages_per_s"]),
-            "owner_4_vs_attainable": r(out["owner_4"]["pages_per_s"],
-                                       out["owner_4"]["attainable_pages_per_s"]),
-            "owner_4_vs_owner_1": r(out["owner_4"]["pages_per_s"],
+            f"{many}_vs_attainable": r(out[many]["pages_per_s"],
+                                       out[many]["attainable_pages_per_s"]),
+            f"{many}_vs_owner_1": r(out[many]["pages_per_s"],
                                     out["owner_1"]["pages_per_s"]),
             "contention_vs_hosts_per_delay": r(c["pages_per_s"], ideal)}
+
+
+def _many_key(out: dict[str, Any]) -> str:
+    """The many-consumer case's key: ``owner_N`` for ``--consumers N`` (default 4)."""
+    return f"owner_{out.get('consumers', 4)}"
 
 
 def render(out: dict[str, Any]) -> str:
@@ -332,10 +343,11 @@ def render(out: dict[str, Any]) -> str:
     lines = [f"bench hosts: {out['hosts']} hosts x {out['per_host']} pages, "
              f"{out['latency_ms']:g} ms per page, --domain-delay {out['delay']:g}, "
              f"{out['threads']} threads per consumer, {out['cpus']} CPUs, "
+             f"--backlog {out.get('backlog', out['threads'] * 2)}, "
              f"load {out['load_avg_1m']}",
              f"{'case':<11}{'pages/s':>9}{'attain.':>9}{'%':>7}{'min gap s':>11}"
              f"{'<delay':>8}{'CPU ms/pg':>11}{'ZK req/pg':>11}{'writes/pg':>11}"]
-    for key in ("owner_1", "owner_4", "contention"):
+    for key in dict.fromkeys(("owner_1", _many_key(out), "contention")):
         c = out[key]
         zk = c["zk"] or {}
         lines.append(f"{key:<11}{c['pages_per_s']:>9}{c['attainable_pages_per_s']:>9}"
