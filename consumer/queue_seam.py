@@ -46,6 +46,10 @@ class WorkerQueue(Protocol):
 
     def claim(self, max_items: int = 1, timeout: float | None = None) -> list[Claimed]: ...
 
+    def room_freed(self) -> None:
+        """A task left the pool: its host may take another item (a waiting claim looks
+        again soon instead of at its next tick)."""
+
     def complete(self, claimed: Sequence[Claimed]) -> CompleteResult: ...
 
     def retry(self, c: Claimed, error: str) -> CompleteResult: ...

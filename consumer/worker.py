@@ -290,6 +290,7 @@ class Worker:
             self._settle(task, Outcome(kind, None, f"internal: {type(exc).__name__}"))
         finally:
             self.backlog.task_done()
+            self.queue.room_freed()
     def admit(self, task: Task) -> bool:
         """May this item start now? If not it waits in the heap, not on this thread."""
         if not self._may_start(task):

@@ -232,6 +232,10 @@ class LeaseQueue:
             lost, self._lost = self._lost, []
         return lost
 
+    def room_freed(self) -> None:
+        """The worker's seam (a task left the pool): nothing to do here, the shared queue
+        has no per-host room."""
+
     @property
     def held(self) -> int:
         with self._lock:
