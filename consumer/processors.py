@@ -75,6 +75,11 @@ PROCESSOR_ERROR = "processor:"  # how a processor's failure starts (record error
 EXTRACT_ERROR = "extract:"  # an article the extractor refused (zkcrawl.web.article)
 _SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 TRACED_KEEP = 1000  # (callable, type, line) keys whose traceback was logged: bounded
+#: The note of a logged traceback: the consumer's (once per key) and ``zkcrawl try``'s.
+TRACED_ONCE = ("the traceback of your code, logged once per callable, exception type and "
+               "line (records carry the error)")
+TRACED_EVERY = ("the traceback of your code, logged each time it raises (zkcrawl try; the "
+                "consumer logs it once per callable, exception type and line)")
 # Frames of these directories are not "your code": the place is the innermost line outside.
 _NOT_USER = tuple(sorted({os.path.join(os.path.realpath(d), "") for d in (
     *(sysconfig.get_paths().get(k, "") for k in ("stdlib", "platstdlib", "purelib",
@@ -371,11 +376,11 @@ class FailureLog:
 
     def report(self, event: str, name: str, exc: BaseException, error: str,
                **context: Any) -> None:
-        """``event`` at warning with the traceback the first time, else at debug."""
+        """``event`` at warning with the traceback the first time (``every``: each time),
+        else at debug; its note says which."""
         if self.first(name, exc):
             log.warning(event, callable=name, error=error, **context, exc_info=exc,
-                        note="the traceback of your code, logged once per callable, "
-                        "exception type and line (records carry the error)")
+                        note=TRACED_EVERY if self.every else TRACED_ONCE)
         else:
             log.debug(event, callable=name, error=error, **context)
 

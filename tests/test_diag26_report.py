@@ -52,6 +52,9 @@ def test_one_processor_bug_is_one_reason_with_its_place(zk, zk_hosts, zk_root, t
                          "--no-robots", "--allow-private-addresses", "--log-format", "json",
                          "--processor", "myproc:parse", cwd=tmp_path)
     assert rc == 0, err[-3000:]
+    [traced] = [json.loads(x) for x in err.splitlines()
+                if x.startswith("{") and '"processor.failed"' in x]  # one key: one traceback
+    assert traced["note"].startswith("the traceback of your code, logged once per callable")
     errors = [r["error"] for r in records(out)]
     assert len(set(errors)) == 3 and all(e.endswith(" (myproc.py:5)") for e in errors), errors
 
