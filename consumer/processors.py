@@ -75,6 +75,11 @@ PROCESSOR_ERROR = "processor:"  # how a processor's failure starts (record error
 EXTRACT_ERROR = "extract:"  # an article the extractor refused (zkcrawl.web.article)
 _SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 TRACED_KEEP = 1000  # (callable, type, line) keys whose traceback was logged: bounded
+#: The note of a logged traceback: the consumer's (once per key) and ``zkcrawl try``'s.
+TRACED_ONCE = ("the traceback of your code, logged once per callable, exception type and "
+               "line (records carry the error)")
+TRACED_EVERY = ("the traceback of your code, logged each time it raises (zkcrawl try; the "
+                "consumer logs it once per callable, exception type and line)")
 # Frames of these directories are not "your code": the place is the innermost line outside.
 _NOT_USER = tuple(sorted({os.path.join(os.path.realpath(d), "") for d in (
     *(sysconfig.get_paths().get(k, "") for k in ("stdlib", "platstdlib", "purelib",
@@ -92,18 +97,31 @@ def _cwd_importable() -> str:
     return cwd
 
 
+def _not_found(module_name: str, exc: ModuleNotFoundError, cwd: str) -> str:
+    """Why ``module_name`` did not import, and what to do: the module (or its package) is
+    not found -- where it was looked for; or it is found and imports a module that is not
+    installed (``exc.name`` is neither it nor a package above it) -- which one, and where."""
+    missing = exc.name
+    if missing is not None and missing != module_name and not module_name.startswith(
+            missing + "."):
+        return (f"module {module_name!r} imports {missing!r}{_at(place_of(exc))}, which is "
+                f"not installed for this Python ({sys.executable}): install the package "
+                f"that provides {missing!r} there, or change the import")
+    hint = ""
+    if missing is not None and "." not in missing:  # the top-level name is not found
+        hint = (f" (looked in the working directory {cwd} and on PYTHONPATH: run the "
+                f"command from the directory that holds {missing}.py or the package "
+                f"{missing}/, or set PYTHONPATH to that directory)")
+    return f"{type(exc).__name__}: {exc}{hint}"
+
+
 def _import(module_name: str, flag: str) -> Any:
     cwd = _cwd_importable()
     try:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        hint = ""
-        if exc.name is not None and "." not in exc.name:  # the top-level name is not found
-            hint = (f" (looked in the working directory {cwd} and on PYTHONPATH: run the "
-                    f"command from the directory that holds {exc.name}.py or the package "
-                    f"{exc.name}/, or set PYTHONPATH to that directory)")
         raise UsageError(f"{flag}: cannot import {module_name!r}: "
-                         f"{type(exc).__name__}: {exc}{hint}") from None
+                         f"{_not_found(module_name, exc, cwd)}") from None
     except Exception as exc:  # the module's own code failing
         raise UsageError(f"{flag}: cannot import {module_name!r}: "
                          f"{type(exc).__name__}: {exc}{_at(place_of(exc))}") from None
@@ -358,11 +376,11 @@ class FailureLog:
 
     def report(self, event: str, name: str, exc: BaseException, error: str,
                **context: Any) -> None:
-        """``event`` at warning with the traceback the first time, else at debug."""
+        """``event`` at warning with the traceback the first time (``every``: each time),
+        else at debug; its note says which."""
         if self.first(name, exc):
             log.warning(event, callable=name, error=error, **context, exc_info=exc,
-                        note="the traceback of your code, logged once per callable, "
-                        "exception type and line (records carry the error)")
+                        note=TRACED_EVERY if self.every else TRACED_ONCE)
         else:
             log.debug(event, callable=name, error=error, **context)
 

@@ -59,9 +59,10 @@ from zkcrawl.seen import SeenSet
 from zkcrawl.settings import ArgumentParser, add_options, parse
 from zkcrawl.signals import StopSignals
 from zkcrawl.textsafe import printable
+from zkcrawl.web.addresses import BLOCKED_ADDRESS
 from zkcrawl.web.extract import DEFAULT_LINKS_XPATH
 from zkcrawl.web.fetch import Fetcher, FetchSettings
-from zkcrawl.web.urls import LinkFilter, compile_patterns, drop_reason, normalize_url
+from zkcrawl.web.urls import LinkFilter, compile_patterns, drop_reason, host_of, normalize_url
 from zkcrawl.zk import ConnectionLoss, SessionExpiredError, ZkClient
 
 PROG = "zkcrawl-producer"
@@ -137,6 +138,12 @@ def classify_link(link_filter: LinkFilter, link: str, source: str) -> tuple[str 
     return None, reason or "invalid"
 
 
+#: The note of a listing page or sitemap the address guard refused (the first of each host).
+BLOCKED_NOTE = ("the address guard refused this host's address (loopback, private, "
+                "link-local or reserved). If the site is yours, run the producer with "
+                "--allow-private-addresses (and the consumers too)")
+
+
 class Producer:
     """One run: read listings or lines, filter, de-duplicate, offer. Runs in one thread."""
 
@@ -148,6 +155,7 @@ class Producer:
         self.fetcher = fetcher
         self.stop = stop
         self.new = 0  # URLs offered that were not offered before (--watch's measure)
+        self._blocked_hosts: set[str] = set()  # hosts whose refusal named the flag
         self._rejects_logged = 0
         s = plan.settings
         counts.selector = (f"--links-css {s.links_css}" if s.links_css is not None
@@ -174,7 +182,8 @@ class Producer:
             return
         if page.error:
             self.counts.pages_failed.append((page.url, page.error))
-            log.error("listing.failed", url=page.url, error=page.error, status=page.status)
+            log.error("listing.failed", url=page.url, error=page.error, status=page.status,
+                      **self._blocked_note(page.url, page.error))
             return
         self.counts.pages_read += 1
         self.counts.links_found += len(page.links)
@@ -187,6 +196,15 @@ class Producer:
                  new=self.counts.offered + self.offerer.pending - before[0],
                  duplicates=self.counts.duplicates - before[1],
                  elapsed_ms=round(page.elapsed_ms, 1))
+
+    def _blocked_note(self, url: str, error: str | None) -> dict[str, str]:
+        """``{"note": ...}`` naming ``--allow-private-addresses`` for the first page of a
+        host the address guard refused, as the consumer's ``address.blocked`` does."""
+        host = host_of(url)
+        if error != BLOCKED_ADDRESS or host in self._blocked_hosts:
+            return {}
+        self._blocked_hosts.add(host)
+        return {"note": BLOCKED_NOTE}
 
     def _diagnose(self, page: listing.ListingPage) -> None:
         """A selector that selects nothing is a warning naming it, with what the page has."""
@@ -231,7 +249,8 @@ class Producer:
     def _take_sitemap(self, sm: SitemapFile) -> bool:
         if sm.failed:
             self.counts.pages_failed.append((sm.url, sm.error or "failed"))
-            log.error("sitemap.failed", url=sm.url, error=sm.error, status=sm.status)
+            log.error("sitemap.failed", url=sm.url, error=sm.error, status=sm.status,
+                      **self._blocked_note(sm.url, sm.error))
             return False
         if sm.error or sm.problems:
             log.warning("sitemap.problems", url=sm.url, error=sm.error,

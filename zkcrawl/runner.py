@@ -46,14 +46,18 @@ def setup_logging(settings: CommonSettings) -> None:
     logs.configure(settings.log_format, settings.log_level)
 
 
-def connect(settings: CommonSettings, writes: bool = False, guard: bool = True
-            ) -> ZkClient:
-    """Connect to ``--zk`` within ``--zk-timeout`` (ZkUnavailable -> exit 75; on a TTY at
-    once for a refused loopback port, else a "connecting to ..." line when it takes a while;
-    a supervised process, without a TTY, keeps trying for the timeout), with the
-    security flags: credentials (``--zk-auth``/``--zk-auth-file``), the ACL of created
-    znodes (``--zk-acl``), TLS (``--zk-tls*``). A wrong password, a refused handshake or a
-    server that requires credentials is one line and exit 2 (ZkSecurityError); so is a
+def connect(settings: CommonSettings, writes: bool = False, guard: bool = True,
+            one_shot: bool = False) -> ZkClient:
+    """Connect to ``--zk`` within ``--zk-timeout`` (ZkUnavailable -> exit 75). A refused
+    loopback port fails at once for a ``one_shot`` command (every admin command, through
+    :func:`zkcrawl.admin.cluster.session`: nothing waits for its ZooKeeper to start,
+    whatever stderr is) and for a daemon on a TTY; a daemon without a TTY (consumer,
+    producer, exporter under a supervisor, started before its local ZooKeeper) keeps
+    trying for the timeout. On a TTY a slow connection prints a "connecting to ..." line
+    first. With the security flags: credentials (``--zk-auth``/``--zk-auth-file``), the
+    ACL of created znodes (``--zk-acl``), TLS (``--zk-tls*``). A wrong password, a refused
+    handshake or a server that requires credentials is one line and exit 2
+    (ZkSecurityError); so is a
     ``--root`` whose ACL names this user with another password. Warnings (a secret file
     others may read) are logged once, never with the secret. With credentials, the ACLs of
     the root and its containers are checked (:func:`guard_acls`): a process that
@@ -66,8 +70,8 @@ def connect(settings: CommonSettings, writes: bool = False, guard: bool = True
                   session_timeout=settings.session_timeout,
                   auth=settings.zk_credentials(),
                   acl="creator" if settings.zk_acl == "fix" else settings.zk_acl,
-                  tls=settings.zk_tls_settings()).connect(_connecting_notice(settings),
-                                                          refused_fails=sys.stderr.isatty())
+                  tls=settings.zk_tls_settings()).connect(
+        _connecting_notice(settings), refused_fails=one_shot or sys.stderr.isatty())
     try:
         if guard:
             guard_acls(zk, settings, writes)

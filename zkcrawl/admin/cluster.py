@@ -99,11 +99,13 @@ DEFAULT_HEARTBEAT_S = 5.0
 
 @contextlib.contextmanager
 def session(settings: CommonSettings, guard: bool = True) -> Iterator[ZkClient]:
-    """A connected client for one admin command (unreachable -> exit 75); a ZooKeeper
-    error in the middle of the command becomes one line and exit 1, not a traceback.
-    ``guard``: check the root's ACLs first (``zkcrawl acl`` repairs them: it does not)."""
+    """A connected client for one admin command (unreachable -> exit 75; a refused
+    loopback port at once, terminal or not: a one-shot command has no ZooKeeper start to
+    wait for); a ZooKeeper error in the middle of the command becomes one line and exit 1,
+    not a traceback. ``guard``: check the root's ACLs first (``zkcrawl acl`` repairs them:
+    it does not)."""
     # unreachable: one line (ZkClient holds kazoo's warnings back)
-    zk = connect(settings, guard=guard)
+    zk = connect(settings, guard=guard, one_shot=True)
     try:
         yield zk
     except KazooException as exc:

@@ -15,6 +15,12 @@ output). Guarantees, whatever the bytes:
   where a label belongs) is counted in ``bad_values`` and ignored;
 * the summary holds only finite numbers (|x| <= 1e15) and UTF-8-encodable labels of at most
   :data:`LABEL_LIMIT` characters, so ``--json`` output is strict JSON;
+* a failure of the user's code (``processor: ValueError: bad value 17 (myproc.py:5)``,
+  ``pipeline NAME: ...``) counts under its kind, exception type and place
+  (``processor: ValueError (myproc.py:5)``, :func:`failure_reason`) whatever its message,
+  in the outcomes, the failures and the verdict: one bug on one line is one reason, and
+  ``failures[].example`` keeps one of its messages; the text report cuts a reason's middle,
+  never its place;
 * the text report shows data through :func:`zkcrawl.textsafe.printable` (no control, ANSI
   or bidi character reaches the terminal) and the HTML report HTML-escapes it as well.
 """
@@ -27,6 +33,7 @@ import gzip
 import html
 import json
 import math
+import re
 import sys
 import zlib
 from collections import Counter, defaultdict
@@ -44,8 +51,9 @@ from zkcrawl.verdict import Stages, failures_of, judge
 if TYPE_CHECKING:  # the type only: reading results files needs no ZooKeeper code
     from zkcrawl.admin.cluster import DeadLetter
 
-__all__ = ["LABEL_LIMIT", "TIMINGS", "dead_records", "latest_records", "load_records",
-           "parse_line", "render_html", "render_text", "skipped_note", "summarize"]
+__all__ = ["LABEL_LIMIT", "TIMINGS", "dead_records", "failure_reason", "latest_records",
+           "load_records", "parse_line", "render_html", "render_text", "skipped_note",
+           "summarize"]
 
 log = structlog.get_logger(__name__)
 
@@ -144,7 +152,13 @@ def _parse_time(value: Any) -> datetime | None:
 
 @functools.lru_cache(maxsize=4096)
 def _clean_label(text: str) -> str:
-    return scrub(text if len(text) <= LABEL_LIMIT else text[:LABEL_LIMIT - 1] + ELLIPSIS)
+    """At most :data:`LABEL_LIMIT` characters, UTF-8-safe; a cut keeps the place that ends
+    an error (`` (myproc.py:5)``)."""
+    if len(text) <= LABEL_LIMIT:
+        return scrub(text)
+    place = _PLACE.search(text)
+    tail = place.group() if place is not None and len(place.group()) < LABEL_LIMIT // 2 else ""
+    return scrub(text[:LABEL_LIMIT - 1 - len(tail)] + ELLIPSIS + tail)
 
 
 def _label(value: Any) -> str | None:
@@ -352,11 +366,36 @@ def latest_records(records: Sequence[dict[str, Any]], dead: Sequence[dict[str, A
     return final, len(records) - len(final)
 
 
+#: A failure of the user's code (``consumer.processors.failure_text``): ``processor: Type:
+#: message (file.py:12)`` or ``pipeline NAME: Type: message (file.py:12)``, the place optional.
+_CODE_FAILURE = re.compile(r"(processor|pipeline .+?): ([A-Za-z_][\w.]*): (.*?)"
+                           r"(?: (\([^()]*:\d+\)))?", re.DOTALL)
+#: The place that ends a reason: `` (myproc.py:5)``.
+_PLACE = re.compile(r" \([^()]*:\d+\)\Z")
+
+
+def failure_reason(error: str) -> str:
+    """The reason an error counts under: a processor's or a pipeline stage's failure by its
+    kind, exception type and place, whatever its message (``processor: ValueError: bad
+    value 17 (myproc.py:5)`` -> ``processor: ValueError (myproc.py:5)``): one bug on one
+    line is one reason. Any other error is its own reason."""
+    match = _CODE_FAILURE.fullmatch(error)
+    if match is None:
+        return error
+    kind, exc_type, _message, place = match.groups()
+    return f"{kind}: {exc_type}" + (f" {place}" if place else "")
+
+
 def _failures(failed: list[tuple[str, str, float | None, str]]) -> list[dict[str, Any]]:
-    """Per reason, most frequent first: its count and its :data:`TOP_FAILED_URLS` URLs
-    (most failures first) with the most attempts seen and the last consumer."""
+    """Per reason (:func:`failure_reason`), most frequent first: its count, its most
+    frequent error as ``example`` and how many distinct errors it holds (``messages``), and
+    its :data:`TOP_FAILED_URLS` URLs (most failures first) with the most attempts seen and
+    the last consumer."""
     by_reason: dict[str, dict[str, list[Any]]] = defaultdict(dict)
-    for reason, url, attempt, consumer in failed:
+    errors: dict[str, Counter[str]] = defaultdict(Counter)
+    for error, url, attempt, consumer in failed:
+        reason = failure_reason(error)
+        errors[reason][error] += 1
         entry = by_reason[reason].setdefault(url, [0, 0, consumer])
         entry[0] += 1
         entry[1] = max(entry[1], int(attempt or 0) + 1)
@@ -365,7 +404,8 @@ def _failures(failed: list[tuple[str, str, float | None, str]]) -> list[dict[str
     for reason, urls in by_reason.items():
         top = sorted(urls.items(), key=lambda kv: (-kv[1][0], kv[0]))[:TOP_FAILED_URLS]
         out.append({"reason": reason, "count": sum(v[0] for v in urls.values()),
-                    "urls": len(urls),
+                    "urls": len(urls), "example": errors[reason].most_common(1)[0][0],
+                    "messages": len(errors[reason]),
                     "top": [{"url": u, "failures": v[0], "attempts": v[1], "consumer": v[2]}
                             for u, v in top]})
     return sorted(out, key=lambda f: (-f["count"], f["reason"]))
@@ -408,7 +448,7 @@ def summarize(records: list[dict[str, Any]], bad_lines: int = 0, *, latest: bool
     for rec in records:
         failed = rec.get("error") is not None
         outcome = fields.label(rec, "error", "ok")
-        outcomes[outcome] += 1
+        outcomes[failure_reason(outcome) if failed else outcome] += 1
         consumer = fields.label(rec, "consumer", "") or "(unknown)"
         if id(rec) not in made:  # a dead letter's record is no consumer's work
             per_consumer[consumer]["failed" if failed else "ok"] += 1
@@ -524,16 +564,38 @@ def _n(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
+def _reason(reason: Any, width: int) -> str:
+    """A reason on a terminal, at most about ``width`` characters of it: a long one loses
+    the middle of its message, never the place that ends it (`` (myproc.py:5)``)."""
+    text = str(reason)
+    place = _PLACE.search(text)
+    if place is None or len(text) <= width:
+        return _t(text, width)
+    return _t(text[:place.start()], max(20, width - len(place.group()))) + _t(place.group())
+
+
+def _example(f: dict[str, Any]) -> list[str]:
+    """``e.g. processor: ValueError: bad value 17 (myproc.py:5)`` when the reason groups
+    errors (its messages differ from it)."""
+    example = f.get("example")
+    if not isinstance(example, str) or example == f["reason"]:
+        return []
+    more = f.get("messages", 1)
+    others = f" ({_n(more - 1, 'other message')})" if more > 1 else ""
+    return [f"    e.g. {_reason(example, 100)}{others}"]
+
+
 def _failures_text(s: dict[str, Any]) -> list[str]:
-    """The "what broke?" section: per reason its count and top URLs."""
+    """The "what broke?" section: per reason its count, an example and top URLs."""
     failures = s.get("failures") or []
     if not failures:
         return []
     out = ["", f"Failures ({_n(s['failed'], 'item')}, {_n(len(failures), 'reason')}"
                 f"{_dead_note(s)})"]
     for f in failures:
-        out.append(f"  {_t(f['reason'], 60)}: {_n(f['count'], 'item')}, "
+        out.append(f"  {_reason(f['reason'], 80)}: {_n(f['count'], 'item')}, "
                    f"{_n(f['urls'], 'URL')}")
+        out += _example(f)
         out += [f"    {_t(u['url'], 90)}  attempts {u['attempts']}  {_t(u['consumer'], 30)}"
                 for u in f["top"]]
         if f["urls"] > len(f["top"]):
@@ -559,7 +621,7 @@ def render_text(summary: dict[str, Any]) -> str:
         out.append(f"final outcome per URL (--latest): {s['superseded']} earlier records of "
                    "the same URLs not counted")
     out += ["", "Outcomes"]
-    out += [f"  {_t(k, 60):<22} {v:>8}  {100.0 * v / max(n, 1):5.1f}%"
+    out += [f"  {_reason(k, 60):<22} {v:>8}  {100.0 * v / max(n, 1):5.1f}%"
             for k, v in s["outcomes"].items()]
     out += _failures_text(s)
     out += ["", f"  {'Consumer':<22} {'items':>8} {'share':>6} {'ok':>8} {'failed':>7} "
@@ -684,7 +746,9 @@ def _failures_html(s: dict[str, Any]) -> list[str]:
     rows = []
     for f in failures:
         for i, u in enumerate(f["top"]):
-            rows.append([f"{f['reason']} ({_n(f['count'], 'item')}, {_n(f['urls'], 'URL')})"
+            example = f.get("example")
+            eg = f"; e.g. {example}" if isinstance(example, str) and example != f["reason"] else ""
+            rows.append([f"{f['reason']} ({_n(f['count'], 'item')}, {_n(f['urls'], 'URL')}{eg})"
                          if i == 0 else "", u["url"], u["attempts"], u["consumer"]])
         if f["urls"] > len(f["top"]):
             rows.append(["", f"... {f['urls'] - len(f['top'])} more URLs", "", ""])
