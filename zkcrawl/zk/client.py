@@ -8,7 +8,8 @@ It owns the connection policy:
   (SASL) or a server that requires authentication the session lacks are a
   :class:`~zkcrawl.zk.security.ZkSecurityError` (exit 2: configuration, not an outage),
   raised at once rather than after the timeout.
-* **a refused loopback port**: asked to (``refused_fails``: a person waits at a terminal),
+* **a refused loopback port**: asked to (``refused_fails``: a one-shot admin command, or a
+  person waiting at a terminal),
   connect raises ZkUnavailable at once when every server is on this machine (loopback) and
   refuses the TCP connection -- nothing listens there (:func:`refused_on_loopback`); a
   supervised process keeps trying for the timeout, which its restart arithmetic counts on
