@@ -1,4 +1,7 @@
-"""The ZooKeeper queue with leases: zkcrawl's one queue recipe.
+"""The ZooKeeper queue with leases: the layout before partitions, kept for what still uses it
+-- the ingress ``<root>/queue`` (offers of any client, which consumers move into partitions),
+the producer's offer window, and the benchmarks' baseline (``bench queue``, ``bench
+frontier``). Consumers claim from their partitions (:mod:`consumer.owned_queue`), not here.
 
 Layout (SPEC §2)::
 

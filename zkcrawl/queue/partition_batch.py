@@ -17,8 +17,8 @@ Each ``<item>`` is an item object of SPEC §2 (or a bare-URL string); ``started`
   only when it is in ``done``, and *started* only when in ``started`` and not done.
 
 Pure functions, no ZooKeeper: :mod:`zkcrawl.queue.partition_queue` calls them.
-Status: building block of the partitioned frontier (issue #22, step 3); the consumer still
-claims from the shared queue.
+Status: the format of every queue node in a partition (SPEC §2), read by every consumer
+and written by producers, consumers (retries) and the ingress mover.
 """
 
 from __future__ import annotations
