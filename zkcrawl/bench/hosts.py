@@ -54,7 +54,8 @@ from zkcrawl.bench.crawl import Probe, _read_lines, _wait_registered
 from zkcrawl.bench.site import start_site, stop_benchsite
 from zkcrawl.queue import control
 from zkcrawl.queue.items import Item
-from zkcrawl.queue.leases import LeaseQueue
+from zkcrawl.queue.partition_offers import recorded_partitions
+from zkcrawl.queue.partition_queue import PartitionQueue
 from zkcrawl.zk.client import ZkClient
 
 SAMPLE_S = 0.05
@@ -206,7 +207,7 @@ def case(zk_hosts: str, *, hosts: int, per_host: int, procs: int, threads: int,
     logs = [tmp / f"{tag}-{i}.log" for i in range(procs)]
     try:
         zk = ZkClient(zk_hosts, session_timeout=30).connect()
-        LeaseQueue(zk, root, "bench").offer_many(Item(url=u, producer="bench") for u in urls)
+        offer(zk, root, urls)
         control.set_state(zk, root, control.PAUSED, by="bench")
         children = []
         for i in range(procs):
@@ -259,6 +260,15 @@ def case(zk_hosts: str, *, hosts: int, per_host: int, procs: int, threads: int,
         "hosts_below_delay": sum(1 for g in gaps if g < delay),
         "cpu_ms_per_page": round(cpu_s * 1000 / (pages - 1), 3) if pages > 1 else None,
         "zk": per_page(before, after, pages)}
+
+
+def offer(zk: ZkClient, root: str, urls: list[str]) -> None:
+    """Queue ``urls`` as the producer does: straight into their partitions, in batches
+    (:class:`~zkcrawl.queue.partition_queue.PartitionQueue` with the root's P). The ingress
+    ``<root>/queue``, which other clients write and the owner of partition 0 moves, is
+    ``bench frontier``'s and the tests' business: here it would time the mover."""
+    pq = PartitionQueue(zk, root, recorded_partitions(zk, root))
+    pq.offer(Item(url=u, producer="bench") for u in urls)
 
 
 def _run(probe: Probe, expected: int, ports: list[int], timeout: float
