@@ -48,6 +48,7 @@ log = get_logger(__name__)
 DIRECTORY_FULL = "directory-full"  # the reason a write did not happen
 RECHECK = 1.0  # seconds a count far from the cap is trusted (plus what this writer added)
 _FAR = 0.9  # "far from the cap": below this fraction of it
+_STOP_S = 0.1  # how soon a waiting writer sees its stop event
 BACKLOG_EVERY = 30.0  # seconds between two backlog reports of one reader
 
 
@@ -84,10 +85,11 @@ class CappedDir:
         nodes = self._read()
         return nodes, nodes * self.limits.node_bytes
 
-    def room(self, nodes: int, wait: float | None = None) -> bool:
+    def room(self, nodes: int, wait: float | None = None,
+             stop: threading.Event | None = None) -> bool:
         """True when ``nodes`` more fit (counted as written: the next checks include them);
         False after waiting ``wait`` seconds (default: this directory's) for the reader to
-        make room."""
+        make room, or as soon as ``stop`` is set (a shutdown: within :data:`_STOP_S`)."""
         wait = self.wait if wait is None else wait
         cap = self.limits.node_cap
         with self._lock:
@@ -102,7 +104,7 @@ class CappedDir:
             log.info("capped.full", path=self.path, nodes=count, cap=cap, waiting_s=wait)
         while count + nodes > cap and count > 0:  # an empty directory takes one write
             left = deadline - time.monotonic()
-            if left <= 0:
+            if left <= 0 or (stop is not None and stop.is_set()):
                 return False
             changed = threading.Event()
 
@@ -113,7 +115,7 @@ class CappedDir:
                 self.zk.get_children(self.path, watch=wake)
             except NoNodeError:
                 return True  # removed meanwhile: the writer re-creates it, empty
-            changed.wait(min(left, 5.0))
+            _wait(changed, min(left, 5.0), stop)
             count = self._read()
         with self._lock:
             self._count += nodes
@@ -125,6 +127,17 @@ class CappedDir:
         with self._lock:
             self._count, self._read_at = count, time.monotonic()
         return count
+
+
+def _wait(changed: threading.Event, seconds: float, stop: threading.Event | None) -> None:
+    """Until the watch fired, ``seconds`` passed, or ``stop`` was set (looked at every
+    :data:`_STOP_S`: a watch has one waiter)."""
+    if stop is None:
+        changed.wait(seconds)
+        return
+    end = time.monotonic() + seconds
+    while not changed.is_set() and not stop.is_set() and (left := end - time.monotonic()) > 0:
+        changed.wait(min(left, _STOP_S))
 
 
 class Backlog:

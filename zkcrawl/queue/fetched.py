@@ -84,7 +84,7 @@ MAX_NODES = links.MAX_NODES  # nodes fetched/ may hold ...
 MAX_BYTES = links.MAX_BYTES  # ... and bytes: 1,024 nodes of at most 64 KiB
 WAIT = links.WAIT  # seconds a flush waits for room before its reports are dropped
 FETCHED_FULL = "fetched-full"  # why reports were dropped: the directory stayed full
-CLOSE_S = 1.0  # the shutdown flush waits this long for a flush waiting for room
+CLOSE_S = 1.0  # the shutdown flush waits this long for a flush in progress
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,15 +203,17 @@ class FetchedWriter(DiscoveredWriter):
         except ZkAccessDenied as exc:  # the root's ACL: a refusal like any other
             raise LinksRefused("NoAuthError", str(exc)) from None
 
-    def report(self, entries: Sequence[Fetched], wait: float | None = None) -> int:
+    def report(self, entries: Sequence[Fetched], wait: float | None = None,
+               stop: threading.Event | None = None) -> int:
         """Commit ``entries``; returns the nodes created (0 when ZooKeeper refused, or the
-        directory stayed full for ``wait`` seconds, default ``--fetched-wait``: warned).
-        Raises :class:`~zkcrawl.queue.offers.QueueSuspended` while ZooKeeper is away."""
+        directory stayed full for ``wait`` seconds, default ``--fetched-wait``, or until
+        ``stop`` was set: warned). Raises :class:`~zkcrawl.queue.offers.QueueSuspended`
+        while ZooKeeper is away."""
         nodes = encode(entries, self.consumer) if entries else []
         if not nodes:
             return 0
         try:
-            room = self.directory.room(len(nodes), wait)
+            room = self.directory.room(len(nodes), wait, stop)
         except (ConnectionLoss, SessionExpiredError):
             raise QueueSuspended("ZooKeeper unreachable while checking the room in "
                                  f"{self.layout.fetched}") from None
@@ -370,7 +372,7 @@ class FetchedBuffer:
             if not batch:
                 return
             try:
-                self.writer.report(batch, wait)
+                self.writer.report(batch, wait, self._stop)
             except QueueSuspended:
                 with self._lock:
                     self._entries[:0] = batch
@@ -379,8 +381,9 @@ class FetchedBuffer:
             self._flushing.release()
 
     def close(self) -> None:
-        """The shutdown flush: no wait for room, at most :data:`CLOSE_S` for a flush that
-        waits for it (what is not written then is lost, as a killed consumer's)."""
+        """The shutdown flush: no wait for room (a flush waiting for it gives up), at most
+        :data:`CLOSE_S` for a flush in progress (what is not written then is lost, as a
+        killed consumer's)."""
         self._stop.set()
         self._due.set()
         self.flush(wait=0.0, lock_timeout=CLOSE_S)
