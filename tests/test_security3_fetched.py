@@ -26,6 +26,8 @@ from zkcrawl.admin.cluster import list_dead
 from zkcrawl.queue.capped import DirLimits
 from zkcrawl.queue.fetched import (
     FETCHED_FULL,
+    FLUSH_ENTRIES,
+    FLUSH_S,
     MAX_BYTES,
     MAX_NODES,
     NODE_BYTES,
@@ -129,6 +131,26 @@ def test_a_waiting_flush_goes_on_when_the_producer_drains(zk, zk_root, tmp_path:
     finally:
         buffer.close()
     assert committer_free.is_set()
+
+
+def test_past_half_the_cap_the_reports_go_out_in_full_nodes(zk, zk_root):
+    """A node per second would spend the node count on small nodes: past half the cap the
+    buffer packs full nodes, so the cap holds as many reports as its bytes allow."""
+    path = _fill(zk, zk_root, 2)
+    writer = FetchedWriter(zk, zk_root, "c1", max_nodes=4, wait=0.2)
+    assert writer.directory.held()[0] == 2  # half the cap, as the writer last read it
+    buffer = FetchedBuffer(writer)
+    try:
+        buffer.add([_report(i) for i in range(10)])
+        time.sleep(FLUSH_S + 0.5)  # an absence: no node for 10 reports while packing
+        assert len(zk.get_children(path)) == 2
+        buffer.add([_report(i) for i in range(10, FLUSH_ENTRIES)])
+        wait_for(lambda: writer.nodes == 1, timeout=10, what="one full node")
+        reader = FetchedReader(zk, zk_root)
+        (new,) = reader.read(reader.names()[2:])
+        assert len(new.decoded.entries) == FLUSH_ENTRIES
+    finally:
+        buffer.close()
 
 
 def test_the_shutdown_flush_does_not_wait_for_a_full_directory(zk, zk_root):

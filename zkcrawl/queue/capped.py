@@ -85,6 +85,12 @@ class CappedDir:
         nodes = self._read()
         return nodes, nodes * self.limits.node_bytes
 
+    def filling(self, fraction: float = 0.5) -> bool:
+        """Whether the directory held ``fraction`` of its cap or more when last read (no
+        ZooKeeper call: a writer that packs its nodes fuller then asks this)."""
+        with self._lock:
+            return self._count >= self.limits.node_cap * fraction
+
     def room(self, nodes: int, wait: float | None = None,
              stop: threading.Event | None = None) -> bool:
         """True when ``nodes`` more fit (counted as written: the next checks include them);

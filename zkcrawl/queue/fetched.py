@@ -25,7 +25,10 @@ Only items that ask for it are reported: those whose ``meta.recrawl`` is an obje
 * **bounded in ZooKeeper** (issue #27; ZooKeeper keeps every node in RAM): the directory
   holds at most ``--fetched-max-nodes`` nodes and ``--fetched-max-bytes`` bytes, by the
   rule ``<root>/discovered/`` is held to (:class:`~zkcrawl.queue.capped.CappedDir`: node
-  count times :data:`NODE_BYTES`, the same slack). A flush that finds it full waits for
+  count times :data:`NODE_BYTES`, the same slack). Reports go out a node per second, so
+  nodes are often small, and the count would waste the cap: once the directory holds half
+  its cap, :class:`FetchedBuffer` packs nodes full (:data:`FLUSH_ENTRIES`, or one per
+  :data:`PACK_S`). A flush that finds it full waits for
   the producer to drain it, on a watch, at most ``--fetched-wait`` seconds (on the
   buffer's thread: never the committer's); then its reports are dropped with the reason
   :data:`FETCHED_FULL`, counted (:attr:`FetchedWriter.full`) and one ``fetched.full``
@@ -84,6 +87,7 @@ MAX_NODES = links.MAX_NODES  # nodes fetched/ may hold ...
 MAX_BYTES = links.MAX_BYTES  # ... and bytes: 1,024 nodes of at most 64 KiB
 WAIT = links.WAIT  # seconds a flush waits for room before its reports are dropped
 FETCHED_FULL = "fetched-full"  # why reports were dropped: the directory stayed full
+PACK_S = 30.0  # ... or this long, while fetched/ holds half its cap or more (full nodes)
 CLOSE_S = 1.0  # the shutdown flush waits this long for a flush in progress
 
 
@@ -319,7 +323,8 @@ class FetchedReader:
 class FetchedBuffer:
     """The consumer's reports, gathered across committer groups into few large nodes: a
     node per :data:`FLUSH_S` or per :data:`FLUSH_ENTRIES` reports instead of one per group
-    (a group is ~30 items at speed: that was 0.07 ZooKeeper writes per page).
+    (a group is ~30 items at speed: that was 0.07 ZooKeeper writes per page); full nodes
+    only (or one per :data:`PACK_S`) while ``<root>/fetched/`` holds half its cap.
 
     :meth:`add` never waits for ZooKeeper and never raises: the buffer's daemon thread
     writes (a full buffer wakes it), so a flush waiting for room in a full directory
@@ -401,10 +406,12 @@ class FetchedBuffer:
             if self._stop.is_set():
                 return
             now = time.monotonic()
+            packing = self.writer.directory.filling()
             with self._lock:
-                due = bool(self._entries) and (len(self._entries) >= FLUSH_ENTRIES
-                                               or now - self._since >= FLUSH_S
-                                               or now - self._last >= QUIET_S)
+                due = bool(self._entries) and (
+                    len(self._entries) >= FLUSH_ENTRIES or now - self._since >= PACK_S
+                    or (not packing and (now - self._since >= FLUSH_S
+                                         or now - self._last >= QUIET_S)))
             if due:
                 try:
                     self.flush()
