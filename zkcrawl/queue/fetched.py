@@ -82,9 +82,11 @@ QUIET_S = 0.2  # ... or this long after the last report came (the crawl went qui
 FLUSH_ENTRIES = 400  # ~50 KB: about one full node
 BUFFER_MAX = 50_000  # reports kept while ZooKeeper is away; the oldest dropped past it
 FUTURE_S = 86_400.0  # an ``at`` later than now + this is clamped to it
-# The defaults of the consumer's --fetched-max-* flags (consumer/settings.py): discovered/'s.
+# The defaults of the consumer's --fetched-max-* flags (consumer/settings.py): discovered/'s,
+# but a quarter of its bytes (reports are small; docs/operations/security-limits.md sizes
+# the ensemble's heap for every cap full at once: 512 MiB, as deploy/kubernetes ships).
 MAX_NODES = links.MAX_NODES  # nodes fetched/ may hold ...
-MAX_BYTES = links.MAX_BYTES  # ... and bytes: 1,024 nodes of at most 64 KiB
+MAX_BYTES = 16 * 1024 * 1024  # ... and bytes: 256 nodes of at most 64 KiB
 WAIT = links.WAIT  # seconds a flush waits for room before its reports are dropped
 FETCHED_FULL = "fetched-full"  # why reports were dropped: the directory stayed full
 PACK_S = 30.0  # ... or this long, while fetched/ holds half its cap or more (full nodes)
