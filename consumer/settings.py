@@ -17,6 +17,7 @@ from zkcrawl.errors import UsageError
 from zkcrawl.politeness.local import MAX_CRAWL_DELAY
 from zkcrawl.postgres import is_database_url, parse_url
 from zkcrawl.queue import discovered as links
+from zkcrawl.queue import fetched as reports
 from zkcrawl.queue.leases import AT_LEAST_ONCE, AT_MOST_ONCE
 from zkcrawl.queue.partitions import MAX_PARTITIONS
 from zkcrawl.settings.common import CommonSettings
@@ -140,6 +141,18 @@ class ConsumerSettings(CommonSettings, WebOptions):
     discovered_wait: float = opt(links.WAIT, "seconds a page waits for room in a full "
                                  "<root>/discovered/; then its item is retried "
                                  "(discovered-full)", metavar="S", group=EXTENSIONS)
+    # Re-crawl reports (items with meta.recrawl), bounded the same way in <root>/fetched/
+    # (zkcrawl/queue/fetched.py): the producer's --recrawl drains it.
+    fetched_max_nodes: int = opt(reports.MAX_NODES, "nodes <root>/fetched/ (re-crawl "
+                                 "reports) may hold before consumers wait for the producer",
+                                 metavar="N", group=EXTENSIONS)
+    fetched_max_bytes: int = opt(reports.MAX_BYTES, "bytes <root>/fetched/ may hold "
+                                 "(counted as nodes x 64 KiB, the most one holds)",
+                                 metavar="N", group=EXTENSIONS)
+    fetched_wait: float = opt(reports.WAIT, "seconds re-crawl reports wait for room in a "
+                              "full <root>/fetched/; then they are dropped (fetched-full: "
+                              "the items complete all the same)", metavar="S",
+                              group=EXTENSIONS)
     pipeline: tuple[str, ...] = opt((), "result pipeline class, instantiated once: open(), "
                                     "process(record) -> record | None, close(); repeatable, "
                                     "a chain in order before the sink", repeat=True,
@@ -151,7 +164,9 @@ class ConsumerSettings(CommonSettings, WebOptions):
                     "--max-bytes": self.max_bytes,
                     "--max-page-link-bytes": self.max_page_link_bytes,
                     "--discovered-max-nodes": self.discovered_max_nodes,
-                    "--discovered-max-bytes": self.discovered_max_bytes}
+                    "--discovered-max-bytes": self.discovered_max_bytes,
+                    "--fetched-max-nodes": self.fetched_max_nodes,
+                    "--fetched-max-bytes": self.fetched_max_bytes}
         for flag, count in positive.items():
             if count < 1:
                 raise UsageError(f"{flag} must be at least 1, got {count}")
@@ -170,6 +185,7 @@ class ConsumerSettings(CommonSettings, WebOptions):
                    False), "--domain-delay": (self.domain_delay, True),
                    "--grace": (self.grace, True),
                    "--discovered-wait": (self.discovered_wait, True),
+                   "--fetched-wait": (self.fetched_wait, True),
                    "--exit-when-idle": (self.exit_when_idle or 1.0, False)}
         for flag, (value, zero_ok) in seconds.items():
             if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):

@@ -14,9 +14,9 @@ from zkcrawl.errors import ExitStatus, ZkCrawlError
 from zkcrawl.queue.layout import Layout
 from zkcrawl.settings import CommonSettings
 from zkcrawl.textsafe import printable
-from zkcrawl.zk.acls import check_acls, fix_acls
+from zkcrawl.zk.acls import check_acls, fix_acls, guarded_nodes
 from zkcrawl.zk.client import ZkClient
-from zkcrawl.zk.security import ZkSecurityError, relied_on
+from zkcrawl.zk.security import ZkSecurityError
 
 Main = Callable[[Sequence[str], Mapping[str, str]], ExitStatus]
 
@@ -82,8 +82,10 @@ def connect(settings: CommonSettings, writes: bool = False, guard: bool = True,
 
 
 def guard_acls(zk: ZkClient, settings: CommonSettings, writes: bool) -> None:
-    """SPEC §4 "Security flags": with credentials, read the ACL of the root and of every
-    node :class:`~zkcrawl.queue.layout.Layout` puts directly under it. Nodes others may
+    """SPEC §4 "Security flags": with credentials, read the ACL of the root, of every
+    node :class:`~zkcrawl.queue.layout.Layout` puts directly under it and of every
+    partition node ``<root>/partitions/<p>`` (:func:`~zkcrawl.zk.acls.guarded_nodes`:
+    pipelined, within ``--zk-timeout``). Nodes others may
     write (``world:anyone`` or ``ip:`` with a write permission): with ``--zk-acl fix``
     repaired (and every node below them); with ``--zk-acl open`` accepted; else refused in
     one line naming them and ``zkcrawl acl fix`` (ZkSecurityError, exit 2) when the
@@ -93,7 +95,7 @@ def guard_acls(zk: ZkClient, settings: CommonSettings, writes: bool) -> None:
     if zk.auth is None:
         return
     log = logs.get_logger("zkcrawl.zk")
-    check = check_acls(zk, relied_on(Layout.of(settings.root)))
+    check = check_acls(zk, guarded_nodes(zk, Layout.of(settings.root)))
     enforce = settings.zk_acl != "open"
     if enforce and settings.zk_acl == "fix" and check.open:
         _fix(zk, check.open)

@@ -551,6 +551,12 @@ def _t(value: Any, width: int | None = None) -> str:
     return shown_url(str(value), width)
 
 
+def _shown_host(hostport: str, width: int | None = None) -> str:
+    """A host label (``host[:port]``) for display as :func:`shown_url` shows a URL's: a
+    non-ASCII host (a homograph) as its punycode A-label, unsafe characters escaped."""
+    return _t(shown_url("http://" + hostport)[len("http://"):], width)
+
+
 def _dead_note(s: dict[str, Any]) -> str:
     dead = s.get("dead_letters") or {}
     if not dead.get("count"):
@@ -639,7 +645,7 @@ def render_text(summary: dict[str, Any]) -> str:
     hosts = s["hosts"]
     out += ["", f"Hosts ({len(hosts)}" + (", top 10)" if len(hosts) > 10 else ")")]
     out.append(f"  {'host':<40} {'items':>8} {'ok':>8} {'failed':>8}")
-    out += [f"  {_t(h['host'], 40):<40} {h['count']:>8} {h['ok']:>8} {h['failed']:>8}"
+    out += [f"  {_shown_host(h['host'], 40):<40} {h['count']:>8} {h['ok']:>8} {h['failed']:>8}"
             for h in hosts[:10]]
     tp = s["throughput"]
     if tp["bucket_s"]:
@@ -788,7 +794,8 @@ def render_html(summary: dict[str, Any]) -> str:
         *_failures_html(s),
         "<h2>Hosts</h2>",
         _table(["host", "items", "ok", "failed"],
-               [[h["host"], h["count"], h["ok"], h["failed"]] for h in s["hosts"][:50]]),
+               [[_shown_host(h["host"]), h["count"], h["ok"], h["failed"]]
+                for h in s["hosts"][:50]]),
         "<h2>Consumers</h2>",
         _table(["consumer", "items", "share %", "ok", "failed", "items/s"],
                [[c["id"], c["count"], c["pct"], c["ok"], c["failed"],

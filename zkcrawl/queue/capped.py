@@ -21,10 +21,15 @@ such directory:
   own count of what it let through is replaced by ZooKeeper's at each read: writers
   overshoot the cap by what they let through but have not written yet (for discovered
   links: the pages a consumer holds between the check and their group's commit);
-* **the reader reports it**: :meth:`CappedDir.held` is what a reader logs as its backlog.
+* **the reader reports it**: :class:`Backlog` -- one warning at most every
+  :data:`BACKLOG_EVERY` seconds while the directory holds half its default cap or more.
 
-To cap another directory: ``CappedDir(zk, layout.fetched, DirLimits(nodes, bytes, 64 KiB),
-wait)``, ``room(n)`` before each write of ``n`` nodes, ``held()`` on the reader's side.
+The directories capped so: ``<root>/discovered/`` (:class:`~zkcrawl.queue.discovered.LinkBounds`,
+``--discovered-max-*``; a page waits, then its item is retried) and ``<root>/fetched/``
+(:class:`~zkcrawl.queue.fetched.FetchedWriter`, ``--fetched-max-*``; the reports' flush
+thread waits, then the reports are dropped with one warning: a report is never a page).
+To cap another: ``CappedDir(zk, path, DirLimits(nodes, bytes, node_bytes), wait)``,
+``room(n)`` before each write of ``n`` nodes, a :class:`Backlog` on the reader's side.
 """
 
 from __future__ import annotations
@@ -36,13 +41,15 @@ from dataclasses import dataclass
 from zkcrawl.logs import get_logger
 from zkcrawl.zk import NoNodeError, WatchedEvent, ZkClient
 
-__all__ = ["DIRECTORY_FULL", "RECHECK", "CappedDir", "DirLimits"]
+__all__ = ["BACKLOG_EVERY", "DIRECTORY_FULL", "RECHECK", "Backlog", "CappedDir", "DirLimits"]
 
 log = get_logger(__name__)
 
 DIRECTORY_FULL = "directory-full"  # the reason a write did not happen
 RECHECK = 1.0  # seconds a count far from the cap is trusted (plus what this writer added)
 _FAR = 0.9  # "far from the cap": below this fraction of it
+_STOP_S = 0.1  # how soon a waiting writer sees its stop event
+BACKLOG_EVERY = 30.0  # seconds between two backlog reports of one reader
 
 
 @dataclass(frozen=True)
@@ -78,23 +85,32 @@ class CappedDir:
         nodes = self._read()
         return nodes, nodes * self.limits.node_bytes
 
-    def room(self, nodes: int) -> bool:
+    def filling(self, fraction: float = 0.5) -> bool:
+        """Whether the directory held ``fraction`` of its cap or more when last read (no
+        ZooKeeper call: a writer that packs its nodes fuller then asks this)."""
+        with self._lock:
+            return self._count >= self.limits.node_cap * fraction
+
+    def room(self, nodes: int, wait: float | None = None,
+             stop: threading.Event | None = None) -> bool:
         """True when ``nodes`` more fit (counted as written: the next checks include them);
-        False after waiting ``wait`` seconds for the reader to make room."""
+        False after waiting ``wait`` seconds (default: this directory's) for the reader to
+        make room, or as soon as ``stop`` is set (a shutdown: within :data:`_STOP_S`)."""
+        wait = self.wait if wait is None else wait
         cap = self.limits.node_cap
         with self._lock:
             fresh = time.monotonic() - self._read_at < RECHECK
             if fresh and self._count + nodes <= cap * _FAR:
                 self._count += nodes
                 return True
-        deadline = time.monotonic() + self.wait
+        deadline = time.monotonic() + wait
         count = self._read()
         if count + nodes > cap:
             self.full_waits += 1
-            log.info("capped.full", path=self.path, nodes=count, cap=cap, waiting_s=self.wait)
+            log.info("capped.full", path=self.path, nodes=count, cap=cap, waiting_s=wait)
         while count + nodes > cap and count > 0:  # an empty directory takes one write
             left = deadline - time.monotonic()
-            if left <= 0:
+            if left <= 0 or (stop is not None and stop.is_set()):
                 return False
             changed = threading.Event()
 
@@ -105,7 +121,7 @@ class CappedDir:
                 self.zk.get_children(self.path, watch=wake)
             except NoNodeError:
                 return True  # removed meanwhile: the writer re-creates it, empty
-            changed.wait(min(left, 5.0))
+            _wait(changed, min(left, 5.0), stop)
             count = self._read()
         with self._lock:
             self._count += nodes
@@ -117,3 +133,38 @@ class CappedDir:
         with self._lock:
             self._count, self._read_at = count, time.monotonic()
         return count
+
+
+def _wait(changed: threading.Event, seconds: float, stop: threading.Event | None) -> None:
+    """Until the watch fired, ``seconds`` passed, or ``stop`` was set (looked at every
+    :data:`_STOP_S`: a watch has one waiter)."""
+    if stop is None:
+        changed.wait(seconds)
+        return
+    end = time.monotonic() + seconds
+    while not changed.is_set() and not stop.is_set() and (left := end - time.monotonic()) > 0:
+        changed.wait(min(left, _STOP_S))
+
+
+class Backlog:
+    """The reader's side of a capped directory: :meth:`seen` logs ``event`` (a warning,
+    at most every ``every`` seconds) when the directory holds half of ``cap`` or more,
+    with the node count, the most bytes they hold and ``note`` (what the writers do)."""
+
+    def __init__(self, event: str, path: str, limits: DirLimits, note: str,
+                 every: float = BACKLOG_EVERY) -> None:
+        self.event, self.path, self.limits, self.note, self.every = (event, path, limits,
+                                                                     note, every)
+        self.cap = limits.node_cap
+        self._reported = -every
+
+    def seen(self, nodes: int) -> bool:
+        """Report ``nodes`` if it is a backlog and none was reported lately; True if so."""
+        now = time.monotonic()
+        if nodes * 2 < self.cap or now - self._reported < self.every:
+            return False
+        self._reported = now
+        log.warning(self.event, path=self.path, nodes=nodes,
+                    bytes_at_most=nodes * self.limits.node_bytes, default_cap=self.cap,
+                    note=self.note)
+        return True

@@ -55,7 +55,7 @@ from typing import Any
 from zkcrawl.errors import ZkCrawlError
 from zkcrawl.logs import get_logger
 from zkcrawl.queue import batches, untrusted
-from zkcrawl.queue.capped import CappedDir, DirLimits
+from zkcrawl.queue.capped import Backlog, CappedDir, DirLimits
 from zkcrawl.queue.claims import Claimed
 from zkcrawl.queue.items import sort_names
 from zkcrawl.queue.layout import DISCOVERED_PREFIX, Layout
@@ -87,7 +87,6 @@ MAX_NODES = 10_000  # nodes discovered/ may hold ...
 MAX_BYTES = 64 * 1024 * 1024  # ... and bytes: min(10,000, 64 MiB / 64 KiB) = 1,024 nodes
 WAIT = 30.0  # seconds a page waits for room before its item is retried
 DISCOVERED_FULL = "discovered-full"  # the item's reason when the directory stayed full
-_BACKLOG_EVERY = 30.0  # seconds between two discovered.backlog reports
 
 
 def cap_page(links: Sequence[str], max_links: int, max_bytes: int) -> tuple[tuple[str, ...], int]:
@@ -329,20 +328,17 @@ class DiscoveredReader:
         self.zk = zk
         self.path = Layout.of(root).discovered
         zk.ensure_path(self.path)
-        self.cap = DirLimits(MAX_NODES, MAX_BYTES, NODE_BYTES).node_cap  # the default's
-        self._reported = -_BACKLOG_EVERY
+        self.backlog = Backlog("discovered.backlog", self.path,
+                               DirLimits(MAX_NODES, MAX_BYTES, NODE_BYTES),  # the default's
+                               note="consumers wait (--discovered-wait) when the cap is "
+                               "reached; drain faster or stop the hostile source")
+        self.cap = self.backlog.cap
 
     def names(self) -> list[str]:
         """The nodes waiting, oldest first; a backlog of half the default cap or more is
         reported (``discovered.backlog``, at most every 30 s)."""
         names = [n for _, n in sort_names_dn(self.zk.get_children(self.path))]
-        now = time.monotonic()
-        if len(names) * 2 >= self.cap and now - self._reported >= _BACKLOG_EVERY:
-            self._reported = now
-            log.warning("discovered.backlog", path=self.path, nodes=len(names),
-                        bytes_at_most=len(names) * NODE_BYTES, default_cap=self.cap,
-                        note="consumers wait (--discovered-wait) when the cap is reached; "
-                        "drain faster or stop the hostile source")
+        self.backlog.seen(len(names))
         return names
 
     def read(self, names: Sequence[str]) -> list[Node]:

@@ -16,11 +16,24 @@ Only items that ask for it are reported: those whose ``meta.recrawl`` is an obje
   :class:`~zkcrawl.queue.discovered.DiscoveredWriter`'s transaction code, each node at most
   :data:`NODE_BYTES`: ~0.003 ZooKeeper writes per page. A duplicate (a retried write) is a
   second look at the same answer for the producer.
-* **a report is not the page**: it never holds an item back. ZooKeeper *refusing* the
-  write (NoAuth...) is one ``fetched.refused`` warning; ZooKeeper *away* keeps the reports
-  for a later try (bounded); a consumer that stops loses at most its last second of
-  reports. A lost report only means the producer offers the URL again when its interval
-  has passed, with the validators it had.
+* **a report is not the page**: it never holds an item back (the committer hands reports
+  to the buffer, whose own thread writes them). ZooKeeper *refusing* the write (NoAuth...)
+  is one ``fetched.refused`` warning; ZooKeeper *away* keeps the reports for a later try
+  (bounded); a consumer that stops loses at most its last second of reports. A lost report
+  only means the producer offers the URL again when its interval has passed, with the
+  validators it had.
+* **bounded in ZooKeeper** (issue #27; ZooKeeper keeps every node in RAM): the directory
+  holds at most ``--fetched-max-nodes`` nodes and ``--fetched-max-bytes`` bytes, by the
+  rule ``<root>/discovered/`` is held to (:class:`~zkcrawl.queue.capped.CappedDir`: node
+  count times :data:`NODE_BYTES`, the same slack). Reports go out a node per second, so
+  nodes are often small, and the count would waste the cap: once the directory holds half
+  its cap, :class:`FetchedBuffer` packs nodes full (:data:`FLUSH_ENTRIES`, or one per
+  :data:`PACK_S`). A flush that finds it full waits for
+  the producer to drain it, on a watch, at most ``--fetched-wait`` seconds (on the
+  buffer's thread: never the committer's); then its reports are dropped with the reason
+  :data:`FETCHED_FULL`, counted (:attr:`FetchedWriter.full`) and one ``fetched.full``
+  warning per episode -- a lost report, as above, never a lost page. The reader reports
+  the backlog (``fetched.backlog``) when the directory holds half the default cap or more.
 * **untrusted on the way back**: :func:`decode` never raises; a node that is not such an
   object or is larger than :data:`NODE_BYTES` is skipped with its reason; an entry without
   a string ``url`` of at most ``URL_LIMIT`` bytes or with a ``status`` outside 100..599 is
@@ -41,6 +54,8 @@ from typing import Any
 
 from zkcrawl.logs import get_logger
 from zkcrawl.queue import batches, untrusted
+from zkcrawl.queue import discovered as links
+from zkcrawl.queue.capped import Backlog, CappedDir, DirLimits
 from zkcrawl.queue.discovered import DiscoveredWriter, LinksRefused, _transactions
 from zkcrawl.queue.items import sort_names
 from zkcrawl.queue.layout import FETCHED_PREFIX, Layout
@@ -52,10 +67,11 @@ from zkcrawl.web.validators import (
     clean_last_modified,
     clean_signature,
 )
-from zkcrawl.zk import NoNodeError, ZkClient, tx_ok
+from zkcrawl.zk import ConnectionLoss, NoNodeError, SessionExpiredError, ZkClient, tx_ok
 from zkcrawl.zk.client import ZkAccessDenied
 
-__all__ = ["NODE_BYTES", "Decoded", "Fetched", "FetchedBuffer", "FetchedNode", "FetchedReader",
+__all__ = ["FETCHED_FULL", "MAX_BYTES", "MAX_NODES", "NODE_BYTES", "WAIT", "Decoded", "Fetched",
+           "FetchedBuffer", "FetchedNode", "FetchedReader",
            "FetchedWriter", "close_reports", "decode", "encode", "report_outcomes"]
 
 log = get_logger(__name__)
@@ -66,6 +82,15 @@ QUIET_S = 0.2  # ... or this long after the last report came (the crawl went qui
 FLUSH_ENTRIES = 400  # ~50 KB: about one full node
 BUFFER_MAX = 50_000  # reports kept while ZooKeeper is away; the oldest dropped past it
 FUTURE_S = 86_400.0  # an ``at`` later than now + this is clamped to it
+# The defaults of the consumer's --fetched-max-* flags (consumer/settings.py): discovered/'s,
+# but a quarter of its bytes (reports are small; docs/operations/security-limits.md sizes
+# the ensemble's heap for every cap full at once: 512 MiB, as deploy/kubernetes ships).
+MAX_NODES = links.MAX_NODES  # nodes fetched/ may hold ...
+MAX_BYTES = 16 * 1024 * 1024  # ... and bytes: 256 nodes of at most 64 KiB
+WAIT = links.WAIT  # seconds a flush waits for room before its reports are dropped
+FETCHED_FULL = "fetched-full"  # why reports were dropped: the directory stayed full
+PACK_S = 30.0  # ... or this long, while fetched/ holds half its cap or more (full nodes)
+CLOSE_S = 1.0  # the shutdown flush waits this long for a flush in progress
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,16 +181,22 @@ def _entry(raw: Any, now: float) -> Fetched | None:
 
 
 class FetchedWriter(DiscoveredWriter):
-    """The consumer side: :meth:`report` a group's outcomes before its completion (the
-    transaction code is :class:`DiscoveredWriter`'s, aimed at ``<root>/fetched/``)."""
+    """The consumer side: :meth:`report` outcomes (the transaction code is
+    :class:`DiscoveredWriter`'s, aimed at ``<root>/fetched/``; the cap is
+    :class:`~zkcrawl.queue.capped.CappedDir`, as discovered/'s)."""
 
-    def __init__(self, zk: ZkClient, root: str, consumer_id: str) -> None:
+    def __init__(self, zk: ZkClient, root: str, consumer_id: str, max_nodes: int = MAX_NODES,
+                 max_bytes: int = MAX_BYTES, wait: float = WAIT) -> None:
         self.zk = zk
         self.layout = Layout.of(root)
         self.consumer = consumer_id
         self.prefix = f"{self.layout.fetched}/{FETCHED_PREFIX}"
+        self.directory = CappedDir(zk, self.layout.fetched,
+                                   DirLimits(max_nodes, max_bytes, NODE_BYTES), wait)
         self.nodes = 0
         self.refused = 0  # entries ZooKeeper refused (warned, not retried)
+        self.full = 0  # entries dropped: the directory stayed full (FETCHED_FULL)
+        self._full_warned = False  # one fetched.full warning per episode
         try:
             self._ensure_paths()
         except LinksRefused as exc:  # _commit's NoNode path asks again, and refuses then
@@ -178,13 +209,26 @@ class FetchedWriter(DiscoveredWriter):
         except ZkAccessDenied as exc:  # the root's ACL: a refusal like any other
             raise LinksRefused("NoAuthError", str(exc)) from None
 
-    def report(self, entries: Sequence[Fetched]) -> int:
-        """Commit ``entries``; returns the nodes created (0 when ZooKeeper refused: warned).
-        Raises :class:`~zkcrawl.queue.offers.QueueSuspended` while ZooKeeper is away."""
-        if not entries:
+    def report(self, entries: Sequence[Fetched], wait: float | None = None,
+               stop: threading.Event | None = None) -> int:
+        """Commit ``entries``; returns the nodes created (0 when ZooKeeper refused, or the
+        directory stayed full for ``wait`` seconds, default ``--fetched-wait``, or until
+        ``stop`` was set: warned). Raises :class:`~zkcrawl.queue.offers.QueueSuspended`
+        while ZooKeeper is away."""
+        nodes = encode(entries, self.consumer) if entries else []
+        if not nodes:
             return 0
+        try:
+            room = self.directory.room(len(nodes), wait, stop)
+        except (ConnectionLoss, SessionExpiredError):
+            raise QueueSuspended("ZooKeeper unreachable while checking the room in "
+                                 f"{self.layout.fetched}") from None
+        if not room:
+            self._stayed_full(len(entries))
+            return 0
+        self._full_warned = False
         created = 0
-        for chunk in _transactions(encode(entries, self.consumer)):
+        for chunk in _transactions(nodes):
             try:
                 created += self._commit(chunk)
             except LinksRefused as exc:
@@ -192,6 +236,18 @@ class FetchedWriter(DiscoveredWriter):
                 return created
         self.nodes += created
         return created
+
+    def _stayed_full(self, n: int) -> None:
+        self.full += n
+        if self._full_warned:
+            return
+        self._full_warned = True
+        limits = self.directory.limits
+        log.warning("fetched.full", reason=FETCHED_FULL, path=self.layout.fetched,
+                    entries=n, cap_nodes=limits.node_cap, waited_s=self.directory.wait,
+                    hint="re-crawl reports dropped until the producer (--recrawl) drains "
+                    "it: the items completed; their URLs keep their old schedule "
+                    "(raise --fetched-max-nodes/--fetched-max-bytes, or drain faster)")
 
     def _warn(self, exc: LinksRefused, n: int) -> None:
         self.refused += n
@@ -215,11 +271,19 @@ class FetchedReader:
         self.zk = zk
         self.path = Layout.of(root).fetched
         zk.ensure_path(self.path)
+        self.backlog = Backlog("fetched.backlog", self.path,
+                               DirLimits(MAX_NODES, MAX_BYTES, NODE_BYTES),  # the default's
+                               note="consumers' re-crawl reports wait (--fetched-wait) when "
+                               "the cap is reached, then are dropped (fetched-full)")
 
     def names(self) -> list[str]:
-        """The nodes waiting, oldest first (names that are not ``fn-N`` ignored)."""
+        """The nodes waiting, oldest first (names that are not ``fn-N`` ignored); a backlog
+        of half the default cap or more is reported (``fetched.backlog``, at most every
+        30 s)."""
+        children = self.zk.get_children(self.path)
+        self.backlog.seen(len(children))
         mapped = {f"qn-{n[len(FETCHED_PREFIX):]}": n
-                  for n in self.zk.get_children(self.path) if n.startswith(FETCHED_PREFIX)}
+                  for n in children if n.startswith(FETCHED_PREFIX)}
         return [mapped[q] for _, q in sort_names(list(mapped))]
 
     def read(self, names: Sequence[str]) -> list[FetchedNode]:
@@ -261,13 +325,16 @@ class FetchedReader:
 class FetchedBuffer:
     """The consumer's reports, gathered across committer groups into few large nodes: a
     node per :data:`FLUSH_S` or per :data:`FLUSH_ENTRIES` reports instead of one per group
-    (a group is ~30 items at speed: that was 0.07 ZooKeeper writes per page).
+    (a group is ~30 items at speed: that was 0.07 ZooKeeper writes per page); full nodes
+    only (or one per :data:`PACK_S`) while ``<root>/fetched/`` holds half its cap.
 
-    :meth:`add` never blocks on ZooKeeper for long and never raises: a flush that meets
-    ZooKeeper away keeps the reports (at most :data:`BUFFER_MAX`, the oldest dropped with
-    one warning) and tries again later. A daemon thread flushes what waits, so an idle
-    consumer's last reports go out too. What is lost -- the last :data:`FLUSH_S` of reports
-    of a consumer killed or stopped, the reports dropped over the cap -- is never a page:
+    :meth:`add` never waits for ZooKeeper and never raises: the buffer's daemon thread
+    writes (a full buffer wakes it), so a flush waiting for room in a full directory
+    (``--fetched-wait``) holds no committer. A flush that meets ZooKeeper away keeps the
+    reports (at most :data:`BUFFER_MAX`, the oldest dropped with one warning) and tries
+    again later; an idle consumer's last reports go out too. What is lost -- the last
+    :data:`FLUSH_S` of reports of a consumer killed or stopped, the reports dropped over
+    the buffer's cap or because the directory stayed full -- is never a page:
     the producer offers those URLs again when their interval has passed, with the
     validators it had."""
 
@@ -279,6 +346,7 @@ class FetchedBuffer:
         self._since = self._last = 0.0
         self.dropped = 0
         self._stop = threading.Event()
+        self._due = threading.Event()  # a full node waits: flush now
         self._thread = threading.Thread(target=self._loop, name="fetched-flush", daemon=True)
         self._thread.start()
 
@@ -292,37 +360,60 @@ class FetchedBuffer:
             if over > 0:
                 del self._entries[:over]
                 self.dropped += over
-                log.warning("fetched.dropped", reports=over, reason="ZooKeeper away for "
-                            "long: the oldest reports dropped (their URLs keep their "
-                            "schedule)")
+                log.warning("fetched.dropped", reports=over, reason="ZooKeeper away, or "
+                            "<root>/fetched full, for long: the oldest reports dropped "
+                            "(their URLs keep their schedule)")
             full = len(self._entries) >= FLUSH_ENTRIES
         if full:
-            self.flush()
+            self._due.set()
 
-    def flush(self) -> None:
-        """Write what waits (ZooKeeper away: kept for the next try)."""
-        with self._flushing:
+    def flush(self, wait: float | None = None, lock_timeout: float = -1) -> None:
+        """Write what waits (ZooKeeper away: kept for the next try); ``wait``: for room in
+        a full directory (default ``--fetched-wait``); ``lock_timeout``: for a flush in
+        progress (then this one is skipped: what waits stays for the next)."""
+        if not self._flushing.acquire(timeout=lock_timeout):
+            return
+        try:
             with self._lock:
                 batch, self._entries = self._entries, []
             if not batch:
                 return
             try:
-                self.writer.report(batch)
+                self.writer.report(batch, wait, self._stop)
             except QueueSuspended:
                 with self._lock:
                     self._entries[:0] = batch
                     self._since = time.monotonic()
+        finally:
+            self._flushing.release()
 
     def close(self) -> None:
+        """The shutdown flush: no wait for room (a flush waiting for it gives up), at most
+        :data:`CLOSE_S` for a flush in progress (what is not written then is lost, as a
+        killed consumer's)."""
         self._stop.set()
-        self.flush()
+        self._due.set()
+        self.flush(wait=0.0, lock_timeout=CLOSE_S)
+        with self._lock:
+            left = len(self._entries)
+        if left:
+            log.warning("fetched.not_flushed", reports=left, reason="still waiting at "
+                        "shutdown (ZooKeeper away or <root>/fetched full): their URLs keep "
+                        "their schedule")
 
     def _loop(self) -> None:
-        while not self._stop.wait(QUIET_S / 2):
+        while not self._stop.is_set():
+            self._due.wait(QUIET_S / 2)
+            self._due.clear()
+            if self._stop.is_set():
+                return
             now = time.monotonic()
+            packing = self.writer.directory.filling()
             with self._lock:
-                due = bool(self._entries) and (now - self._since >= FLUSH_S
-                                               or now - self._last >= QUIET_S)
+                due = bool(self._entries) and (
+                    len(self._entries) >= FLUSH_ENTRIES or now - self._since >= PACK_S
+                    or (not packing and (now - self._since >= FLUSH_S
+                                         or now - self._last >= QUIET_S)))
             if due:
                 try:
                     self.flush()
@@ -348,6 +439,8 @@ def report_outcomes(worker: Any, tasks: Sequence[Any]) -> None:
         return
     buffer = getattr(worker, "_fetched_buffer", None)
     if buffer is None:
-        writer = FetchedWriter(worker.zk, worker.s.root, worker.id)
+        s = worker.s
+        writer = FetchedWriter(worker.zk, s.root, worker.id, s.fetched_max_nodes,
+                               s.fetched_max_bytes, s.fetched_wait)
         buffer = worker._fetched_buffer = FetchedBuffer(writer)
     buffer.add(entries)

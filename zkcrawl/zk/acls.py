@@ -1,6 +1,9 @@
 """The ACLs of a live tree (``zkcrawl acl``, ``--zk-acl check|fix``): :func:`check_acls`
 reads the ACLs of a root's nodes and finds those others may write or this identity may not;
-:func:`fix_acls` replaces the open ones, below a node too. Pipelined, through a
+:func:`fix_acls` replaces the open ones, below a node too; :func:`guarded_nodes` names what
+the daemons' start check reads -- the root, its containers and every partition node
+``<root>/partitions/<p>`` (one listing, then one pipelined read of all of them within
+``--zk-timeout``, however many: 256 by default, at most ``MAX_PARTITIONS``). Pipelined, through a
 :class:`~zkcrawl.zk.client.ZkClient`; the verdicts on each ACL are
 :mod:`zkcrawl.zk.security`'s (plain data), which this module imports and never the reverse.
 """
@@ -10,11 +13,19 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from zkcrawl.queue.partitions import MAX_PARTITIONS
 from zkcrawl.zk.client import gather
 from zkcrawl.zk.errors import NoAuthError, NoNodeError
-from zkcrawl.zk.security import Acl, access_warning, describe_acl, open_writers, repaired_acl
+from zkcrawl.zk.security import (
+    Acl,
+    access_warning,
+    describe_acl,
+    open_writers,
+    relied_on,
+    repaired_acl,
+)
 
-__all__ = ["AclCheck", "AclFix", "check_acls", "fix_acls"]
+__all__ = ["AclCheck", "AclFix", "check_acls", "fix_acls", "guarded_nodes", "partition_nodes"]
 
 
 def _names(paths: list[str], shown: int = 12) -> str:
@@ -68,6 +79,28 @@ def check_acls(zk: Any, paths: list[str]) -> AclCheck:
     opened = [p for p in paths if acls[p] is not None and open_writers(acls[p] or [])]
     warnings = [denied[paths[0]]] if paths[0] in denied else []
     return AclCheck(acls, opened, list(denied), warnings)
+
+
+def partition_nodes(zk: Any, partitions: str) -> list[str]:
+    """The partition nodes under ``partitions`` (``<root>/partitions``): its children named
+    as a partition (a plain decimal below ``MAX_PARTITIONS``; other names are no partition
+    anything reads), by number. One read within ``--zk-timeout``; none there: ``[]``."""
+    (names,) = gather([zk.get_children_async(partitions)], zk.zk_timeout)
+    if isinstance(names, NoNodeError):
+        return []
+    if isinstance(names, Exception):
+        raise names
+    numbers = sorted(int(n) for n in names
+                     if n.isdecimal() and n.isascii() and str(int(n)) == n
+                     and int(n) < MAX_PARTITIONS)
+    return [f"{partitions}/{p}" for p in numbers]
+
+
+def guarded_nodes(zk: Any, layout: Any) -> list[str]:
+    """What the daemons' start check reads: :func:`~zkcrawl.zk.security.relied_on` (the
+    root first, then its containers) and the partition nodes (their owner and batch nodes
+    are made by the consumers and producers themselves, with the configured ACL)."""
+    return [*relied_on(layout), *partition_nodes(zk, layout.partitions)]
 
 
 @dataclasses.dataclass
