@@ -206,6 +206,19 @@ def test_progress_settles_retries_to_the_tail_and_writes_dead_letters(zk: ZkClie
     assert len(_batches(zk, zk_root, 0)) == 1
 
 
+def test_an_empty_batch_anyone_wrote_is_deleted_when_adopted(zk: ZkClient, zk_root: str
+                                                            ) -> None:
+    q = PartitionQueue(zk, zk_root, 1, consumer="a")
+    q.ensure_partitions([0])
+    zk.create(Layout.of(zk_root).partition_batch_prefix(0), b'{"items": []}', sequence=True)
+    owned = q.take(0)
+    assert owned is not None
+    read = q.read(owned)
+    assert len(read.batches) == 1 and read.batches[0].batch.finished
+    assert q.adopt(owned, read.batches[0]) is None  # nothing in it: gone, not queued for ever
+    assert _batches(zk, zk_root, 0) == [] and q.depth() == 0
+
+
 def test_a_new_owner_charges_only_the_items_that_were_started(
         zk_factory: Callable[..., ZkClient], zk_root: str) -> None:
     a_zk = zk_factory(session_timeout=4.0)

@@ -606,6 +606,10 @@ class PartitionQueue:
         its sink: :func:`abandoned_here`); should it die first, the next owner charges them
         again -- the same count, nothing lost."""
         b = node.batch
+        if b.finished and not b.in_flight and not b.errors:
+            # Nothing to do in it (an empty batch, which any client may write): deleted
+            # now -- left, it would count as queued for ever (--exit-when-idle never ends).
+            return self.progress(owned, node)
         if not b.in_flight and not b.errors:
             return node
         items = list(b.items)
