@@ -268,7 +268,8 @@ def offer(zk: ZkClient, root: str, urls: list[str]) -> None:
     ``<root>/queue``, which other clients write and the owner of partition 0 moves, is
     ``bench frontier``'s and the tests' business: here it would time the mover."""
     pq = PartitionQueue(zk, root, recorded_partitions(zk, root))
-    pq.offer(Item(url=u, producer="bench") for u in urls)
+    now = time.time()  # stamped as the producer stamps them: the claim serves oldest first
+    pq.offer(Item(url=u, producer="bench", enqueued_at=now) for u in urls)
 
 
 def _run(probe: Probe, expected: int, ports: list[int], timeout: float
