@@ -5,16 +5,26 @@ consumer holds a lease on is a :class:`Task` in the backlog's table until it is 
 in exactly one :class:`TaskState`::
 
     put -> READY -> take -> RUNNING -> settle -> SETTLING -> forget -> GONE
-             ^                 | cool(task, due)
-             +-- release_due --+-- COOLING (time-ordered heap)
+             ^  ^              | cool(task, due)
+             |  +-- release_due --+-- COOLING (time-ordered heap)
+             |                 | await_mark (admitted: its start mark is being written)
+             +---- marked -----+-- MARKING
+
+A task admitted to start (its host's slot taken at the gate) waits MARKING, off the pool
+thread, until its start mark is written (:meth:`consumer.owned_queue.OwnedQueue.mark`: a
+holder's death is charged only for the items it had started, and the mark must be durable
+before the request); :meth:`~Backlog.marked` brings it back READY at the very front, with
+``marked`` set: the next pool thread performs it without admitting it again.
 
 Who calls what:
 
 * the **claim loop** (one thread): :meth:`~Backlog.wait_capacity`, then :meth:`~Backlog.put`
   of at most that many tasks;
 * the **pool threads**: :meth:`~Backlog.take`, then :meth:`~Backlog.cool` (its host's turn has
-  not come) or :meth:`~Backlog.settle` (done: the committer has it), and
-  :meth:`~Backlog.task_done` when they let go of it;
+  not come), :meth:`~Backlog.await_mark` (admitted: its mark is written off the thread) or
+  :meth:`~Backlog.settle` (done: the committer has it), and :meth:`~Backlog.task_done` when
+  they let go of it;
+* the queue's checkpoint thread: :meth:`~Backlog.marked` (marks written);
 * the **scheduler** (one thread): :meth:`~Backlog.release_due` in a loop;
 * the committer and the claim loop: :meth:`~Backlog.forget` (settled, released or lost),
   :meth:`~Backlog.drop_unstarted` (leases lost with a session);
@@ -25,7 +35,12 @@ Guarantees:
 * **Bounded**: never more than ``capacity`` (``--threads + --backlog``) tasks in the table,
   whatever their state: only the claim loop adds, and it adds no more than
   :meth:`~Backlog.wait_capacity` returned.
-* **Cooled items first**: a task whose host's turn came is taken before any fresh one.
+* **Marked, then cooled items first**: a task whose mark was written is taken before any
+  other (it holds its host's admission), then one whose host's turn came, then fresh ones.
+* **An admission is used or given back**: a task admitted at the gate (``gated``) that
+  leaves the table while it waits (MARKING, or marked and READY or COOLING) gives its
+  host's admission back (``withdraw``, set by the worker: the gate's
+  :meth:`~zkcrawl.politeness.gate.HostGate.withdraw`); one on a pool thread uses it.
 * **No thread waits for a host**: a cooling task is a heap entry; the scheduler hands it back
   (at ``due``) and the pool thread that had it goes on with another.
 * **Once**: a task is taken by one pool thread per ``READY``; a task released or lost while it
@@ -33,7 +48,7 @@ Guarantees:
 * **Every wait is bounded** by its ``timeout``: flags set by a signal handler (which must not
   take this lock to notify) are seen within it.
 * **Per host**: :meth:`~Backlog.host_load` counts a host's tasks that still need the host
-  (READY, COOLING, RUNNING) -- what the worker caps so that no host fills the table
+  (READY, COOLING, MARKING, RUNNING) -- what the worker caps so that no host fills the table
   (:class:`~consumer.parking.Parking`).
 
 One lock guards the table, the two deques, the heap and the running count; three conditions
@@ -57,7 +72,8 @@ from consumer.pipeline import Outcome
 from consumer.timing import ItemTiming
 from zkcrawl.queue.leases import Claimed
 
-__all__ = ["COOLING", "GONE", "READY", "RUNNING", "SETTLING", "Backlog", "Task", "TaskState"]
+__all__ = ["COOLING", "GONE", "MARKING", "READY", "RUNNING", "SETTLING", "Backlog", "Task",
+           "TaskState"]
 
 
 class TaskState(StrEnum):
@@ -66,6 +82,7 @@ class TaskState(StrEnum):
     READY = "ready"  # in the backlog, waiting for a pool thread
     COOLING = "cooling"  # its host's turn has not come: in the time-ordered heap
     RUNNING = "running"  # a pool thread has it
+    MARKING = "marking"  # admitted: its start mark is being written (no thread holds it)
     SETTLING = "settling"  # processed: the committer settles it in ZooKeeper
     GONE = "gone"  # settled, released or lost: forgotten
 
@@ -73,9 +90,10 @@ class TaskState(StrEnum):
 READY = TaskState.READY
 COOLING = TaskState.COOLING
 RUNNING = TaskState.RUNNING
+MARKING = TaskState.MARKING
 SETTLING = TaskState.SETTLING
 GONE = TaskState.GONE
-_UNSTARTED = (READY, COOLING)
+_UNSTARTED = (READY, COOLING, MARKING)  # no request made for it yet
 
 
 @dataclass(eq=False)
@@ -88,6 +106,7 @@ class Task:
     state: TaskState = READY
     slot: float | None = None  # politeness slot reserved for it, once asked
     gated: bool = False  # admitted by the HostGate: the fetch holds the host's turn
+    marked: bool = False  # admitted and its start mark written: performed when next taken
     cooled_at: float = 0.0
     outcome: Outcome | None = None  # what processing decided, once handed to the committer
     load_key: str = ""  # the host it was counted under in Backlog.host_load (host may change)
@@ -113,7 +132,10 @@ class Backlog:
         self._seq = itertools.count()
         self._running = 0
         self._closed = False
-        self._per_host: dict[str, int] = {}  # tasks READY, COOLING or RUNNING, per host
+        self._per_host: dict[str, int] = {}  # tasks READY, COOLING, MARKING or RUNNING
+        # gives back the admission of a gated task that leaves while waiting (the gate's
+        # withdraw; called under this lock, takes only the politeness table's)
+        self.withdraw: Callable[[str], None] | None = None
 
     def __len__(self) -> int:
         """Tasks held (leases), in any state but GONE."""
@@ -149,8 +171,9 @@ class Backlog:
             self._work.notify(len(tasks))
 
     def host_load(self, host: str) -> int:
-        """Tasks of ``host`` that still need it: READY, COOLING or RUNNING (a lock-free read
-        of one counter: the claim loop's estimate, exact once it has the lock)."""
+        """Tasks of ``host`` that still need it: READY, COOLING, MARKING or RUNNING (a
+        lock-free read of one counter: the claim loop's estimate, exact once it has the
+        lock)."""
         return self._per_host.get(host, 0)
 
     def _unload(self, task: Task) -> None:
@@ -197,6 +220,41 @@ class Backlog:
                 task.cooled_at = time.monotonic()
                 heapq.heappush(self._heap, (due, next(self._seq), task))
                 self._cooled.notify()
+
+    def await_mark(self, task: Task) -> bool:
+        """A RUNNING task admitted to start waits for its start mark (MARKING) off the pool
+        thread: True -- also when it is gone meanwhile (released: its admission given
+        back). False when its mark came first (:meth:`marked` while it was still RUNNING):
+        the caller performs it now."""
+        with self._lock:
+            if task.state is not RUNNING:
+                if task.gated and self.withdraw is not None:
+                    task.gated = False
+                    self.withdraw(task.host)
+                return True
+            if task.marked:
+                return False
+            task.state = MARKING
+            return True
+
+    # -- the queue's checkpoint thread ----------------------------------------------------
+    def marked(self, claims: Iterable[Claimed]) -> None:
+        """The start marks of these items are written: their MARKING tasks go back to the
+        pool first of all (``marked``: performed without a second admission). Matched by
+        identity, as :meth:`drop_unstarted`."""
+        with self._lock:
+            n = 0
+            for c in claims:
+                task = self._tasks.get(c.name)
+                if task is None or task.claimed is not c:
+                    continue
+                task.marked = True
+                if task.state is MARKING:
+                    task.state = READY
+                    self._priority.appendleft(task)
+                    n += 1
+            if n:
+                self._work.notify(n)
 
     def settle(self, task: Task) -> bool:
         """The task goes to the committer (SETTLING); False if it is already gone."""
@@ -249,8 +307,8 @@ class Backlog:
         return held
 
     def drop_unstarted(self, lost: Iterable[Claimed]) -> int:
-        """Leases lost with a session: forget their tasks not started yet (READY or
-        COOLING); returns how many. Matched by identity, not name: the item may already
+        """Leases lost with a session: forget their tasks not started yet (READY, COOLING or
+        MARKING); returns how many. Matched by identity, not name: the item may already
         be claimed again in the new session, and that claim is valid."""
         dropped = 0
         with self._lock:
@@ -265,6 +323,9 @@ class Backlog:
     def _gone(self, task: Task) -> None:
         if task.state is not SETTLING and task.state is not GONE:
             self._unload(task)
+        if task.gated and task.state in _UNSTARTED and self.withdraw is not None:
+            task.gated = False
+            self.withdraw(task.host)  # admitted, never started: the host is free again
         task.state = GONE
         if self._tasks.get(task.name) is task:  # not a newer claim of the same item
             del self._tasks[task.name]
@@ -276,8 +337,8 @@ class Backlog:
             return [t for t in self._tasks.values() if t.state in states]
 
     def stats(self) -> tuple[int, int, int]:
-        """``(running, backlog, held)``: tasks on a pool thread, tasks waiting (READY or
-        COOLING), all tasks held."""
+        """``(running, backlog, held)``: tasks on a pool thread, tasks waiting (READY,
+        COOLING or MARKING), all tasks held."""
         with self._lock:
             backlog = sum(1 for t in self._tasks.values() if t.state in _UNSTARTED)
             return self._running, backlog, len(self._tasks)
@@ -286,12 +347,13 @@ class Backlog:
                    settling_left: Callable[[], bool] = lambda: False) -> None:
         """Wait until nothing is held, ``stop()`` is true (checked every ``tick``) or the
         monotonic ``deadline``. While ``settling_left()`` is true (ZooKeeper away: no
-        completion can go through before it is back) tasks SETTLING are not waited for, only
-        the ones on a pool thread."""
+        completion or mark can go through before it is back) tasks SETTLING or MARKING are
+        not waited for, only the ones on a pool thread."""
         with self._capacity:
             while self._tasks and not stop():
                 if not self._running and settling_left() and all(
-                        t.state is SETTLING for t in self._tasks.values()):
+                        t.state is SETTLING or t.state is MARKING
+                        for t in self._tasks.values()):
                     return
                 left = deadline - time.monotonic()
                 if left <= 0:

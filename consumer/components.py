@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import structlog
 
 from consumer import banner
-from consumer.backlog import COOLING, READY, RUNNING, SETTLING, Task
+from consumer.backlog import COOLING, MARKING, READY, RUNNING, SETTLING, Task
 from consumer.committer import GroupCommit, Settle
 from zkcrawl import logs
 from zkcrawl.errors import SinkError
@@ -432,7 +432,7 @@ class Claims:
         # wait for it in the committer, which its stop bounds by --zk-timeout.
         w.backlog.wait_empty(time.monotonic() + grace, lambda: w.stopping.forced, TICK,
                              settling_left=lambda: w.session.away)
-        w.release(w.backlog.held(RUNNING, READY, COOLING))
+        w.release(w.backlog.held(RUNNING, READY, COOLING, MARKING))
 
 
 def parts(w: Worker) -> list[Component]:

@@ -9,10 +9,16 @@ consumer (``--politeness owner``). Guarantees:
 * it claims only from partitions whose owner node it holds (taken with an epoch; the others
   wait until their previous owner lets go or its session ends), so only the owner fetches a
   host, and every write of it is fenced on that epoch: a zombie changes nothing;
-* a claim marks its items started in their batch -- one write per batch touched -- before
-  they reach the worker; a holder's death is charged for those only (SPEC §3). An item the
-  worker gives back (its host at its cap, :mod:`consumer.parking`) is unmarked with the
-  batch's next write;
+* **a holder's death is charged only for the items it had started** (SPEC §3): a claim
+  hands items out unmarked (no write); an item is marked started in its batch only when
+  the worker admits it to start now (:meth:`OwnedQueue.mark`), and its request waits until
+  the mark is written -- so a page that kills its consumers is charged each time, and an
+  item still waiting in the backlog at a ``kill -9`` is not. The marks waiting are written
+  together, in one checkpoint with whatever else waits, within ``MARK_S`` (and at once
+  when the previous write's answer came later than that); a mark whose answer was lost is
+  tried again (the batch read first), one whose partition was lost meanwhile gives its item
+  up (never started). An item given back after its mark (a forced stop, the sink down) is
+  unmarked with its batch's next write; one given back before needs nothing;
 * settles are one write per batch touched (:meth:`complete` of a committed group); a retry
   or a dead letter is one write with its settle. A write whose answer was lost raises
   :class:`~zkcrawl.queue.offers.QueueSuspended` (the committer holds the group); the batch
@@ -32,8 +38,9 @@ consumer (``--politeness owner``). Guarantees:
   Ownership.taken`, so the first request to such a host waits until its hold ends.
 
 Status: the consumer's only queue (owners are the default and only politeness). Costs, in
-ZooKeeper writes: a claim's marks (one per batch touched), a checkpoint at most every
-``FLUSH_S``, and ownership in a few transactions however many partitions change hands
+ZooKeeper writes: a checkpoint at most every ``MARK_S`` while items start (their marks, with
+the settles and host state waiting), at most every ``FLUSH_S`` otherwise (settles), none
+for a claim, and ownership in a few transactions however many partitions change hands
 (:meth:`~zkcrawl.queue.partition_queue.PartitionQueue.take_many`, ``release_many``).
 """
 
@@ -83,6 +90,7 @@ TAKES_PER_ROUND = 64  # partitions taken per claim round, pipelined (PartitionQu
 # one by one, a consumer took a new root's 256 partitions in 3.5 s before its first fetch)
 ROOM_S = 0.02  # a claim that found nothing looks again at most this often when woken
 FLUSH_S = 0.2  # settles wait at most this long for their checkpoint (one write for all)
+MARK_S = 0.02  # marks wait at most this long for theirs: a started item waits for its mark
 
 
 @dataclass(eq=False)  # identity: a key of per-batch groups
@@ -94,9 +102,10 @@ class _Batch:
     queued: list[int] = field(default_factory=list)  # pending, not handed out, in order
     hosts: list[str] = field(default_factory=list)  # per item: its politeness key
     handed: dict[int, Claimed] = field(default_factory=dict)
-    unstart: set[int] = field(default_factory=set)  # given back: unmark at the next write
-    # what the next checkpoint writes: marks, settles, and per settled index its retry or
-    # dead letter
+    # given back after their mark (a forced stop, the sink down): unmark at the next write
+    unstart: set[int] = field(default_factory=set)
+    # what the next checkpoint writes: marks (items admitted to start: OwnedQueue.mark),
+    # settles, and per settled index its retry or dead letter
     want_start: set[int] = field(default_factory=set)
     want_done: set[int] = field(default_factory=set)
     want_retry: dict[int, Item] = field(default_factory=dict)
@@ -146,6 +155,9 @@ class OwnedQueue:
         # Items a host may still take in the worker (its per-host cap minus its load): set
         # by the consumer's wiring; items beyond it stay here, unmarked (no churn of marks).
         self.host_room: Callable[[str], int] | None = None
+        # Told, from the checkpoint thread, of items whose start marks are written (the
+        # worker's Backlog.marked): set by the worker.
+        self.on_marked: Callable[[Sequence[Claimed]], None] | None = None
         self._lock = threading.RLock()
         self._parts: dict[int, _Part] = {}
         self._asked: dict[int, float] = {}  # partition -> when take() last said "not yet"
@@ -163,6 +175,7 @@ class OwnedQueue:
         self._session_lost = threading.Event()  # kazoo said LOST: every partition is gone
         self._flushing = threading.Lock()  # one checkpoint at a time
         self._want = threading.Event()  # settles or unmarks wait for a checkpoint
+        self._mark_now = threading.Event()  # marks wait for one: within MARK_S
         self._stopping = threading.Event()
         ownership.figures = self.host_figures
         zk.add_listener(self._on_state)
@@ -201,8 +214,9 @@ class OwnedQueue:
 
     # -- the claim loop ------------------------------------------------------------------
     def claim(self, max_items: int = 1, timeout: float | None = None) -> list[Claimed]:
-        """Up to ``max_items`` items of owned partitions, marked started; waits up to
-        ``timeout`` for some (bounded waits on a watch, never a busy loop)."""
+        """Up to ``max_items`` items of owned partitions, unmarked (:meth:`mark` marks the
+        ones that start); waits up to ``timeout`` for some (bounded waits on a watch, never
+        a busy loop)."""
         deadline = time.monotonic() + (timeout or 0.0)
         while True:
             if not self._connected.is_set():
@@ -360,34 +374,63 @@ class OwnedQueue:
             self._fence(part.owned.partition)
 
     def _take(self, n: int) -> list[Claimed]:
-        """Pick up to ``n`` queued items (not skipped) and mark them started: one
-        checkpoint for all (:meth:`_flush`), shared with the settles waiting for it.
-        Abandoned entries first (already marked: no write)."""
+        """Up to ``n`` queued items (not skipped), handed out unmarked -- no write: the ones
+        that start are marked then (:meth:`mark`). Abandoned entries first (marked by their
+        dead holder). At-most-once: deleted from their batch first (SPEC §3), one
+        checkpoint for all (:meth:`_flush`), shared with the settles waiting for it."""
         given = self._hand_abandoned(n)
         if given:
             return given
+        if self._once:
+            return self._take_once(n)
+        with self._lock:  # one hold: no checkpoint sees the picks among the marks
+            out: list[Claimed] = []
+            for b, chosen in self._pick(n):
+                b.want_start.difference_update(chosen)  # _pick's: not marked at the claim
+                out.extend(self._hand(b, chosen))
+            return out
+
+    def _take_once(self, n: int) -> list[Claimed]:
         picks = self._pick(n)
         if not picks:
             return []
         try:
             self._flush()
         except QueueSuspended:
-            pass  # the marks wait in want_start: handed out once written
+            pass  # the deletes wait in want_done: handed out once written
         out: list[Claimed] = []
         with self._lock:
             for b, chosen in picks:
-                if self._once:  # at-most-once: handed out once its settle is written
-                    marked = [i for i in chosen if i not in b.want_done]
-                    unmarked = [i for i in chosen if i in b.want_done]
-                    b.want_done.difference_update(unmarked)
-                else:
-                    marked = [i for i in chosen if i in b.node.batch.started]
-                    unmarked = [i for i in chosen if i not in b.node.batch.started]
-                    b.want_start.difference_update(unmarked)
-                out.extend(self._hand(b, marked))
-                if unmarked and b.p in self._parts:  # not written (yet): claimable again
-                    b.queued = sorted({*b.queued, *unmarked})
+                taken = [i for i in chosen if i not in b.want_done]
+                unwritten = [i for i in chosen if i in b.want_done]
+                b.want_done.difference_update(unwritten)
+                out.extend(self._hand(b, taken))
+                if unwritten and b.p in self._parts:  # not written (yet): claimable again
+                    b.queued = sorted({*b.queued, *unwritten})
         return out
+
+    def mark(self, c: Claimed) -> bool:
+        """``c`` is admitted to start: its mark must be durable before its request (a page
+        that kills its consumers is charged each time). True: nothing to write -- marked
+        already (an abandoned entry, or given back after its mark and claimed again), or
+        at-most-once (it left its batch at the take): start it now. False: marked with the
+        next checkpoint, within MARK_S; :attr:`on_marked` gets it once written. An item no
+        longer held here (its partition lost) is given up again through :meth:`drain_lost`:
+        never started."""
+        if self._once:
+            return True
+        i = self._index(c)
+        lost: list[Claimed] = []
+        with self._lock:
+            for (_part, b), _cs in self._by_batch([c], lost).items():
+                if i in b.node.batch.started and i not in b.unstart:
+                    return True
+                b.unstart.discard(i)
+                b.want_start.add(i)
+            self._lost.extend(lost)
+        self._mark_now.set()
+        self._want.set()
+        return False
 
     def _hand_abandoned(self, n: int) -> list[Claimed]:
         """Up to ``n`` kept abandoned entries of batches still ours, each a claim that
@@ -476,38 +519,66 @@ class OwnedQueue:
 
     # -- checkpoints -----------------------------------------------------------------------
     def _flush_loop(self) -> None:
-        """Settles and unmarks are written at most every FLUSH_S, in one checkpoint."""
+        """One checkpoint at a time, carrying everything that waits: within MARK_S of a
+        mark (an item waits for it to start) -- at once when the previous checkpoint's
+        answer came later than that -- else within FLUSH_S of a settle or an unmark."""
+        last = 0.0
         while not self._stopping.is_set():
             self._want.wait(1.0)
-            if self._stopping.wait(FLUSH_S):
+            if not self._want.is_set():
+                continue
+            # settles alone wait for company; a mark cuts that short, at most one write
+            # per MARK_S
+            if self._mark_now.wait(FLUSH_S) and (left := last + MARK_S - time.monotonic()) > 0:
+                self._stopping.wait(left)
+            if self._stopping.is_set():
                 return
             self._want.clear()
+            self._mark_now.clear()
+            last = time.monotonic()
             try:
                 self._flush()
             except QueueSuspended:
-                self._want.set()  # kept: tried again once connected
+                self._wanted_again()  # kept: tried again once connected
                 self._connected.wait(1.0)
             except Exception:  # never let the checkpointer die: settles would stop
                 log.exception("partition.checkpoint_failed", consumer=self.consumer_id)
+                self._wanted_again()
+                self._stopping.wait(1.0)
+
+    def _wanted_again(self) -> None:
+        """A checkpoint that did not go through: what it carried waits for the next one."""
+        self._want.set()
+        with self._lock:
+            if any(b.want_start for part in self._parts.values()
+                   for b in part.batches.values()):
+                self._mark_now.set()
 
     def _flush(self) -> None:
         """Write every batch's wants in one checkpoint (as few transactions as fit);
         QueueSuspended when the answer was lost (the wants stay, the batches are read again
-        before the next one)."""
-        with self._flushing:
-            changes, batches = self._changes()
-            states = self._states()
-            if not changes and not states:
-                return
-            try:
-                res = self.pq.checkpoint(changes, {p: (o, d) for p, (o, d, _) in states.items()})
-            except (ConnectionLoss, SessionExpiredError, KazooException):
-                with self._lock:
-                    for b in batches:
-                        b.unsure = True
-                raise QueueSuspended("checkpoint answer lost: held") from None
-            self._apply(changes, batches, res)
-            self._states_applied(states, res)
+        before the next one). The items whose marks it wrote (or found written) go to
+        :attr:`on_marked`."""
+        marked: list[Claimed] = []
+        try:
+            with self._flushing:
+                changes, batches = self._changes(marked)
+                states = self._states()
+                if not changes and not states:
+                    return
+                try:
+                    res = self.pq.checkpoint(changes,
+                                             {p: (o, d) for p, (o, d, _) in states.items()})
+                except (ConnectionLoss, SessionExpiredError, KazooException):
+                    with self._lock:
+                        for b in batches:
+                            b.unsure = True
+                    raise QueueSuspended("checkpoint answer lost: held") from None
+                marked += self._apply(changes, batches, res)
+                self._states_applied(states, res)
+        finally:
+            if marked and self.on_marked is not None:
+                self.on_marked(marked)
 
     def _states(self) -> dict[int, tuple[Owned, bytes, int]]:
         """The partitions whose host state changed since it was last written: partition ->
@@ -576,14 +647,14 @@ class OwnedQueue:
                 out[p] = (len(active), backed)
         return out
 
-    def _changes(self) -> tuple[list[Change], list[_Batch]]:
+    def _changes(self, marked: list[Claimed]) -> tuple[list[Change], list[_Batch]]:
         with self._lock:
             todo = [(part, b) for part in self._parts.values() for b in part.batches.values()
                     if b.wants() or b.unsure]
         changes: list[Change] = []
         batches: list[_Batch] = []
         for part, b in todo:
-            if b.unsure and not self._reconcile(part, b):
+            if b.unsure and not self._reconcile(part, b, marked):
                 continue
             with self._lock:
                 if not b.wants():
@@ -595,7 +666,11 @@ class OwnedQueue:
                 batches.append(b)
         return changes, batches
 
-    def _apply(self, changes: list[Change], batches: list[_Batch], res: Checkpointed) -> None:
+    def _apply(self, changes: list[Change], batches: list[_Batch], res: Checkpointed
+               ) -> list[Claimed]:
+        """Fold a checkpoint's outcome into the batches; returns the items still handed
+        out whose marks it wrote."""
+        marked: list[Claimed] = []
         with self._lock:
             for k, (ch, b) in enumerate(zip(changes, batches, strict=True)):
                 if k in res.stale:
@@ -606,6 +681,7 @@ class OwnedQueue:
                 b.want_start -= ch.started
                 b.want_done -= ch.done
                 b.unstart -= ch.unstarted
+                marked.extend(c for i in ch.started if (c := b.handed.get(i)) is not None)
                 for i in ch.done:
                     b.want_retry.pop(i, None)
                     b.want_dead.pop(i, None)
@@ -619,11 +695,13 @@ class OwnedQueue:
                     b.node = node
         for p in res.fenced:
             self._fence(p)
+        return marked
 
-    def _reconcile(self, part: _Part, b: _Batch) -> bool:
+    def _reconcile(self, part: _Part, b: _Batch, marked: list[Claimed]) -> bool:
         """A batch whose last checkpoint answer was lost: read it; what that checkpoint
-        did is not done again (a settle's retry batch is never created twice). False when
-        the read itself failed (tried again at the next checkpoint)."""
+        did is not done again (a settle's retry batch is never created twice), and marks
+        it did write are reported in ``marked``. False when the read itself failed (tried
+        again at the next checkpoint)."""
         try:
             node = self.pq.reread(part.owned, b.node.name)
         except (ConnectionLoss, SessionExpiredError, KazooException):
@@ -632,6 +710,8 @@ class OwnedQueue:
             b.unsure = False
             if node is None:  # deleted: the checkpoint that finished it had committed
                 part.batches.pop(b.node.name, None)
+                # (or by hand, under us: items waiting for their marks never start)
+                self._lost.extend(c for i in b.want_start if (c := b.handed.get(i)))
                 b.want_start.clear()
                 b.want_done.clear()
                 b.want_retry.clear()
@@ -642,7 +722,9 @@ class OwnedQueue:
                 b.want_retry.pop(i, None)
                 b.want_dead.pop(i, None)
             b.want_done -= node.batch.done
-            b.want_start -= node.batch.started | node.batch.done
+            written = b.want_start & (node.batch.started | node.batch.done)
+            marked.extend(c for i in written if (c := b.handed.get(i)) is not None)
+            b.want_start -= written
         return True
 
     # -- settles ---------------------------------------------------------------------------
@@ -710,9 +792,10 @@ class OwnedQueue:
         return CompleteResult([c], [])
 
     def release(self, claimed: Sequence[Claimed]) -> None:
-        """Give items back before their fetch: claimable again here, unmarked with the next
-        checkpoint (no write of their own). At-most-once: offered again (they left their
-        batch on the take)."""
+        """Give items back: claimable again here. One given back before its start was
+        never marked (nothing to write); one given back after (a forced stop, the sink
+        down) is unmarked with the next checkpoint (no write of its own). At-most-once:
+        offered again (they left their batch on the take)."""
         if self._once:
             items = [c.item for c in claimed if c.item is not None]
             try:
@@ -729,7 +812,9 @@ class OwnedQueue:
                 for c in cs:
                     i = self._index(c)
                     if b.handed.pop(i, None) is not None:
-                        b.unstart.add(i)
+                        if i in b.want_start or i in b.node.batch.started:
+                            b.unstart.add(i)  # its mark written, or maybe being written
+                        b.want_start.discard(i)
                         b.queued.append(i)
                 b.queued.sort()
         self._want.set()
@@ -798,6 +883,7 @@ class OwnedQueue:
         the session and their next owners redo what was settled since the last checkpoint."""
         self._stopping.set()
         self._ingress_event.set()
+        self._mark_now.set()
         away = not self._connected.is_set()
         self._flusher.join(0.1 if away else FLUSH_S + 5.0)  # a daemon: mid-call, left to end
         self._mover.join(0.1 if away else 5.0)
@@ -807,6 +893,10 @@ class OwnedQueue:
                         note="ZooKeeper unreachable: the next owners redo what was settled "
                              "since the last checkpoint (duplicates, none lost)")
             return
+        with self._lock:  # the pool has stopped: items still waiting for a mark never start
+            for part in self._parts.values():
+                for b in part.batches.values():
+                    b.want_start.clear()
         try:
             self._flush()
         except QueueSuspended:

@@ -12,7 +12,10 @@ every implementation gives:
 * every call is bounded (``timeout``, or ``--zk-timeout`` per ZooKeeper call); with
   ZooKeeper away the completions raise :class:`~zkcrawl.queue.offers.QueueSuspended` (the
   committer keeps the group and retries once reconnected);
-* what :meth:`~WorkerQueue.release` cannot give back (ZooKeeper away) goes with the session.
+* what :meth:`~WorkerQueue.release` cannot give back (ZooKeeper away) goes with the session;
+* :meth:`~WorkerQueue.mark` is asked when an item is admitted to start: True, start it
+  now; False, its start mark is being written, and ``on_marked`` gets it once it is (or
+  :meth:`~WorkerQueue.drain_lost`, if its partition or session is lost first).
 """
 
 from __future__ import annotations
@@ -43,6 +46,13 @@ class WorkerQueue(Protocol):
 
     @property
     def held(self) -> int: ...
+
+    #: called with items whose start marks are written (by the queue's own thread)
+    on_marked: Callable[[Sequence[Claimed]], None] | None
+
+    def mark(self, claimed: Claimed) -> bool:
+        """``claimed`` is admitted to start: True, start it now; False, not before
+        ``on_marked`` has it."""
 
     def claim(self, max_items: int = 1, timeout: float | None = None) -> list[Claimed]: ...
 

@@ -13,10 +13,19 @@ Each held item is a :class:`~consumer.backlog.Task` holding one lease, kept in t
 the states and the guarantees)::
 
     claim -> ready -> [pool thread] admit -> running -> settling (committer) -> gone
-               ^                      | host cooling: time-ordered heap, no thread waits
-               +------- cooling <-----+
+             ^ ^                      | host cooling: time-ordered heap, no thread waits
+             | +------- cooling <-----+
+             |                        | admitted: its start mark written off the thread
+             +-------- marking <------+   (then the next pool thread performs it)
 
 * **Bounded**: never more than ``threads + backlog`` leases, whatever state they are in.
+* **Charged only when started**: a claimed item is not marked started in its batch until
+  a pool thread admits it to start now (:meth:`Worker.admit`); then its mark is written --
+  durable before its request, so a page that kills its consumers is still charged -- by
+  the queue's checkpoint thread, coalesced with the other marks
+  (:meth:`~consumer.owned_queue.OwnedQueue.mark`), while the pool thread goes on with
+  another item; a holder's death costs an attempt only to the items it had started
+  (SPEC §3), never to the ones still waiting in its backlog.
 * **Polite without idling**: a cooled item waits in the heap; the scheduler thread hands it
   back, ahead of fresh items, when its host's turn comes
   (:class:`~zkcrawl.politeness.gate.HostGate`).
@@ -113,6 +122,8 @@ class Worker:
         self.state: ConsumerState = ConsumerState.STARTING
         self.stopping = Stopping()  # request_stop/fail set plain flags: signal-safe
         self.backlog = Backlog(settings.capacity)
+        self.backlog.withdraw = pipeline.gate.withdraw  # an admitted item that never started
+        queue.on_marked = self.backlog.marked
         self.ownership = ownership  # --politeness owner: only the owner fetches a host
         self.redelivered = 0  # items claimed after a holder died (redeliveries, no fetch)
         self._owned_generation = -1
@@ -281,7 +292,9 @@ class Worker:
     # -- pool threads (consumer.components.Pool runs these) ------------------------------
     def _run(self, task: Task) -> None:
         try:
-            if self.admit(task):
+            if task.marked:
+                self.perform_marked(task)
+            elif self.admit(task) and self.begin(task):
                 self.perform(task)
         except Exception as exc:  # a bug must neither kill the thread nor drop the item
             log.exception("consumer.internal_error", item=task.name, url=task.claimed.url)
@@ -313,8 +326,40 @@ class Worker:
             assert start is not None  # admitted: the start is known
             if (delay := start - time.monotonic()) > 0:
                 time.sleep(delay)  # < EARLY: cheaper than a trip through the heap
-        task.timing.started = time.monotonic()
         return True
+
+    def begin(self, task: Task) -> bool:
+        """An admitted item: its start mark first. True: none to write (already marked, or
+        at-most-once) -- performed on this thread now. False: it waits MARKING, off this
+        thread, until the queue's checkpoint has written it (within MARK_S, one write for
+        every mark waiting); the next pool thread then performs it
+        (:meth:`perform_marked`). The host's admission is the task's meanwhile (the gate's
+        table: busy), so no other request to it starts, and the gap to the next counts from
+        this one's actual end."""
+        if self.queue.mark(task.claimed):
+            return True
+        return not self.backlog.await_mark(task)
+
+    def perform_marked(self, task: Task) -> None:
+        """A task admitted and marked, taken again: performed now -- unless its session is
+        lost (dropped, its admission given back: start nothing once the session is in
+        doubt), the server silent too long or the cluster paused (cooled: it keeps its
+        admission and its mark until it may start)."""
+        session = task.claimed.session
+        if self.session.stale(session):
+            if self.backlog.forget([task]):
+                log.info("item.dropped", item=task.name, url=task.claimed.url,
+                         reason="session lost before it started")
+            if task.gated:
+                task.gated = False
+                self.pipeline.gate.withdraw(task.host)
+            return
+        if (session is not None and self.session.silent_for() > self._silence_limit) \
+                or self.control.paused:
+            self.backlog.cool(task, time.monotonic() + (0.0 if self.control.paused
+                                                        else TICK / 5))
+            return
+        self.perform(task)
 
     def _owner_ready(self, task: Task) -> bool:
         """--politeness owner: the host is this consumer's (else the item is given back) and
@@ -354,6 +399,9 @@ class Worker:
 
     def perform(self, task: Task) -> None:
         """Fetch, extract, build the record; record and outcome go to the committer."""
+        if task.gated:
+            self.pipeline.gate.pay(task.host)  # this thread makes the admitted request
+        task.timing.started = time.monotonic()
         outcome = self.pipeline.process(task.claimed, task.timing,
                                         task.host if task.gated else "")
         if task.timing.finished is None:

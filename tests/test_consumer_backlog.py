@@ -24,7 +24,8 @@ def never() -> bool:
 
 
 def test_states_are_strings_with_the_values_of_the_logs():
-    assert [str(s) for s in TaskState] == ["ready", "cooling", "running", "settling", "gone"]
+    assert [str(s) for s in TaskState] == ["ready", "cooling", "running", "marking", "settling",
+                                           "gone"]
     assert READY == "ready" and f"{COOLING}" == "cooling" and GONE is TaskState.GONE
 
 

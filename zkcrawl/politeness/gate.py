@@ -49,9 +49,18 @@ class HostGate:
     not just between reservations.
 
     The gate is also the :class:`~zkcrawl.politeness.local.Politeness` given to the Fetcher:
-    the first ``reserve`` of a fetch on a thread that was just admitted is the slot already
-    paid for; later ones (a redirect to the same host, robots.txt) reserve and are waited for
-    by the Fetcher.
+    the thread that performs an admitted item -- not always the one that admitted it: an
+    item admitted waits for its start mark off the thread (:mod:`consumer.worker`) -- says
+    so with :meth:`pay` just before its fetch, and that fetch's first ``reserve`` is the slot
+    already paid for; later ones (a redirect to the same host, robots.txt) reserve and are
+    waited for by the Fetcher. An admission whose item will not start after all (released or
+    dropped while it waited for its mark) is given back with :meth:`withdraw`.
+
+    The host is ``busy`` in the table from its admission to :meth:`finished` (or
+    :meth:`withdraw`), and a polite host is admitted only when none of its requests is in
+    flight and a gap has passed since the last one's actual start *and end*: time an
+    admitted item spends waiting for its mark (or a pool thread) postpones that request and
+    the next, and never shortens the gap between them.
 
     A scheduler that can be paused says so with :meth:`hold_while`: every reservation a fetch
     makes (a redirect hop, robots.txt -- each a new request) then waits while the hold is on,
@@ -126,13 +135,24 @@ class HostGate:
 
         ``slot`` is what the item got from its last call (None the first time). Returns
         ``(start, None)`` when it may go -- the caller sleeps until ``start``, a few
-        milliseconds at most -- or ``(slot, due)``: queue the item until ``due`` and call
-        again with ``slot``.
+        milliseconds at most; the host is busy from then until :meth:`finished` or
+        :meth:`withdraw`, and the thread that makes the request calls :meth:`pay` first --
+        or ``(slot, due)``: queue the item until ``due`` and call again with ``slot``.
         """
-        start, due = self.table.admit(host, slot, EARLY)
-        if due is None:
-            self._paid.host = host
-        return start, due
+        return self.table.admit(host, slot, EARLY)
+
+    def pay(self, host: str) -> None:
+        """This thread performs an item admitted for ``host`` now: the first ``reserve``
+        of its fetch is the admitted slot, and the request counts as started now (the
+        admission may be some milliseconds old: its item waited for its mark)."""
+        self.table.started(host, self._clock())
+        self._paid.host = host
+
+    def withdraw(self, host: str) -> None:
+        """An admitted request to ``host`` will not be made (its item was released or
+        dropped before it started): the host is no longer busy; the next request waits a
+        gap from now, as after a request -- never sooner. Any thread."""
+        self.table.finished(host)
 
     def finished(self, host: str) -> None:
         """A request to ``host`` is over: the next one waits a gap from *now*.

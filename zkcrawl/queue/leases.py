@@ -683,6 +683,12 @@ class LeaseQueue:
         self.stats.completed += len(res.done)
         return CompleteResult(res.done, res.lost + not_held)
 
+    on_marked: Callable[[Sequence[Claimed]], None] | None = None  # never called: see mark
+
+    def mark(self, claimed: Claimed) -> bool:
+        """An item admitted to start: its lease, taken at the claim, is its mark (True)."""
+        return True
+
     def release(self, claimed: Sequence[Claimed]) -> None:
         """Give items back: claimable by anyone at once (at-most-once: re-offered).
 
