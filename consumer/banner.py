@@ -45,7 +45,7 @@ def facts(s: ConsumerSettings, consumer_id: str, out: str) -> dict[str, Any]:
     """The banner's values (also the ``consumer.started`` event's keys)."""
     zk = redact_userinfo(s.zk) + (" (TLS)" if s.zk_tls else "")
     return {"zookeeper": zk, "root": s.root, "consumer": consumer_id,
-            "threads": s.threads, "backlog": s.backlog, "delivery": s.delivery,
+            "threads": s.threads, "backlog": s.backlog_size, "delivery": s.delivery,
             "politeness": f"{s.politeness}, --domain-delay {s.domain_delay:g}s",
             "robots": "obeyed" if s.robots else "ignored (--no-robots)",
             "address_guard": _guard(s), "out": out, "processors": _processors(s),

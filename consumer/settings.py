@@ -42,6 +42,9 @@ CRAWL_DELAY_CAP = MAX_CRAWL_DELAY
 EXTENSIONS = "page processors and result pipelines"
 #: Worker threads start up front: far more than this fails with "can't start new thread".
 MAX_THREADS = 1024
+#: --backlog by default: max(DEFAULT_BACKLOG_MIN, DEFAULT_BACKLOG_PER_THREAD x --threads)
+DEFAULT_BACKLOG_MIN = 256
+DEFAULT_BACKLOG_PER_THREAD = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,8 +67,10 @@ class ConsumerSettings(CommonSettings, WebOptions):
     id: str | None = opt(None, "consumer id, unique in the cluster (default: host-pid)",
                          metavar="NAME", group=WORKERS)
     threads: int = opt(16, "worker threads fetching in parallel", metavar="N", group=WORKERS)
-    backlog: int = opt(32, "capacity of the capped queue in front of the pool; a consumer "
-                       "never holds more than threads + backlog leases", metavar="N", group=WORKERS)
+    backlog: int | None = opt(None, "capacity of the capped queue in front of the pool "
+                              "(default: max(256, 16 x --threads)); a consumer never holds "
+                              "more than threads + backlog leases", metavar="N",
+                              group=WORKERS)
     out: str = opt("-", "where records go: a JSON Lines file, '-' (stdout), or a PostgreSQL "
                    "table, postgresql://USER@HOST[:PORT]/DB?table=NAME (password from "
                    "PGPASSWORD/PGPASSFILE, never in the URL; needs zkcrawl[postgres])",
@@ -177,7 +182,7 @@ class ConsumerSettings(CommonSettings, WebOptions):
         if not 0 <= self.partitions <= MAX_PARTITIONS:
             raise UsageError(f"--partitions must be 1..{MAX_PARTITIONS} (0: the root's), "
                              f"got {self.partitions}")
-        if self.backlog < 0:
+        if self.backlog is not None and self.backlog < 0:
             raise UsageError(f"--backlog must be >= 0, got {self.backlog}")
         if self.max_page_links < 0:
             raise UsageError(f"--max-page-links must be >= 0, got {self.max_page_links}")
@@ -208,9 +213,20 @@ class ConsumerSettings(CommonSettings, WebOptions):
             raise UsageError(f"--id must be a non-empty znode name without '/', got {self.id!r}")
 
     @property
+    def backlog_size(self) -> int:
+        """``--backlog``, or its default: enough items waiting for their hosts' turns that a
+        consumer of many hosts keeps its threads busy (one item per host at a 1 s gap: the
+        2,500-host bench needed 2,048 a consumer for 128 threads: docs/benchmarks.md). An item
+        waiting costs memory only (a few KB; bounded by threads + backlog) and nothing at
+        a death: it is marked started only when it starts (SPEC §3)."""
+        if self.backlog is not None:
+            return self.backlog
+        return max(DEFAULT_BACKLOG_MIN, DEFAULT_BACKLOG_PER_THREAD * self.threads)
+
+    @property
     def capacity(self) -> int:
         """Most leases this consumer holds at once."""
-        return self.threads + self.backlog
+        return self.threads + self.backlog_size
 
     def link_bounds(self, zk: ZkClient) -> links.LinkBounds:
         """The per page and per directory bounds of the links pages hand over."""
