@@ -6,7 +6,17 @@ from __future__ import annotations
 import threading
 import time
 
-from consumer.backlog import COOLING, GONE, READY, RUNNING, SETTLING, Backlog, Task, TaskState
+from consumer.backlog import (
+    COOLING,
+    GONE,
+    MARKING,
+    READY,
+    RUNNING,
+    SETTLING,
+    Backlog,
+    Task,
+    TaskState,
+)
 from consumer.timing import ItemTiming
 from zkcrawl.queue import items as wire
 from zkcrawl.queue.leases import Claimed
@@ -213,3 +223,45 @@ def test_wait_empty_leaves_settling_tasks_to_the_committer_while_zookeeper_is_aw
     t0 = time.monotonic()
     b.wait_empty(time.monotonic() + 0.2, never, 0.02, settling_left=away.is_set)
     assert time.monotonic() - t0 >= 0.19
+
+
+def test_an_admitted_task_waits_for_its_mark_off_the_thread_then_goes_first():
+    b = Backlog(4)
+    admitted, fresh = task(1), task(2)
+    b.put([admitted, fresh])
+    assert b.take(0.1) is admitted
+    admitted.gated = True  # its host's admission taken at the gate
+    assert b.await_mark(admitted) and admitted.state is MARKING
+    assert b.host_load("h:1") == 2 and b.stats()[1] == 2  # still the host's, still waiting
+    b.marked([task(1).claimed])  # another claim of the same name: not this task's mark
+    assert admitted.state is MARKING and not admitted.marked
+    b.marked([admitted.claimed])
+    assert admitted.state is READY and admitted.marked
+    assert b.take(0.1) is admitted  # ahead of the fresh one
+    assert b.take(0.1) is fresh
+
+
+def test_a_mark_written_before_its_task_let_go_is_performed_by_its_thread():
+    b = Backlog(2)
+    t = task(1)
+    b.put([t])
+    assert b.take(0.1) is t
+    b.marked([t.claimed])  # the checkpoint answered first
+    assert not b.await_mark(t) and t.state is RUNNING  # perform it now, on this thread
+
+
+def test_an_admission_is_given_back_when_its_task_leaves_before_its_start():
+    withdrawn: list[str] = []
+    b = Backlog(4)
+    b.withdraw = withdrawn.append
+    marking, marked, running = task(1, "a:1"), task(2, "b:1"), task(3, "c:1")
+    b.put([marking, marked, running])
+    for t in (marking, marked, running):
+        assert b.take(0.1) is t
+        t.gated = True
+    assert b.await_mark(marking) and b.await_mark(marked)
+    b.marked([marked.claimed])
+    assert b.drop_unstarted([marking.claimed]) == 1  # its partition lost: never started
+    assert b.forget([marked, running]) == [marked, running]  # released
+    assert withdrawn == ["a:1", "b:1"]  # the running one's fetch ends it at the gate itself
+    assert not marking.gated and not marked.gated and running.gated

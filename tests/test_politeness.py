@@ -224,3 +224,25 @@ def test_a_down_host_is_left_alone_longer_after_each_failure_for_all_its_items()
     # An answer (any status) starts the count again.
     gate.host_up("down.test")
     assert gate.host_down("down.test") == 1.0
+
+
+def test_an_admission_is_paid_on_the_thread_that_makes_the_request():
+    clock = [1000.0]
+    gate = HostGate(LocalPoliteness(10.0, clock=lambda: clock[0]), 10.0)
+    assert gate.admit("a.com", None) == (1000.0, None)  # admitted here, performed elsewhere
+    assert gate.admit("a.com", None)[1] is not None  # busy: no second request meanwhile
+    clock[0] = 1000.1  # it waited 0.1 s for its mark
+    paid: list[float] = []
+    other = threading.Thread(target=lambda: (gate.pay("a.com"),
+                                             paid.append(gate.reserve("a.com"))))
+    other.start()
+    other.join()
+    assert paid == [1000.1]  # the admitted slot, no second reservation
+    gate.finished("a.com")
+    clock[0] = 1005.0
+    _slot, due = gate.admit("a.com", None)
+    assert due is not None and due >= 1000.1 + 10.0  # the gap counts from the actual request
+    gate.withdraw("a.com")  # harmless on a host that is not busy
+    gate.admit("b.com", None)
+    gate.withdraw("b.com")  # released before its start: b is free again, a gap from now
+    assert gate.admit("b.com", None)[1] == 1015.0
