@@ -222,19 +222,27 @@ class Backlog:
                 self._cooled.notify()
 
     def await_mark(self, task: Task) -> bool:
-        """A RUNNING task admitted to start waits for its start mark (MARKING) off the pool
-        thread: True -- also when it is gone meanwhile (released: its admission given
-        back). False when its mark came first (:meth:`marked` while it was still RUNNING):
-        the caller performs it now."""
+        """A RUNNING task admitted to start waits for its start mark (MARKING), off the pool
+        thread: asked before the mark is, so that :meth:`marked` and
+        :meth:`drop_unstarted` always find it there. False when it is gone meanwhile
+        (released: its admission given back)."""
         with self._lock:
             if task.state is not RUNNING:
                 if task.gated and self.withdraw is not None:
                     task.gated = False
                     self.withdraw(task.host)
-                return True
-            if task.marked:
                 return False
             task.state = MARKING
+            return True
+
+    def resume(self, task: Task) -> bool:
+        """Its mark needed no write after all: MARKING -> RUNNING, performed on the thread
+        that has it (True); False when it left meanwhile (dropped: admission given
+        back)."""
+        with self._lock:
+            if task.state is not MARKING:
+                return False
+            task.state = RUNNING
             return True
 
     # -- the queue's checkpoint thread ----------------------------------------------------
@@ -246,10 +254,8 @@ class Backlog:
             n = 0
             for c in claims:
                 task = self._tasks.get(c.name)
-                if task is None or task.claimed is not c:
-                    continue
-                task.marked = True
-                if task.state is MARKING:
+                if task is not None and task.claimed is c and task.state is MARKING:
+                    task.marked = True
                     task.state = READY
                     self._priority.appendleft(task)
                     n += 1

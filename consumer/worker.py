@@ -336,9 +336,11 @@ class Worker:
         (:meth:`perform_marked`). The host's admission is the task's meanwhile (the gate's
         table: busy), so no other request to it starts, and the gap to the next counts from
         this one's actual end."""
+        if not self.backlog.await_mark(task):
+            return False  # released meanwhile
         if self.queue.mark(task.claimed):
-            return True
-        return not self.backlog.await_mark(task)
+            return self.backlog.resume(task)
+        return False  # lost meanwhile: drain_lost has it, and drop_unstarted finds it MARKING
 
     def perform_marked(self, task: Task) -> None:
         """A task admitted and marked, taken again: performed now -- unless its session is

@@ -241,13 +241,14 @@ def test_an_admitted_task_waits_for_its_mark_off_the_thread_then_goes_first():
     assert b.take(0.1) is fresh
 
 
-def test_a_mark_written_before_its_task_let_go_is_performed_by_its_thread():
+def test_a_task_whose_mark_needs_no_write_is_performed_by_its_thread():
     b = Backlog(2)
     t = task(1)
     b.put([t])
     assert b.take(0.1) is t
-    b.marked([t.claimed])  # the checkpoint answered first
-    assert not b.await_mark(t) and t.state is RUNNING  # perform it now, on this thread
+    assert b.await_mark(t) and b.resume(t) and t.state is RUNNING  # perform it now, here
+    b.forget([t])
+    assert not b.resume(t) and not b.await_mark(t)  # gone: nothing to perform
 
 
 def test_an_admission_is_given_back_when_its_task_leaves_before_its_start():
