@@ -45,6 +45,12 @@ _HEAD = 64  # bytes of the envelope around the items, generously
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
+@dataclass
+class _Shared:
+    items_json: bytes | None = None
+    good: int | None = None
+
+
 @dataclass(frozen=True)
 class Batch:
     """The decoded batch: its items (None where an entry was not an item), and progress."""
@@ -55,12 +61,12 @@ class Batch:
     token: str | None = None
     errors: dict[int, str] = field(default_factory=dict)  # entry index -> why it is no item
     raws: dict[int, bytes] = field(default_factory=dict)  # entry index -> its data
-    # The encoded ``"items":[...]`` of these items, made by the first encode and shared by
-    # every progressed copy (same items): a checkpoint joins it with the index lists instead
-    # of serialising every item again. Not an init field, so dataclasses.replace (new items)
-    # starts without it.
-    _items_json: list[bytes] = field(default_factory=list, init=False, repr=False,
-                                     compare=False)
+    # What depends on the items only, made when first needed and shared by every progressed
+    # copy (same items): the encoded items (a checkpoint joins them with the index lists
+    # instead of serialising every item again) and the count of good items. Not an init
+    # field, so dataclasses.replace (new items) starts afresh.
+    _shared: _Shared = field(default_factory=lambda: _Shared(), init=False, repr=False,
+                             compare=False)
 
     @property
     def pending(self) -> list[int]:
@@ -75,6 +81,11 @@ class Batch:
     @property
     def finished(self) -> bool:
         """Every good item done (the bad ones are dead letters by then)."""
+        shared = self._shared
+        if shared.good is None:
+            shared.good = sum(1 for it in self.items if it is not None)
+        if len(self.done) < shared.good:  # the usual answer, without a walk of the items
+            return False
         return not self.pending
 
     def progressed(self, *, started: Iterable[int] = (), done: Iterable[int] = (),
@@ -84,7 +95,7 @@ class Batch:
         d = self.done | frozenset(done)
         s = (self.started - frozenset(unstarted)) | frozenset(started)
         out = Batch(self.items, s - d, d, self.token, self.errors, self.raws)
-        object.__setattr__(out, "_items_json", self._items_json)  # same items, same JSON
+        object.__setattr__(out, "_shared", self._shared)  # same items, same JSON
         return out
 
 
@@ -100,14 +111,14 @@ def encode(batch: Batch) -> bytes:
 
     Byte for byte what :func:`encode_whole` writes; the items' JSON is made once per
     batch (kept in ``batch``, shared with its progressed copies)."""
-    cache = batch._items_json
-    if not cache:
-        cache.append(_items_part(batch))
+    shared = batch._shared
+    if shared.items_json is None:
+        shared.items_json = _items_part(batch)
     tail = f'],"started":[{",".join(map(str, sorted(batch.started)))}],' \
            f'"done":[{",".join(map(str, sorted(batch.done)))}]'
     if batch.token:
         tail += ',"token":' + _ENCODER.encode(batch.token)
-    data = b"".join((b'{"v":%d,"items":[' % VERSION, cache[0], (tail + "}").encode("utf-8")))
+    data = b"".join((b'{"v":%d,"items":[' % VERSION, shared.items_json, (tail + "}").encode("utf-8")))
     if len(data) > BATCH_LIMIT:
         raise ValueError(f"batch of {len(data)} bytes over {BATCH_LIMIT}")
     return data
