@@ -118,7 +118,8 @@ def encode(batch: Batch) -> bytes:
            f'"done":[{",".join(map(str, sorted(batch.done)))}]'
     if batch.token:
         tail += ',"token":' + _ENCODER.encode(batch.token)
-    data = b"".join((b'{"v":%d,"items":[' % VERSION, shared.items_json, (tail + "}").encode("utf-8")))
+    data = b"".join((b'{"v":%d,"items":[' % VERSION, shared.items_json,
+                     (tail + "}").encode("utf-8")))
     if len(data) > BATCH_LIMIT:
         raise ValueError(f"batch of {len(data)} bytes over {BATCH_LIMIT}")
     return data
