@@ -59,6 +59,11 @@ from zkcrawl.queue.partition_queue import PartitionQueue
 from zkcrawl.zk.client import ZkClient
 
 SAMPLE_S = 0.05
+# The throwaway server's heap: a checkpoint is a transaction of up to 512 KiB and the server
+# keeps its last 500 committed in memory (for followers), so at 2,500 hosts x 2 consumers a
+# 512 MiB heap ran out (OutOfMemoryError in its SyncThread ~30 s in, the consumers left
+# disconnected) -- measured on the tree of 2026-12-02.
+HOSTS_HEAP_MB = 1024
 _ROOT = Path(__file__).resolve().parents[2]
 CONTENTION_HOSTS = 5
 # mntr keys: packets received (every request, pings included), reads and writes served
@@ -310,7 +315,7 @@ def run_bench(zk_hosts: str | None, hosts: int = 500, per_host: int = 10, thread
     """The three cases in one run (module docstring)."""
     with tempfile.TemporaryDirectory(prefix="zkcrawl-bench-hosts-") as name:
         tmp = Path(name)
-        with zookeeper(zk_hosts, tmp) as (zkh, _server):
+        with zookeeper(zk_hosts, tmp, heap_mb=HOSTS_HEAP_MB) as (zkh, _server):
             out: dict[str, Any] = {"hosts": hosts, "per_host": per_host, "threads": threads,
                                    "latency_ms": latency_ms, "delay": delay,
                                    "cpus": os.cpu_count(),

@@ -45,6 +45,12 @@ _HEAD = 64  # bytes of the envelope around the items, generously
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
+@dataclass
+class _Shared:
+    items_json: bytes | None = None
+    good: int | None = None
+
+
 @dataclass(frozen=True)
 class Batch:
     """The decoded batch: its items (None where an entry was not an item), and progress."""
@@ -55,6 +61,12 @@ class Batch:
     token: str | None = None
     errors: dict[int, str] = field(default_factory=dict)  # entry index -> why it is no item
     raws: dict[int, bytes] = field(default_factory=dict)  # entry index -> its data
+    # What depends on the items only, made when first needed and shared by every progressed
+    # copy (same items): the encoded items (a checkpoint joins them with the index lists
+    # instead of serialising every item again) and the count of good items. Not an init
+    # field, so dataclasses.replace (new items) starts afresh.
+    _shared: _Shared = field(default_factory=lambda: _Shared(), init=False, repr=False,
+                             compare=False)
 
     @property
     def pending(self) -> list[int]:
@@ -69,6 +81,11 @@ class Batch:
     @property
     def finished(self) -> bool:
         """Every good item done (the bad ones are dead letters by then)."""
+        shared = self._shared
+        if shared.good is None:
+            shared.good = sum(1 for it in self.items if it is not None)
+        if len(self.done) < shared.good:  # the usual answer, without a walk of the items
+            return False
         return not self.pending
 
     def progressed(self, *, started: Iterable[int] = (), done: Iterable[int] = (),
@@ -77,7 +94,9 @@ class Batch:
         longer marked: given back before their fetch)."""
         d = self.done | frozenset(done)
         s = (self.started - frozenset(unstarted)) | frozenset(started)
-        return Batch(self.items, s - d, d, self.token, self.errors, self.raws)
+        out = Batch(self.items, s - d, d, self.token, self.errors, self.raws)
+        object.__setattr__(out, "_shared", self._shared)  # same items, same JSON
+        return out
 
 
 def _item_doc(item: Item) -> dict[str, Any]:
@@ -88,14 +107,43 @@ def _item_doc(item: Item) -> dict[str, Any]:
 
 def encode(batch: Batch) -> bytes:
     """The node's data; raises ValueError if it would exceed :data:`BATCH_LIMIT` (a batch
-    made by :func:`pack` never does; progress only shrinks it: indices are short)."""
+    made by :func:`pack` never does; progress only shrinks it: indices are short).
+
+    Byte for byte what :func:`encode_whole` writes; the items' JSON is made once per
+    batch (kept in ``batch``, shared with its progressed copies)."""
+    shared = batch._shared
+    if shared.items_json is None:
+        shared.items_json = _items_part(batch)
+    tail = f'],"started":[{",".join(map(str, sorted(batch.started)))}],' \
+           f'"done":[{",".join(map(str, sorted(batch.done)))}]'
+    if batch.token:
+        tail += ',"token":' + _ENCODER.encode(batch.token)
+    data = b"".join((b'{"v":%d,"items":[' % VERSION, shared.items_json,
+                     (tail + "}").encode("utf-8")))
+    if len(data) > BATCH_LIMIT:
+        raise ValueError(f"batch of {len(data)} bytes over {BATCH_LIMIT}")
+    return data
+
+
+def _items_part(batch: Batch) -> bytes:
+    """The JSON of ``batch.items``, comma-separated (no brackets)."""
+    return ",".join(_ENCODER.encode(d) for d in _docs(batch)).encode("utf-8")
+
+
+def _docs(batch: Batch) -> list[Any]:
     docs: list[Any] = []
     for i, item in enumerate(batch.items):
         if item is not None:
             docs.append(_item_doc(item))
         else:  # a bad entry is kept as it came until its dead letter is written
             docs.append(batch.raws.get(i, b"").decode("utf-8", "replace"))
-    doc: dict[str, Any] = {"v": VERSION, "items": docs, "started": sorted(batch.started),
+    return docs
+
+
+def encode_whole(batch: Batch) -> bytes:
+    """:func:`encode` from scratch, one document (the reference its fragments must match:
+    the tests compare them)."""
+    doc: dict[str, Any] = {"v": VERSION, "items": _docs(batch), "started": sorted(batch.started),
                            "done": sorted(batch.done)}
     if batch.token:
         doc["token"] = batch.token
