@@ -115,3 +115,12 @@ def test_child_exits_when_parent_goes(site: str) -> None:
     proc.stdin.close()  # what the OS does when the parent dies
     assert proc.wait(timeout=10) == 0
     stop_benchsite(proc)
+
+
+def test_article_sizes_with_page_kb() -> None:
+    """--page-kb KB: 0.5-1.5 x KB per article, deterministic; 0 keeps the 5-15 KB pages."""
+    sizes = [len(article_body(n, 100, 50)) for n in range(1, 200)]
+    assert min(sizes) >= 24_000 and max(sizes) <= 78_000
+    assert 40_000 < sum(sizes) / len(sizes) < 60_000
+    assert article_body(7, 100, 50) == article_body(7, 100, 50)
+    assert article_body(7, 100, 0) == article_body(7)

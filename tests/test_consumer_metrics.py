@@ -140,3 +140,30 @@ def test_reason_labels_stay_bounded_whatever_the_errors(errors):
     assert outcome_label("complete", None) == "ok"
     assert outcome_label("complete", "x") == "failed"
     assert outcome_label("retry", "x") == "retry" and outcome_label("dead", None) == "dead"
+
+
+def _histograms(m: Metrics) -> dict[tuple[str, str], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {(s.name, s.labels.get("le", "")): s.value
+            for fam in text_string_to_metric_families(m.exposition().decode())
+            if fam.name.startswith("zkcrawl_consumer_") and fam.name.endswith("_seconds")
+            for s in fam.samples
+            if not s.name.endswith("_created")}
+
+
+@given(st.lists(st.tuples(*[st.one_of(st.floats(-1e3, 1e9, allow_nan=False),
+                                      st.sampled_from([0.0, 0.1, 10.0, 25.0, 50.0, 100.0,
+                                                       1000.0, 1e5, 1e8]))] * 4),
+                max_size=40))
+def test_the_timing_histograms_count_as_prometheus_observe_does(values):
+    """Metrics.observe fills the buckets by bisection: exactly what Histogram.observe
+    would (a value on a bucket's bound counts in that bucket, le="+Inf" takes the rest)."""
+    fast, plain = Metrics(), Metrics()
+    for q, d, w, p in values:
+        fast.observe("complete", None, q, d, w, p)
+        plain.queue.observe(max(0.0, q) / 1000.0)
+        plain.dispatch.observe(d / 1000.0)
+        plain.wait.observe(w / 1000.0)
+        plain.process.observe(p / 1000.0)
+    assert _histograms(fast) == _histograms(plain)

@@ -19,11 +19,12 @@ def test_store_bench_small() -> None:
 
 @pytest.mark.slow
 def test_recrawl_bench_small(zk_hosts: str) -> None:
-    out = recrawl.run_bench(zk_hosts, n=120, threads=8, latency_ms=5)
+    out = recrawl.run_bench(zk_hosts, n=120, threads=8, latency_ms=5, page_kb=20)
     first, again = out["first"], out["recrawl"]
+    assert out["page_kb"] == 20 and first["bytes"] > 120 * 10 * 1024  # 10-30 KB articles
     assert first["pages"] == again["pages"] == 120 and first["errors"] == again["errors"] == 0
     assert first["changed_absent"] == 120  # SPEC §4: absent on a first fetch
     assert again["status_304"] == again["changed_false"] == 120
     assert out["ratios"]["bytes_recrawl_vs_first"] < 0.05
     assert out["producer_pass"]["reports"] == 120 and out["producer_pass"]["reoffered"] == 120
-    assert "re-crawl / first" in recrawl.render(out)
+    assert "re-crawl / first" in recrawl.render(out) and "20 KB" in recrawl.render(out)

@@ -69,6 +69,8 @@ class Settings(CommonSettings):
                        "crawl of many hosts needs at least the hosts it owns", metavar="N")
     small_hosts: int = opt(50, "skew: small hosts, --per-host pages each", metavar="N")
     big_pages: int = opt(600, "skew: pages of the one big host", metavar="N")
+    page_kb: int = opt(0, "recrawl: articles of 0.5-1.5 times this many KB (0: the site's "
+                       "5-15 KB; real articles' HTML is commonly 30-100 KB)", metavar="KB")
     json: bool = opt(False, "print one JSON object instead of a table")
 
     zk_optional = True  # no --zk: each bench starts a throwaway local ZooKeeper
@@ -87,6 +89,8 @@ class Settings(CommonSettings):
             raise UsageError("--consumers must be 1..16 and --backlog 0..1000000")
         if not 1 <= self.small_hosts <= 5000 or not 1 <= self.big_pages <= 100_000:
             raise UsageError("--small-hosts must be 1..5000 and --big-pages 1..100000")
+        if not 0 <= self.page_kb <= 4096:
+            raise UsageError(f"--page-kb must be 0..4096, got {self.page_kb}")
         if not (math.isfinite(self.domain_delay) and 0 < self.domain_delay <= 60):
             raise UsageError("--domain-delay must be within (0, 60] seconds")
 
@@ -152,7 +156,7 @@ def _recrawl(what: str, settings: Settings, hosts: str | None) -> tuple[dict[str
         out = br.run_store(settings.items or 1_000_000)
         return out, br.render_store(out)
     out = br.run_bench(hosts, settings.items or 2000, threads=settings.threads,
-                       latency_ms=settings.latency_ms)
+                       latency_ms=settings.latency_ms, page_kb=settings.page_kb)
     return out, br.render(out)
 
 

@@ -87,17 +87,19 @@ def _crawl(hosts: str, root: str, threads: int, latency_ms: int, tmp: Path, tag:
             "exit_code": child.returncode}
 
 
-def run_bench(hosts: str | None, n: int = 2000, threads: int = 32, latency_ms: int = 50
-              ) -> dict[str, Any]:
-    """Pass 1 and the re-crawl pass 2 of N unchanged articles; see the module docstring."""
+def run_bench(hosts: str | None, n: int = 2000, threads: int = 32, latency_ms: int = 50,
+              page_kb: int = 0) -> dict[str, Any]:
+    """Pass 1 and the re-crawl pass 2 of N unchanged articles; see the module docstring.
+    ``page_kb``: the articles' size (0: the site's 5-15 KB; else 0.5-1.5 times that)."""
     if not structlog.is_configured():  # the producer pass's events: not into --json output
         structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
     with tempfile.TemporaryDirectory(prefix="zkcrawl-bench-recrawl-") as name:
         tmp = Path(name)
-        site, base = start_benchsite(latency_ms, n)
+        site, base = start_benchsite(latency_ms, n, page_kb=page_kb)
         try:
             with _zookeeper(hosts, tmp) as zk_hosts:
-                return _passes(zk_hosts, base, tmp, n, threads, latency_ms)
+                return {**_passes(zk_hosts, base, tmp, n, threads, latency_ms),
+                        "page_kb": page_kb}
         finally:
             stop_benchsite(site)
 
@@ -159,8 +161,10 @@ def _floor(hosts: str, base: str, tmp: Path, n: int, threads: int, latency_ms: i
 
 
 def render(out: dict[str, Any]) -> str:
-    lines = [f"zkcrawl bench recrawl: {out['n']} unchanged articles, {out['threads']} threads, "
-             f"{out['latency_ms']} ms per response, {out['cpus']} CPUs",
+    size = f"{out['page_kb']} KB +- 50 %" if out.get("page_kb") else "5-15 KB"
+    lines = [f"zkcrawl bench recrawl: {out['n']} unchanged articles of {size}, "
+             f"{out['threads']} threads, {out['latency_ms']} ms per response, "
+             f"{out['cpus']} CPUs",
              f"{'pass':<10}{'pages':>8}{'bytes':>12}{'cpu ms/page':>13}{'304':>7}"
              f"{'changed=false':>15}{'errors':>8}"]
     for key in ("first", "recrawl", "floor"):

@@ -11,7 +11,8 @@ Pages:
 * ``/list/<p>`` (p = 1..ceil(articles/100)) -- 100 ``<a class="item" href="/a/<n>.html">``
   links and ``<a rel="next" class="next">`` to the following page.
 * ``/a/<n>.html`` (n = 1..articles) -- a 5-15 KB HTML article with ``<title>Article n</title>``,
-  deterministic for a given ``n``.
+  deterministic for a given ``n``; ``--page-kb KB``: 0.5-1.5 times KB instead (real articles'
+  HTML is commonly 30-100 KB).
 * ``/robots.txt`` -- allows everything.
 * ``/stats`` -- JSON counters (not delayed, not counted): ``requests``, ``by_kind``,
   ``in_flight``, ``max_in_flight``, ``connections``, ``open_connections``, ``uptime_s``,
@@ -73,11 +74,13 @@ def _paragraphs() -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=4096)
-def article_body(n: int, per_list: int = PER_LIST) -> bytes:
-    """HTML of article ``n``: 5-15 KB, the same bytes on every call and in every process."""
+def article_body(n: int, per_list: int = PER_LIST, page_kb: int = 0) -> bytes:
+    """HTML of article ``n``: 5-15 KB (``page_kb`` > 0: 0.5-1.5 times that many KB), the
+    same bytes on every call and in every process."""
     rng = random.Random(n)
     # Paragraphs are < 900 bytes and the frame ~250, so the page lands in 5-15 KB.
-    target = rng.randint(4_800, 13_800)
+    target = rng.randint(4_800, 13_800) if page_kb <= 0 else \
+        rng.randint(512 * page_kb, 1536 * page_kb) - 1100
     paras, size = [], 0
     pool = _paragraphs()
     while size < target:
@@ -118,11 +121,13 @@ def host_address(i: int) -> str:
 class BenchSite:
     """The asyncio server.  One instance per event loop."""
 
-    def __init__(self, latency_ms: float, articles: int, per_list: int = PER_LIST) -> None:
+    def __init__(self, latency_ms: float, articles: int, per_list: int = PER_LIST,
+                 page_kb: int = 0) -> None:
         """Configure; nothing listens until :meth:`start`."""
         self.latency_s = max(0.0, latency_ms / 1000.0)
         self.articles = articles
         self.per_list = per_list
+        self.page_kb = page_kb  # article size: 0 = 5-15 KB, else 0.5-1.5 x this
         self.servers: list[asyncio.Server] = []
         self.base_urls: list[str] = []
         # per host (its base URL): requests, arrival of the last one, smallest gap seen
@@ -196,7 +201,7 @@ class BenchSite:
         if path.startswith("/a/") and path.endswith(".html"):
             stem = path[3:-5]
             if stem.isdigit() and 1 <= int(stem) <= self.articles:
-                return 200, html, article_body(int(stem), self.per_list), "article"
+                return 200, html, article_body(int(stem), self.per_list, self.page_kb), "article"
         elif path.startswith("/list/"):
             stem = path[6:]
             pages = list_pages(self.articles, self.per_list)
@@ -346,8 +351,9 @@ def _content_length(head: bytes) -> int:
 
 
 async def _serve(host: str, port: int, latency_ms: float, articles: int,
-                 parent_watch: bool, hosts: int = 0, per_list: int = PER_LIST) -> None:
-    site = BenchSite(latency_ms, articles, per_list)
+                 parent_watch: bool, hosts: int = 0, per_list: int = PER_LIST,
+                 page_kb: int = 0) -> None:
+    site = BenchSite(latency_ms, articles, per_list, page_kb)
     base = " ".join(await site.start_hosts(hosts)) if hosts else await site.start(host, port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -382,42 +388,48 @@ def main(argv: list[str] | None = None) -> int:
                     help="articles linked from one listing page")
     ap.add_argument("--hosts", type=int, default=0,
                     help=f"listen on N addresses {HOSTS_NET}.x.y (port 0 each) instead of --host")
+    ap.add_argument("--page-kb", type=int, default=0,
+                    help="articles of 0.5-1.5 times this many KB (0: 5-15 KB)")
     ap.add_argument("--parent-watch", action="store_true",
                     help="exit when stdin reaches EOF (the parent died)")
     args = ap.parse_args(argv)
     if args.articles < 1 or args.latency_ms < 0 or args.per_list < 1:
         ap.error("--articles and --per-list must be >= 1 and --latency-ms >= 0")
+    if not 0 <= args.page_kb <= 4096:
+        ap.error("--page-kb must be within 0..4096")
     if not 0 <= args.hosts <= MAX_HOSTS:
         ap.error(f"--hosts must be within 0..{MAX_HOSTS}")
     asyncio.run(_serve(args.host, args.port, args.latency_ms, args.articles, args.parent_watch,
-                       args.hosts, args.per_list))
+                       args.hosts, args.per_list, args.page_kb))
     return 0
 
 
 def start_benchsite(latency_ms: float = 50.0, articles: int = 2000, *,
-                    timeout: float = 15.0, per_list: int = PER_LIST
+                    timeout: float = 15.0, per_list: int = PER_LIST, page_kb: int = 0
                     ) -> tuple[subprocess.Popen[bytes], str]:
     """Start the site in a child process; return ``(process, base_url)`` once it listens.
 
     The child exits when :func:`stop_benchsite` is called or when this process dies
     (it watches its stdin).  Raises RuntimeError if it does not become ready in time.
     """
-    proc, bases = start_site(latency_ms, articles, timeout=timeout, per_list=per_list)
+    proc, bases = start_site(latency_ms, articles, timeout=timeout, per_list=per_list,
+                             page_kb=page_kb)
     return proc, bases[0]
 
 
 def start_site(latency_ms: float = 50.0, articles: int = 2000, *, hosts: int = 0,
-               per_list: int = PER_LIST, timeout: float = 15.0
+               per_list: int = PER_LIST, timeout: float = 15.0, page_kb: int = 0
                ) -> tuple[subprocess.Popen[bytes], list[str]]:
     """:func:`start_benchsite` with every option: ``hosts`` > 0 listens on that many
-    loopback addresses; returns ``(process, base URLs)``."""
+    loopback addresses, ``page_kb`` > 0 sizes the articles; returns ``(process, base
+    URLs)``."""
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "zkcrawl.bench.site", "--port", "0", "--latency-ms",
          str(latency_ms), "--articles", str(articles), "--parent-watch",
-         "--hosts", str(hosts), "--per-list", str(per_list)],
+         "--hosts", str(hosts), "--per-list", str(per_list), "--page-kb", str(page_kb)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
     assert proc.stdout is not None
     deadline = time.monotonic() + timeout
