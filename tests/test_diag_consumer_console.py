@@ -114,7 +114,7 @@ def test_banner_width_calm_stats_and_idle_once(zk, zk_hosts, zk_root, tmp_path):
     # The banner: what it runs with, before anything else.
     banner = text[text.index("starting"):text.index("consumer.idle")]
     for label, value in [("ZooKeeper", zk_hosts), ("root", zk_root),
-                         ("threads", "2, backlog 32, at-least-once"),
+                         ("threads", "2, backlog 256, at-least-once"),
                          ("politeness", "--domain-delay 0.05s"),
                          ("robots.txt", "ignored (--no-robots)"),
                          ("addresses", "private addresses allowed"), ("out", str(out)),
