@@ -14,7 +14,9 @@ A task admitted to start (its host's slot taken at the gate) waits MARKING, off 
 thread, until its start mark is written (:meth:`consumer.owned_queue.OwnedQueue.mark`: a
 holder's death is charged only for the items it had started, and the mark must be durable
 before the request); :meth:`~Backlog.marked` brings it back READY at the very front, with
-``marked`` set: the next pool thread performs it without admitting it again.
+``marked`` set: the next pool thread performs it without admitting it again. A pool
+thread that finds nothing to take while tasks wait MARKING calls ``starved`` (the queue's
+``mark_soon``): the marks go now rather than at the end of the queue's coalescing window.
 
 Who calls what:
 
@@ -136,6 +138,11 @@ class Backlog:
         # gives back the admission of a gated task that leaves while waiting (the gate's
         # withdraw; called under this lock, takes only the politeness table's)
         self.withdraw: Callable[[str], None] | None = None
+        # a pool thread found nothing to take while tasks wait MARKING: their marks should
+        # be written now, not at the end of the queue's coalescing window (the queue's
+        # mark_soon; called under this lock, sets an event)
+        self.starved: Callable[[], None] | None = None
+        self._marking = 0  # tasks MARKING
 
     def __len__(self) -> int:
         """Tasks held (leases), in any state but GONE."""
@@ -202,6 +209,8 @@ class Backlog:
                 now = time.monotonic()
                 if deadline is None:
                     deadline = now + timeout
+                    if self._marking and self.starved is not None:
+                        self.starved()  # an idle thread: the marks it waits for go now
                 elif now >= deadline:
                     return None
                 self._work.wait(deadline - now)
@@ -233,6 +242,7 @@ class Backlog:
                     self.withdraw(task.host)
                 return False
             task.state = MARKING
+            self._marking += 1
             return True
 
     def resume(self, task: Task) -> bool:
@@ -243,6 +253,7 @@ class Backlog:
             if task.state is not MARKING:
                 return False
             task.state = RUNNING
+            self._marking -= 1
             return True
 
     # -- the queue's checkpoint thread ----------------------------------------------------
@@ -257,6 +268,7 @@ class Backlog:
                 if task is not None and task.claimed is c and task.state is MARKING:
                     task.marked = True
                     task.state = READY
+                    self._marking -= 1
                     self._priority.appendleft(task)
                     n += 1
             if n:
@@ -327,6 +339,8 @@ class Backlog:
         return dropped
 
     def _gone(self, task: Task) -> None:
+        if task.state is MARKING:
+            self._marking -= 1
         if task.state is not SETTLING and task.state is not GONE:
             self._unload(task)
         if task.gated and task.state in _UNSTARTED and self.withdraw is not None:

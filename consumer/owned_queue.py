@@ -39,13 +39,15 @@ consumer (``--politeness owner``). Guarantees:
 
 Status: the consumer's only queue (owners are the default and only politeness). Costs, in
 ZooKeeper writes: a checkpoint at most every ``MARK_S`` while items start (their marks, with
-the settles and host state waiting), at most every ``FLUSH_S`` otherwise (settles), none
+the settles and host state waiting; every ``MARK_MIN_S`` while a pool thread has nothing
+ready), at most every ``FLUSH_S`` otherwise (settles), none
 for a claim, and ownership in a few transactions however many partitions change hands
 (:meth:`~zkcrawl.queue.partition_queue.PartitionQueue.take_many`, ``release_many``).
 """
 
 from __future__ import annotations
 
+import heapq
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -83,7 +85,7 @@ CLAIM_BATCH = 100
 RELIST_S = 30.0  # a partition is listed again at least this often (its watch, sooner)
 RETAKE_S = 5.0  # a partition another session holds: asked again (its owner node's watch, sooner)
 INGRESS_MOVE = 2000  # ingress items one move takes (fewer when they exceed a transaction)
-PICK_PER_BATCH = 16  # a claim looks at the first so many queued items of each batch
+PICK_PER_BATCH = 16  # a claim reads past at most so many items of a batch it cannot take
 PER_ROUND = 8  # partitions listed per claim round at most (gaining 90 of them at once
 # stalled a consumer's claims for a second: measured by bench rebalance)
 TAKES_PER_ROUND = 64  # partitions taken per claim round, pipelined (PartitionQueue.take_many:
@@ -93,13 +95,13 @@ FLUSH_S = 0.2  # settles wait at most this long for their checkpoint (one write 
 # Marks wait at most this long for their checkpoint (an item starting waits for its mark).
 # bench hosts (500 hosts, 1 s gap, load ~5): 20 ms doubled the writes per page (owner_1
 # 0.111, owner_4 0.200 vs 0.059, 0.099 before, when a claim marked its items); 50 ms 0.085,
-# 0.139; 100 ms 0.052, 0.103. With MARK_BATCH (load ~1.5, A/B): owner_1 216 pages/s, 0.057
-# writes/page vs 219, 0.058 before; owner_4 320, 0.108 vs 336, 0.091.
+# 0.139; 100 ms 0.052, 0.103.
 MARK_S = 0.1
-# ... or until this many marks wait: at a high rate the marks go sooner (bench crawl, ~600
-# pages/s: 100 ms of marks waiting held 60 items of its 96 out of the pool, -5 %), still
-# at most one write per MARK_BATCH pages
-MARK_BATCH = 16
+# ... or sooner when a pool thread finds nothing to take while marks wait (mark_soon), but
+# at most one checkpoint per MARK_MIN_S. A count (16 marks: at once) wrote a checkpoint per
+# 16 pages at a high rate, each rewriting its whole batch node: the soak (one host, 1,400
+# pages/s) sent ZooKeeper 3.5 MB/s and ran its 256 MiB heap out.
+MARK_MIN_S = 0.02
 
 
 @dataclass(eq=False)  # identity: a key of per-batch groups
@@ -185,8 +187,7 @@ class OwnedQueue:
         self._flushing = threading.Lock()  # one checkpoint at a time
         self._want = threading.Event()  # settles or unmarks wait for a checkpoint
         self._mark_now = threading.Event()  # marks wait for one: within MARK_S
-        self._mark_full = threading.Event()  # ... or until MARK_BATCH of them wait
-        self._marks_waiting = 0  # marks asked for since the last checkpoint began
+        self._mark_soon = threading.Event()  # ... or sooner: a pool thread is idle
         self._stopping = threading.Event()
         ownership.figures = self.host_figures
         zk.add_listener(self._on_state)
@@ -397,7 +398,6 @@ class OwnedQueue:
         with self._lock:  # one hold: no checkpoint sees the picks among the marks
             out: list[Claimed] = []
             for b, chosen in self._pick(n):
-                b.want_start.difference_update(chosen)  # _pick's: not marked at the claim
                 out.extend(self._hand(b, chosen))
             return out
 
@@ -439,13 +439,15 @@ class OwnedQueue:
                 b.unstart.discard(i)
                 b.want_start.add(i)
             self._lost.extend(lost)
-            self._marks_waiting += 1
-            full = self._marks_waiting >= MARK_BATCH
         self._mark_now.set()
         self._want.set()
-        if full:
-            self._mark_full.set()
         return False
+
+    def mark_soon(self) -> None:
+        """A pool thread found nothing to take while marks wait (the backlog's
+        ``starved``): the next checkpoint goes now, at most MARK_MIN_S after the last."""
+        if self._mark_now.is_set():
+            self._mark_soon.set()
 
     def _hand_abandoned(self, n: int) -> list[Claimed]:
         """Up to ``n`` kept abandoned entries of batches still ours, each a claim that
@@ -467,36 +469,51 @@ class OwnedQueue:
     def _pick(self, n: int) -> list[tuple[_Batch, list[int]]]:
         """Up to ``n`` queued items, oldest offer first across every owned partition (so
         hosts advance evenly, as in the order they were offered), a host no more than it
-        has room for; moved to ``want_start``."""
+        has room for. Ties (a producer stamps a whole offer at once) go to the older batch,
+        and a batch yields as many as it has in turn: the items in flight stay in as few
+        batches as the order allows, and each checkpoint rewrites few batch nodes (16 per
+        batch and per claim spread one host's 272 in flight over 9 batches of 60 KB: half
+        a megabyte a checkpoint). A batch is read past at most PICK_PER_BATCH items its
+        hosts have no room for. At-most-once: the chosen go to ``want_done`` (deleted on
+        the take, SPEC §3)."""
         room = self._room()
         with self._lock:
-            cands: list[tuple[float, int, _Batch, int]] = []
+            # a k-way merge of the batches' queued items, by (offered, partition, batch)
+            heads: list[tuple[float, int, int, int, _Batch]] = []
             for part in self._parts.values():
                 if part.leaving:
                     continue
                 for b in part.batches.values():
-                    items = b.node.batch.items
-                    for i in b.queued[:PICK_PER_BATCH]:
-                        item = items[i]
-                        cands.append((item.enqueued_at or b.ctime if item else b.ctime,
-                                      i, b, i))
-            cands.sort(key=lambda c: (c[0], c[1]))
+                    if b.queued:
+                        heads.append((self._offered(b, b.queued[0]), b.p, b.seq, 0, b))
+            heapq.heapify(heads)
             chosen: dict[_Batch, list[int]] = {}
+            refused: dict[_Batch, int] = {}
             left = n
-            for _, _, b, i in cands:
-                if left <= 0:
-                    break
+            while heads and left > 0:
+                _, p, seq, pos, b = heads[0]
+                i = b.queued[pos]
                 if room(b.hosts[i]):
                     chosen.setdefault(b, []).append(i)
                     left -= 1
+                else:
+                    refused[b] = refused.get(b, 0) + 1
+                pos += 1
+                if pos < len(b.queued) and refused.get(b, 0) < PICK_PER_BATCH:
+                    heapq.heapreplace(heads, (self._offered(b, b.queued[pos]), p, seq, pos, b))
+                else:
+                    heapq.heappop(heads)
             for b, idx in chosen.items():
                 gone = set(idx)
                 b.queued = [i for i in b.queued if i not in gone]
                 if self._once:
-                    b.want_done |= gone  # at-most-once: deleted on the take (SPEC §3)
-                else:
-                    b.want_start |= gone
+                    b.want_done |= gone
             return list(chosen.items())
+
+    @staticmethod
+    def _offered(b: _Batch, i: int) -> float:
+        item = b.node.batch.items[i]
+        return (item.enqueued_at or b.ctime) if item is not None else b.ctime
 
     def _room(self) -> Callable[[str], bool]:
         """Does a host take one more item now? Counts the items picked in this claim."""
@@ -535,25 +552,25 @@ class OwnedQueue:
     # -- checkpoints -----------------------------------------------------------------------
     def _flush_loop(self) -> None:
         """One checkpoint at a time, carrying everything that waits: within MARK_S of a
-        mark (an item waits for it to start), or as soon as MARK_BATCH marks wait -- at
-        once when the previous checkpoint's answer came later than that -- else within
-        FLUSH_S of a settle or an unmark."""
+        mark (an item waits for it to start), sooner when a pool thread is idle (at most
+        one per MARK_MIN_S) -- at once when the previous checkpoint's answer came later
+        than that -- else within FLUSH_S of a settle or an unmark."""
         last = 0.0
         while not self._stopping.is_set():
             self._want.wait(1.0)
             if not self._want.is_set():
                 continue
             # settles alone wait for company; a mark cuts that short: at most one write
-            # per MARK_S, unless MARK_BATCH marks wait
-            if self._mark_now.wait(FLUSH_S) and (left := last + MARK_S - time.monotonic()) > 0:
-                self._mark_full.wait(left)
+            # per MARK_S, unless a pool thread is idle (then one per MARK_MIN_S)
+            if (self._mark_now.wait(FLUSH_S)
+                    and (left := last + MARK_S - time.monotonic()) > 0
+                    and self._mark_soon.wait(left)):
+                self._stopping.wait(last + MARK_MIN_S - time.monotonic())
             if self._stopping.is_set():
                 return
             self._want.clear()
             self._mark_now.clear()
-            with self._lock:
-                self._marks_waiting = 0
-                self._mark_full.clear()
+            self._mark_soon.clear()
             last = time.monotonic()
             try:
                 self._flush()
@@ -903,7 +920,7 @@ class OwnedQueue:
         self._stopping.set()
         self._ingress_event.set()
         self._mark_now.set()
-        self._mark_full.set()
+        self._mark_soon.set()
         away = not self._connected.is_set()
         self._flusher.join(0.1 if away else FLUSH_S + 5.0)  # a daemon: mid-call, left to end
         self._mover.join(0.1 if away else 5.0)

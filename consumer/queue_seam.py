@@ -54,6 +54,10 @@ class WorkerQueue(Protocol):
         """``claimed`` is admitted to start: True, start it now; False, not before
         ``on_marked`` has it."""
 
+    def mark_soon(self) -> None:
+        """A pool thread is idle while marks wait: write them without waiting for company
+        (still at most one checkpoint per ``MARK_MIN_S``)."""
+
     def claim(self, max_items: int = 1, timeout: float | None = None) -> list[Claimed]: ...
 
     def room_freed(self) -> None:

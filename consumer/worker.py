@@ -124,6 +124,7 @@ class Worker:
         self.backlog = Backlog(settings.capacity)
         self.backlog.withdraw = pipeline.gate.withdraw  # an admitted item that never started
         queue.on_marked = self.backlog.marked
+        self.backlog.starved = queue.mark_soon  # an idle pool thread: marks go now
         self.ownership = ownership  # --politeness owner: only the owner fetches a host
         self.redelivered = 0  # items claimed after a holder died (redeliveries, no fetch)
         self._owned_generation = -1

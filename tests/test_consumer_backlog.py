@@ -266,3 +266,24 @@ def test_an_admission_is_given_back_when_its_task_leaves_before_its_start():
     assert b.forget([marked, running]) == [marked, running]  # released
     assert withdrawn == ["a:1", "b:1"]  # the running one's fetch ends it at the gate itself
     assert not marking.gated and not marked.gated and running.gated
+
+
+def test_an_idle_pool_thread_asks_for_the_marks_it_waits_for_and_only_then():
+    """A pool thread that finds nothing to take while tasks wait MARKING calls ``starved``
+    (the queue writes the marks now instead of at the end of its coalescing window); with
+    nothing MARKING -- or once every mark is in -- an idle thread asks nothing."""
+    asked: list[int] = []
+    b = Backlog(4)
+    b.starved = lambda: asked.append(1)
+    one, two, three = task(1), task(2), task(3)
+    b.put([one, two, three])
+    assert b.take(0.01) is one and b.take(0.01) is two and b.take(0.01) is three
+    assert b.take(0.01) is None and asked == []  # idle, but no mark to wait for
+    assert b.await_mark(one) and b.await_mark(two) and b.await_mark(three)
+    assert b.take(0.01) is None and len(asked) == 1  # idle while marks wait: now, please
+    b.marked([one.claimed])
+    assert b.take(0.01) is one
+    assert b.resume(two)  # needed no write after all
+    b.drop_unstarted([three.claimed])  # its partition lost
+    asked.clear()
+    assert b.take(0.01) is None and asked == []  # every MARKING task left: no more asking

@@ -117,3 +117,30 @@ def test_a_partition_taken_over_is_fenced_and_a_clean_close_hands_over(
               if b_zk.exists(layout.partition_owner(int(p)))]
     assert owners == []  # a clean close deletes its owner nodes: handed over at once
     assert _batches(b_zk, zk_root) == []
+
+
+def test_a_claim_takes_the_oldest_batch_first_so_few_batches_are_in_flight(
+        zk_factory: Callable[..., ZkClient], zk_root: str) -> None:
+    """One host's items over several batch nodes, all stamped alike (one offer): a claim
+    takes them batch by batch, not a few of each -- every checkpoint rewrites the batch
+    nodes it touches whole, so items in flight spread over many batches cost ZooKeeper
+    many times the bytes (the soak: 9 batches of 60 KB per checkpoint)."""
+    zk = zk_factory()
+    pad = "x" * 3000
+    LeaseQueue(zk, zk_root, "p").offer_many(
+        [Item(url=f"http://one.test/{i}", meta={"pad": pad}) for i in range(60)])
+    q = OwnedQueue(zk, zk_root, "a", _member(zk, zk_root, "a"))
+    try:
+        first: list = []  # a claim takes the partitions; their owner moves the ingress
+        wait_for(lambda: first.extend(q.claim(15, timeout=0.5)) or first, 30, "a claim")
+        assert len(first) == 15
+        by_url = {b.items[i].url: k for k, b in enumerate(_batches(zk, zk_root))
+                  for i in range(len(b.items))}
+        assert len({by_url[c.url] for c in first}) == 1  # one batch, not a few of each
+        rest = _claim_all(q, 45)
+        order = [by_url[c.url] for c in first + rest]
+        assert order == sorted(order, key=order.index)  # batch after batch, none revisited
+        assert len(set(order)) >= 3
+        q.complete(first + rest)
+    finally:
+        q.close()

@@ -689,6 +689,9 @@ class LeaseQueue:
         """An item admitted to start: its lease, taken at the claim, is its mark (True)."""
         return True
 
+    def mark_soon(self) -> None:
+        """No mark ever waits here (see :meth:`mark`)."""
+
     def release(self, claimed: Sequence[Claimed]) -> None:
         """Give items back: claimable by anyone at once (at-most-once: re-offered).
 
