@@ -593,14 +593,18 @@ class OwnedQueue:
     def _flush(self) -> None:
         """Write every batch's wants in one checkpoint (as few transactions as fit);
         QueueSuspended when the answer was lost (the wants stay, the batches are read again
-        before the next one). The items whose marks it wrote (or found written) go to
+        before the next one), also when such a batch could not be read now (the rest is
+        written; that batch waits for the next checkpoint, which must come even if nothing
+        else asks for one). The items whose marks it wrote (or found written) go to
         :attr:`on_marked`."""
         marked: list[Claimed] = []
         try:
             with self._flushing:
-                changes, batches = self._changes(marked)
+                changes, batches, unread = self._changes(marked)
                 states = self._states()
                 if not changes and not states:
+                    if unread:
+                        raise QueueSuspended(f"{unread} batches not read again: held")
                     return
                 try:
                     res = self.pq.checkpoint(changes,
@@ -612,6 +616,8 @@ class OwnedQueue:
                     raise QueueSuspended("checkpoint answer lost: held") from None
                 marked += self._apply(changes, batches, res)
                 self._states_applied(states, res)
+                if unread:
+                    raise QueueSuspended(f"{unread} batches not read again: held")
         finally:
             if marked and self.on_marked is not None:
                 self.on_marked(marked)
@@ -683,7 +689,10 @@ class OwnedQueue:
                 out[p] = (len(active), backed)
         return out
 
-    def _changes(self, marked: list[Claimed]) -> tuple[list[Change], list[_Batch]]:
+    def _changes(self, marked: list[Claimed]) -> tuple[list[Change], list[_Batch], int]:
+        """What the next checkpoint writes, batch by batch, and how many batches whose last
+        answer was lost could not be read again now (left out: tried at the next)."""
+        unread = 0
         with self._lock:
             todo = [(part, b) for part in self._parts.values() for b in part.batches.values()
                     if b.wants() or b.unsure]
@@ -691,6 +700,7 @@ class OwnedQueue:
         batches: list[_Batch] = []
         for part, b in todo:
             if b.unsure and not self._reconcile(part, b, marked):
+                unread += 1
                 continue
             with self._lock:
                 if not b.wants():
@@ -700,7 +710,7 @@ class OwnedQueue:
                                       [b.want_retry[i] for i in sorted(b.want_retry)],
                                       [b.want_dead[i] for i in sorted(b.want_dead)]))
                 batches.append(b)
-        return changes, batches
+        return changes, batches, unread
 
     def _apply(self, changes: list[Change], batches: list[_Batch], res: Checkpointed
                ) -> list[Claimed]:

@@ -16,6 +16,7 @@ from zkcrawl.queue import partition_batch as pb
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.layout import Layout
 from zkcrawl.queue.leases import LeaseQueue
+from zkcrawl.zk import ConnectionLoss
 from zkcrawl.zk.client import ZkClient
 
 P = 4
@@ -142,5 +143,37 @@ def test_a_claim_takes_the_oldest_batch_first_so_few_batches_are_in_flight(
         assert order == sorted(order, key=order.index)  # batch after batch, none revisited
         assert len(set(order)) >= 3
         q.complete(first + rest)
+    finally:
+        q.close()
+
+
+def test_marks_of_a_batch_that_could_not_be_read_again_are_written_at_a_later_checkpoint(
+        zk_factory: Callable[..., ZkClient], zk_root: str) -> None:
+    """A batch whose last checkpoint answer was lost is read before its next write; when
+    that read fails too (the ensemble electing a leader), the marks waiting in it go with
+    a later checkpoint, with nothing else asking for one -- they once waited for ever, and
+    their consumer with them (--exit-when-idle never came)."""
+    zk = zk_factory()
+    LeaseQueue(zk, zk_root, "p").offer_many([Item(url=f"http://h.test/{i}") for i in range(5)])
+    q = OwnedQueue(zk, zk_root, "a", _member(zk, zk_root, "a"))
+    try:
+        got = _claim_all(q, 5)
+        reread, failures = q.pq.reread, []
+
+        def flaky(owned, name):  # the read after a lost answer: lost too, the first time
+            if not failures:
+                failures.append(name)
+                raise ConnectionLoss("injected: no answer")
+            return reread(owned, name)
+
+        q.pq.reread = flaky  # type: ignore[method-assign]
+        with q._lock:  # as a checkpoint whose answer was lost leaves them
+            for part in q._parts.values():
+                for b in part.batches.values():
+                    b.unsure = True
+        _mark_all(q, got)  # written all the same, without another settle or mark
+        assert failures
+        assert sum(len(b.started) for b in _batches(zk, zk_root)) == 5
+        q.complete(got)
     finally:
         q.close()
