@@ -66,7 +66,7 @@ import itertools
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -176,6 +176,12 @@ class Backlog:
                 t.load_key = t.host
                 self._per_host[t.host] = self._per_host.get(t.host, 0) + 1
             self._work.notify(len(tasks))
+
+    @property
+    def per_host(self) -> Mapping[str, int]:
+        """Per host, :meth:`host_load`: the live table itself, for a reader that asks of
+        many hosts at once (the claim loop's pick); read it, never write it."""
+        return self._per_host
 
     def host_load(self, host: str) -> int:
         """Tasks of ``host`` that still need it: READY, COOLING, MARKING or RUNNING (a

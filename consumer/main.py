@@ -146,8 +146,7 @@ def _cap_hosts(queue: object, worker: Worker) -> None:
     gap = worker.s.domain_delay
     if isinstance(queue, OwnedQueue) and gap > 0:
         cap = max(1, min(math.ceil(OWNER_HORIZON_S / gap), worker.s.capacity // 4))
-        load = worker.backlog.host_load
-        queue.host_room = lambda host: cap - load(host)
+        queue.host_cap = (cap, worker.backlog.per_host)
 
 
 def _politeness(settings: ConsumerSettings) -> LocalPoliteness:
