@@ -143,6 +143,7 @@ class Backlog:
         # mark_soon; called under this lock, sets an event)
         self.starved: Callable[[], None] | None = None
         self._marking = 0  # tasks MARKING
+        self._unstarted = 0  # tasks READY, COOLING or MARKING (stats: no walk of the table)
 
     def __len__(self) -> int:
         """Tasks held (leases), in any state but GONE."""
@@ -173,6 +174,7 @@ class Backlog:
             for t in tasks:
                 self._tasks[t.name] = t
                 self._ready.append(t)
+                self._unstarted += 1
                 t.load_key = t.host
                 self._per_host[t.host] = self._per_host.get(t.host, 0) + 1
             self._work.notify(len(tasks))
@@ -209,6 +211,7 @@ class Backlog:
                     if task.state is READY:  # else released or lost while it waited
                         task.state = RUNNING
                         self._running += 1
+                        self._unstarted -= 1
                         return task
                 if self._closed:
                     return None
@@ -232,6 +235,7 @@ class Backlog:
         with self._lock:
             if task.state is RUNNING:
                 task.state = COOLING
+                self._unstarted += 1
                 task.cooled_at = time.monotonic()
                 heapq.heappush(self._heap, (due, next(self._seq), task))
                 self._cooled.notify()
@@ -249,6 +253,7 @@ class Backlog:
                 return False
             task.state = MARKING
             self._marking += 1
+            self._unstarted += 1
             return True
 
     def resume(self, task: Task) -> bool:
@@ -260,6 +265,7 @@ class Backlog:
                 return False
             task.state = RUNNING
             self._marking -= 1
+            self._unstarted -= 1
             return True
 
     # -- the queue's checkpoint thread ----------------------------------------------------
@@ -287,6 +293,8 @@ class Backlog:
                 return False
             if task.state is not SETTLING:
                 self._unload(task)
+            if task.state in _UNSTARTED:
+                self._unstarted -= 1
             task.state = SETTLING
             return True
 
@@ -347,6 +355,8 @@ class Backlog:
     def _gone(self, task: Task) -> None:
         if task.state is MARKING:
             self._marking -= 1
+        if task.state in _UNSTARTED:
+            self._unstarted -= 1
         if task.state is not SETTLING and task.state is not GONE:
             self._unload(task)
         if task.gated and task.state in _UNSTARTED and self.withdraw is not None:
@@ -366,8 +376,7 @@ class Backlog:
         """``(running, backlog, held)``: tasks on a pool thread, tasks waiting (READY,
         COOLING or MARKING), all tasks held."""
         with self._lock:
-            backlog = sum(1 for t in self._tasks.values() if t.state in _UNSTARTED)
-            return self._running, backlog, len(self._tasks)
+            return self._running, self._unstarted, len(self._tasks)
 
     def wait_empty(self, deadline: float, stop: Callable[[], bool], tick: float,
                    settling_left: Callable[[], bool] = lambda: False) -> None:

@@ -287,3 +287,40 @@ def test_an_idle_pool_thread_asks_for_the_marks_it_waits_for_and_only_then():
     b.drop_unstarted([three.claimed])  # its partition lost
     asked.clear()
     assert b.take(0.01) is None and asked == []  # every MARKING task left: no more asking
+
+
+def test_the_backlog_count_follows_every_state_change():
+    """stats() keeps the count of unstarted tasks (READY, COOLING, MARKING) as the states
+    change instead of walking the table: the same figure as the walk, step by step."""
+    b = Backlog(16)
+
+    def check() -> None:
+        walk = sum(1 for t in b.held(READY, COOLING, MARKING))
+        assert b.stats()[1] == walk and b.stats()[2] == len(b)
+
+    ts = [task(i, host=f"h{i % 3}:1") for i in range(8)]
+    b.put(ts)
+    check()
+    a, c, d, e, f = (b.take(0.1) for _ in range(5))
+    assert a and c and d and e and f
+    check()
+    b.cool(a, time.monotonic())  # RUNNING -> COOLING
+    check()
+    b.release_due(never, 0.01)  # COOLING -> READY (priority)
+    check()
+    assert b.await_mark(c)  # RUNNING -> MARKING
+    check()
+    b.marked([c.claimed])  # MARKING -> READY
+    check()
+    assert b.await_mark(d) and b.resume(d)  # MARKING -> RUNNING
+    check()
+    assert b.settle(d)  # RUNNING -> SETTLING
+    check()
+    b.forget([d, ts[7]])  # SETTLING and READY -> GONE
+    check()
+    assert b.await_mark(e)
+    b.drop_unstarted([e.claimed, f.claimed, ts[6].claimed])  # MARKING, RUNNING, READY
+    check()
+    b.forget(list(ts))
+    check()
+    assert b.stats() == (b.stats()[0], 0, 0)
