@@ -135,6 +135,7 @@ class Backlog:
         self._running = 0
         self._closed = False
         self._per_host: dict[str, int] = {}  # tasks READY, COOLING, MARKING or RUNNING
+        self._freed: set[str] | None = None  # hosts unloaded since take_freed (once asked)
         # gives back the admission of a gated task that leaves while waiting (the gate's
         # withdraw; called under this lock, takes only the politeness table's)
         self.withdraw: Callable[[str], None] | None = None
@@ -191,8 +192,17 @@ class Backlog:
         lock)."""
         return self._per_host.get(host, 0)
 
+    def take_freed(self) -> set[str]:
+        """The hosts whose load went down since the last call (the first call starts the
+        count): the claim loop asks again only those whose room it found none of."""
+        with self._lock:
+            freed, self._freed = self._freed, set()
+        return freed if freed is not None else set()
+
     def _unload(self, task: Task) -> None:
         """``task`` stops needing its host (settling, or gone before it settled)."""
+        if self._freed is not None:
+            self._freed.add(task.load_key)
         n = self._per_host.get(task.load_key, 0) - 1
         if n > 0:
             self._per_host[task.load_key] = n

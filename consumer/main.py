@@ -146,7 +146,7 @@ def _cap_hosts(queue: object, worker: Worker) -> None:
     gap = worker.s.domain_delay
     if isinstance(queue, OwnedQueue) and gap > 0:
         cap = max(1, min(math.ceil(OWNER_HORIZON_S / gap), worker.s.capacity // 4))
-        queue.host_cap = (cap, worker.backlog.per_host)
+        queue.host_cap = (cap, worker.backlog.per_host, worker.backlog.take_freed)
 
 
 def _politeness(settings: ConsumerSettings) -> LocalPoliteness:

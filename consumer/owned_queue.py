@@ -125,6 +125,9 @@ class _Batch:
     # per item, when it was offered (OwnedQueue._offered_of), and the items it was made of
     offered: list[float] = field(default_factory=list)
     offered_items: tuple[Item | None, ...] | None = None
+    # OwnedQueue._pick found no room for the hosts of its first items: (its queue then,
+    # that queue's length, those hosts); None when it may yield
+    stall: tuple[list[int], int, set[str]] | None = None
 
     def wants(self) -> bool:
         return bool(self.want_start or self.want_done or self.unstart)
@@ -169,7 +172,12 @@ class OwnedQueue:
         # Items a host may take in the worker: (its per-host cap, the worker's live count of
         # each host's items -- Backlog.per_host, read without its lock, an estimate); set by
         # the consumer's wiring; items beyond it stay here, unmarked (no churn of marks).
-        self.host_cap: tuple[int, Mapping[str, int]] | None = None
+        # The third: the hosts whose load went down since it was last called
+        # (Backlog.take_freed): the pick looks again only at stalled batches of theirs.
+        self.host_cap: tuple[int, Mapping[str, int], Callable[[], set[str]]] | None = None
+        self._stalled: dict[str, set[_Batch]] = {}  # host -> batches stalled on it (_pick)
+        self._picked_last: list[str] = []  # hosts the last pick took items of
+        self._stalled_at = 0.0  # when _restall last ran
         # Told, from the checkpoint thread, of items whose start marks are written (the
         # worker's Backlog.marked): set by the worker.
         self.on_marked: Callable[[Sequence[Claimed]], None] | None = None
@@ -479,22 +487,40 @@ class OwnedQueue:
         batch and per claim spread one host's 272 in flight over 9 batches of 60 KB: half
         a megabyte a checkpoint). A batch is read past at most PICK_PER_BATCH items its
         hosts have no room for. At-most-once: the chosen go to ``want_done`` (deleted on
-        the take, SPEC §3)."""
+        the take, SPEC §3).
+
+        A batch whose first items (up to PICK_PER_BATCH) all had hosts without room is
+        *stalled*: it would yield nothing again, and is not read, until one of those hosts
+        may have room -- its load went down (the backlog's ``take_freed``), or a claim
+        picked from it (its pick may have been given back) -- or its queue changed."""
+        freed: set[str] = set()
         if self.host_cap is None:
             cap, load = 0, None  # no cap: every host has room
         else:
-            cap, load = self.host_cap
+            cap, load, take_freed = self.host_cap
+            freed = take_freed()
         picked: dict[str, int] = {}  # items picked in this claim, per host
         # hosts found full: they stay full for the rest of the claim (a pick only takes room)
         full: set[str] = set()
         with self._lock:
+            stalled = self._stalled
+            if stalled:
+                freed.update(self._picked_last)
+                for host in freed:
+                    for b in stalled.pop(host, ()):
+                        b.stall = None
+                if (now := time.monotonic()) - self._stalled_at >= RELIST_S:
+                    self._stalled_at = now
+                    self._restall()  # forget the batches that are not ours any more
+                    stalled = self._stalled
             # a k-way merge of the batches' queued items, by (offered, partition, batch)
             heads: list[tuple[float, int, int, int, _Batch]] = []
             for part in self._parts.values():
                 if part.leaving:
                     continue
                 for b in part.batches.values():
-                    if b.queued:
+                    if b.queued and (b.stall is None or b.stall[0] is not b.queued
+                                     or b.stall[1] != len(b.queued)):
                         heads.append((self._offered_of(b)[b.queued[0]], b.p, b.seq, 0, b))
             heapq.heapify(heads)
             chosen: dict[_Batch, list[int]] = {}
@@ -516,11 +542,22 @@ class OwnedQueue:
                     full.add(host)
                     # The batch's next items whose hosts are full now would be refused at
                     # their turn too: read past them here, without a trip through the heap
-                    # each (at 2,500 hosts, every host at its cap, a claim refused ~2,000).
+                    # each (at 2,500 hosts, every host at its cap, a claim refused ~2,000)
+                    # -- as long as the merge would take them next anyway (the key of the
+                    # other batches' first in line is not smaller: a batch's offer times
+                    # need not grow with its index).
+                    limit = None
+                    if len(heads) > 1:
+                        nxt = heads[1] if len(heads) == 2 or heads[1] < heads[2] else heads[2]
+                        limit = (nxt[0], nxt[1], nxt[2])
+                    offered = b.offered
                     r = refused.get(b, 0) + 1
                     pos += 1
                     while pos < len(queued) and r < PICK_PER_BATCH:
-                        host = hosts[queued[pos]]
+                        i = queued[pos]
+                        if limit is not None and (offered[i], p, seq) > limit:
+                            break
+                        host = hosts[i]
                         if host not in full:
                             if not host or cap - load.get(host, 0) - picked.get(host, 0) > 0:
                                 break
@@ -532,12 +569,27 @@ class OwnedQueue:
                     heapq.heapreplace(heads, (b.offered[queued[pos]], p, seq, pos, b))
                 else:
                     heapq.heappop(heads)
+                    if load is not None and b not in chosen:  # all it was read for refused
+                        b.stall = (queued, len(queued), {hosts[i] for i in queued[:pos]})
+                        for host in b.stall[2]:
+                            stalled.setdefault(host, set()).add(b)
+            self._picked_last = list(picked)
             for b, idx in chosen.items():
                 gone = set(idx)
                 b.queued = [i for i in b.queued if i not in gone]
                 if self._once:
                     b.want_done |= gone
             return list(chosen.items())
+
+    def _restall(self) -> None:
+        """The stalled batches' index again from the batches held (a lost partition's
+        batches leave it here)."""
+        self._stalled = {}
+        for part in self._parts.values():
+            for b in part.batches.values():
+                if b.stall is not None:
+                    for host in b.stall[2]:
+                        self._stalled.setdefault(host, set()).add(b)
 
     @staticmethod
     def _offered_of(b: _Batch) -> list[float]:

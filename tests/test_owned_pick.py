@@ -1,0 +1,87 @@
+"""The owned queue's pick (consumer.owned_queue.OwnedQueue._pick) against the plain k-way
+merge it replaces: the same items, claim after claim, while hosts fill and free up."""
+
+from __future__ import annotations
+
+import heapq
+import random
+import threading
+import time
+
+import pytest
+
+from consumer.owned_queue import PICK_PER_BATCH, OwnedQueue, _Batch, _Part
+from zkcrawl.queue.items import Item
+from zkcrawl.queue.partition_batch import Batch
+from zkcrawl.queue.partition_queue import BatchNode, Owned
+
+
+def reference(batches: list[_Batch], n: int, room_of: dict[str, int]) -> list[tuple[int, int]]:
+    """The merge item by item: every refused item a trip through the heap."""
+    picked: dict[str, int] = {}
+    heads = [(b.offered[b.queued[0]], b.p, b.seq, 0, b) for b in batches if b.queued]
+    heapq.heapify(heads)
+    out, refused, left = [], {}, n
+    while heads and left > 0:
+        _, p, seq, pos, b = heads[0]
+        i = b.queued[pos]
+        host = b.hosts[i]
+        if not host or room_of.get(host, 0) - picked.get(host, 0) > 0:
+            picked[host] = picked.get(host, 0) + 1
+            out.append((b.p, i))
+            left -= 1
+        else:
+            refused[b] = refused.get(b, 0) + 1
+        pos += 1
+        if pos < len(b.queued) and refused.get(b, 0) < PICK_PER_BATCH:
+            heapq.heapreplace(heads, (b.offered[b.queued[pos]], p, seq, pos, b))
+        else:
+            heapq.heappop(heads)
+    return sorted(out)
+
+
+@pytest.mark.parametrize(("seed", "spread"), [(7, 3), (8, 3), (9, 1), (10, 1), (11, 20)])
+def test_the_pick_takes_what_the_plain_merge_takes_claim_after_claim(seed: int, spread: int):
+    """``spread``: distinct offer times in a batch (1: one offer's stamp for all, as the
+    producer's; more: retries and moved items, whose times need not grow with the index)."""
+    rnd = random.Random(seed)
+    q = OwnedQueue.__new__(OwnedQueue)
+    q._lock, q._once, q._parts = threading.RLock(), False, {}
+    q._stalled, q._picked_last, q._stalled_at = {}, [], 0.0
+    now, load, cap = time.time(), {}, 2
+    for p in range(12):
+        hosts = [f"h{p}-{k}" for k in range(4)] + [""]  # "": an item that needs no host
+        items = tuple(Item(url=f"http://x/{p}/{i}", enqueued_at=now + rnd.randrange(spread))
+                      for i in range(60))
+        b = _Batch(p, BatchNode("qn-0000000001", 0, Batch(items)), p % 3, now)
+        b.queued = list(range(60))
+        b.hosts = [rnd.choice(hosts) for _ in range(60)]
+        q._parts[p] = _Part(Owned(p, 1, now), batches={"qn-0000000001": b})
+    freed: set[str] = set()
+
+    def take_freed() -> set[str]:
+        out = set(freed)
+        freed.clear()
+        return out
+
+    q.host_cap = (cap, load, take_freed)
+    every = [b for part in q._parts.values() for b in part.batches.values()]
+    held: list[str] = []
+    for claim in range(150):
+        for host in rnd.sample(held, min(len(held), rnd.randint(0, 6))):  # tasks ended
+            held.remove(host)
+            load[host] -= 1
+            freed.add(host)
+        for b in every:
+            q._offered_of(b)
+        want = reference(every, 10, {h: cap - load.get(h, 0) for b in every for h in b.hosts})
+        got = q._pick(10)
+        assert sorted((b.p, i) for b, idx in got for i in idx) == want, claim
+        for b, idx in got:
+            for i in idx:
+                if b.hosts[i] and rnd.random() < 0.9:  # some are given back (parked)
+                    load[b.hosts[i]] = load.get(b.hosts[i], 0) + 1
+                    held.append(b.hosts[i])
+        if claim % 40 == 39:
+            for b in every:  # released items come back to their batches
+                b.queued = sorted({*b.queued, *rnd.sample(range(60), 5)})
