@@ -197,3 +197,40 @@ def test_items_too_large_are_refused_by_offers_not_sent(zk, zk_root):
         assert "larger than" in str(exc)
     else:
         raise AssertionError("a 70 KB item was offered")
+
+
+def _too_deep_by_tokens(text: str, limit: int = untrusted.MAX_DEPTH) -> bool:
+    """The nesting scan token by token (the reference :func:`untrusted.too_deep` matches)."""
+    import re
+
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    depth = 0
+    for match in re.finditer(r'"(?:[^"\\]++|\\.)*+"|[\[\]{}]|"', text, re.DOTALL):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif token in "]}":
+            depth -= 1
+        elif token == '"':
+            return True
+    return False
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.text(alphabet='[]{}"\\ab:,\n', max_size=120), st.integers(0, 6))
+def test_the_nesting_scan_agrees_with_the_token_scan(text, limit):
+    assert untrusted.too_deep(text, limit) == _too_deep_by_tokens(text, limit)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.recursive(st.none() | st.text(alphabet='[]{}"\\x', max_size=6),
+                    lambda kids: st.lists(kids, max_size=3)
+                    | st.dictionaries(st.text(alphabet='{"\\]', max_size=3), kids, max_size=3),
+                    max_leaves=40), st.integers(0, 8))
+def test_the_nesting_scan_agrees_on_json_with_brackets_in_strings(value, limit):
+    text = json.dumps(value)
+    for cut in (text, text[:-1], text[: len(text) // 2]):
+        assert untrusted.too_deep(cut, limit) == _too_deep_by_tokens(cut, limit)

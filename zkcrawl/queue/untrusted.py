@@ -38,10 +38,12 @@ NODE_LIMIT = 64 * 1024  # any other znode zkcrawl reads (status, lease, control,
 
 log = get_logger(__name__)
 
-# The nesting scan's tokens: a whole JSON string (brackets inside it do not count; the
-# possessive quantifiers never backtrack, so the scan is linear), a bracket, or a quote
-# that opens a string never closed (the data is not JSON then).
-_TOKEN = re.compile(r'"(?:[^"\\]++|\\.)*+"|[\[\]{}]|"', re.DOTALL)
+# The nesting scan: a whole JSON string (brackets inside it do not count; the possessive
+# quantifiers never backtrack, so the scan is linear) is cut out, in C; what is left are
+# the brackets outside strings and any quote that opens a string never closed.
+_STRING = re.compile(r'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
+_BRACKET = re.compile(r"[\[\]{}]")
+_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 
 def _no_constant(name: str) -> Any:
@@ -63,17 +65,14 @@ def too_deep(text: str, limit: int = MAX_DEPTH) -> bool:
     that is never closed (linear time)."""
     if text.count("[") + text.count("{") <= limit:
         return False
+    rest = _STRING.sub("", text)
+    if '"' in rest:
+        return True  # unterminated string: invalid anyway, and not worth parsing
     depth = 0
-    for match in _TOKEN.finditer(text):
-        token = match.group()
-        if token in "[{":
-            depth += 1
-            if depth > limit:
-                return True
-        elif token in "]}":
-            depth -= 1
-        elif token == '"':
-            return True  # unterminated string: invalid anyway, and not worth parsing
+    for step in map(_STEP.__getitem__, _BRACKET.findall(rest)):
+        depth += step
+        if depth > limit:
+            return True
     return False
 
 
