@@ -291,8 +291,12 @@ class OwnedQueue:
     def room_freed(self) -> None:
         """A task left the pool, so its host has room for another item: a claim waiting
         for one looks again within ROOM_S (it waited for its next tick: up to 0.5 s, which
-        at a 1 s gap left a host idle half the time -- bench hosts, 2,500 hosts)."""
-        self._wake.set()
+        at a 1 s gap left a host idle half the time -- bench hosts, 2,500 hosts). Set only
+        when clear: every task's end asked for the event's lock, among the pool's threads,
+        for a flag the claim loop had not cleared yet (it clears it before it looks, so a
+        room freed before the clear is seen by that look)."""
+        if not self._wake.is_set():
+            self._wake.set()
 
     def _sync(self) -> None:
         """Sessions, ownership (take what is ours, let go of what is not), listings, the
@@ -481,7 +485,7 @@ class OwnedQueue:
     def mark_soon(self) -> None:
         """A pool thread found nothing to take while marks wait (the backlog's
         ``starved``): the next checkpoint goes now, at most MARK_MIN_S after the last."""
-        if self._mark_now.is_set():
+        if self._mark_now.is_set() and not self._mark_soon.is_set():
             self._mark_soon.set()
 
     def _hand_abandoned(self, n: int) -> list[Claimed]:
