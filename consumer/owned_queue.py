@@ -478,8 +478,12 @@ class OwnedQueue:
                 b.unstart.discard(i)
                 b.want_start.add(i)
             self._lost.extend(lost)
-        self._mark_now.set()
-        self._want.set()
+        # set only when clear (an item each: Event.set takes the event's lock among the
+        # pool threads); the checkpoint thread clears both before it reads the wants
+        if not self._mark_now.is_set():
+            self._mark_now.set()
+        if not self._want.is_set():
+            self._want.set()
         return False
 
     def mark_soon(self) -> None:
@@ -888,7 +892,8 @@ class OwnedQueue:
                     b.want_done.add(i)
                     part.touched.add(b.hosts[i])
                 done.extend(cs)
-        self._want.set()
+        if not self._want.is_set():  # cleared by the checkpoint thread before it reads
+            self._want.set()
         return CompleteResult(done, lost)
 
     def retry(self, c: Claimed, error: str) -> CompleteResult:
