@@ -72,7 +72,7 @@ from enum import StrEnum
 
 from consumer.pipeline import Outcome
 from consumer.timing import ItemTiming
-from zkcrawl.queue.leases import Claimed
+from zkcrawl.queue.claims import Claimed
 
 __all__ = ["COOLING", "GONE", "MARKING", "READY", "RUNNING", "SETTLING", "Backlog", "Task",
            "TaskState"]

@@ -27,7 +27,7 @@ round, waits :data:`COMMIT_WINDOW` for a group to gather, then
    and error it is settled with: the consumer logs ``item.done``/``item.failed`` there, so a
    done line always has its record stored);
 4. only then settles the group in ZooKeeper: completions in batched transactions
-   (:meth:`~zkcrawl.queue.leases.LeaseQueue.complete`), then each retry, dead letter or
+   (:meth:`~consumer.queue_seam.WorkerQueue.complete`), then each retry, dead letter or
    release.
 
 Between two groups -- never inside one -- it calls
@@ -58,8 +58,8 @@ from consumer.queue_seam import WorkerQueue
 from consumer.results import ResultChain
 from consumer.sink import Entry, Record, ResultSink
 from zkcrawl.errors import SinkError
+from zkcrawl.queue.claims import Claimed, QueueSuspended
 from zkcrawl.queue.discovered import LinksRefused
-from zkcrawl.queue.leases import Claimed, QueueSuspended
 
 __all__ = ["COMMIT_WINDOW", "GroupCommit", "Settle"]
 

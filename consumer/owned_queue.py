@@ -1,7 +1,7 @@
 """The queue of a consumer whose hosts have owners: the partitions it owns, batch by batch.
 
 :class:`OwnedQueue` offers the worker and the committer the surface of
-:class:`~zkcrawl.queue.leases.LeaseQueue` (claim, release, complete, retry, dead_letter,
+:class:`~consumer.queue_seam.WorkerQueue` (claim, release, complete, retry, dead_letter,
 drain_lost, depth, wait_connected, skip) over :class:`~zkcrawl.queue.partition_queue.
 PartitionQueue`, for the partitions :class:`~consumer.ownership.Ownership` gives this
 consumer (``--politeness owner``). Guarantees:
@@ -21,7 +21,7 @@ consumer (``--politeness owner``). Guarantees:
   unmarked with its batch's next write; one given back before needs nothing;
 * settles are one write per batch touched (:meth:`complete` of a committed group); a retry
   or a dead letter is one write with its settle. A write whose answer was lost raises
-  :class:`~zkcrawl.queue.offers.QueueSuspended` (the committer holds the group); the batch
+  :class:`~zkcrawl.queue.claims.QueueSuspended` (the committer holds the group); the batch
   is read again before its next write, and what that write would do again is not done
   twice;
 * a partition lost (another consumer's now, or this session ended) gives its items up: not
@@ -62,12 +62,12 @@ from zkcrawl.queue.claims import (
     AT_MOST_ONCE,
     Claimed,
     CompleteResult,
+    QueueSuspended,
     dead_letter_body,
     retry_item,
     too_large_to_retry,
 )
 from zkcrawl.queue.items import Item
-from zkcrawl.queue.offers import QueueSuspended
 from zkcrawl.queue.partition_queue import (
     BatchNode,
     Change,

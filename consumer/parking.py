@@ -13,8 +13,8 @@ so that at least four hosts share the table whatever its size.
 
 A freshly claimed item whose host is at its cap -- or, with ``--politeness owner``, whose host
 another consumer owns (:mod:`consumer.ownership`) -- is *parked*: its lease is given back at once
-and its name is remembered with its host, so the claim loop skips it
-(:attr:`zkcrawl.queue.leases.LeaseQueue.skip`) while that host is still at its cap.
+and its name is remembered with its host, so the claim loop skips it (the queue's ``skip``,
+:class:`consumer.queue_seam.WorkerQueue`) while that host is still at its cap.
 
 Guarantees:
 

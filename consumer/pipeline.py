@@ -61,10 +61,9 @@ from consumer.timing import ItemTiming
 from zkcrawl.backoff import HOST_RETRY
 from zkcrawl.page import Page
 from zkcrawl.politeness.gate import HostGate
-from zkcrawl.queue.claims import ABANDONED, DEATHS_META
+from zkcrawl.queue.claims import ABANDONED, DEATHS_META, Claimed
 from zkcrawl.queue.discovered import LinkBounds
 from zkcrawl.queue.fetched import Fetched
-from zkcrawl.queue.leases import Claimed
 from zkcrawl.textsafe import redact_userinfo
 from zkcrawl.web.addresses import BLOCKED_ADDRESS
 from zkcrawl.web.fetch import Fetcher, FetchResult
@@ -376,7 +375,7 @@ class Pipeline:
 
 def _carry_deaths(c: Claimed) -> None:
     """Before a retry: the holder deaths so far into the item's meta, which the re-offered
-    item keeps (:meth:`zkcrawl.queue.leases.LeaseQueue.retry` copies ``meta``)."""
+    item keeps (:func:`zkcrawl.queue.claims.retry_item` copies ``meta``)."""
     if c.item is None:
         return
     deaths = holder_deaths(c)

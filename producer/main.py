@@ -51,8 +51,8 @@ from zkcrawl.errors import ExitStatus, UsageError, ZkCrawlError, ZkUnavailable
 from zkcrawl.politeness.local import LocalPoliteness
 from zkcrawl.queue.discovered import DiscoveredReader
 from zkcrawl.queue.fetched import FetchedReader
+from zkcrawl.queue.ingress import IngressQueue
 from zkcrawl.queue.layout import Layout
-from zkcrawl.queue.leases import LeaseQueue
 from zkcrawl.queue.partition_offers import PartitionOffers, recorded_partitions
 from zkcrawl.queue.registry import Registration, default_id
 from zkcrawl.seen import SeenSet
@@ -421,7 +421,7 @@ class _Run:
 
     def start(self) -> None:
         s, plan = self.settings, self.plan
-        q = LeaseQueue(self.zk, s.root, plan.producer_id, offer_batch=s.batch)
+        q = IngressQueue(self.zk, s.root, batch=s.batch)
         common: dict[str, Any] = dict(producer_id=plan.producer_id, batch=s.batch,
                                       max_depth=s.max_depth, stop=self.stop,
                                       on_state=self.set_state, **_recrawl_offers(self.recrawl))

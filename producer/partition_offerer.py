@@ -47,8 +47,8 @@ import structlog
 from producer.offerer import _WAIT_SLICE, Batch, Offerer, Origin
 from producer.summary import Counts
 from zkcrawl.queue import partition_batch as pb
+from zkcrawl.queue.ingress import IngressQueue
 from zkcrawl.queue.items import Item
-from zkcrawl.queue.leases import LeaseQueue
 from zkcrawl.queue.partition_offers import PartitionOffers
 from zkcrawl.seen import SeenSet
 
@@ -79,7 +79,7 @@ def held_bound(max_depth: int, batch: int, wanted: int = 0) -> int:
 class PartitionOfferer(Offerer):
     """An :class:`Offerer` into partitions, with a held-back buffer (module docstring)."""
 
-    def __init__(self, queue: LeaseQueue, feed: PartitionOffers, seen: SeenSet,
+    def __init__(self, queue: IngressQueue, feed: PartitionOffers, seen: SeenSet,
                  counts: Counts, *, max_partition_depth: int, max_held: int,
                  **kwargs: Any) -> None:
         self.feed = feed

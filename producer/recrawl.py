@@ -54,8 +54,8 @@ import structlog
 
 from zkcrawl.errors import UsageError
 from zkcrawl.queue.fetched import Fetched, FetchedReader
+from zkcrawl.queue.ingress import IngressQueue
 from zkcrawl.queue.items import Item
-from zkcrawl.queue.leases import LeaseQueue
 from zkcrawl.web.validators import Validators
 
 __all__ = ["APPLICATION_ID", "GROW", "JITTER", "SHRINK", "VERSION", "Due", "Learnt",
@@ -361,10 +361,10 @@ class Recrawler:
     """Drain ``<root>/fetched/`` into the store, then offer what is due; one thread.
 
     ``reader``: a :class:`~zkcrawl.queue.fetched.FetchedReader`; ``queue``: the producer's
-    :class:`~zkcrawl.queue.leases.LeaseQueue` (offers go in transactions of ``batch``, and
+    :class:`~zkcrawl.queue.ingress.IngressQueue` (offers go in transactions of ``batch``, and
     never past ``max_depth`` queued items: the pass waits on a watch, or stops)."""
 
-    def __init__(self, store: RecrawlStore, reader: FetchedReader, queue: LeaseQueue, *,
+    def __init__(self, store: RecrawlStore, reader: FetchedReader, queue: IngressQueue, *,
                  producer_id: str, batch: int, max_depth: int,
                  stop: threading.Event, offerer: ItemOfferer | None = None) -> None:
         self.store, self.reader, self.queue = store, reader, queue

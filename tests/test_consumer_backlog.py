@@ -19,7 +19,7 @@ from consumer.backlog import (
 )
 from consumer.timing import ItemTiming
 from zkcrawl.queue import items as wire
-from zkcrawl.queue.leases import Claimed
+from zkcrawl.queue.claims import Claimed
 
 
 def task(i: int, host: str = "h:1") -> Task:

@@ -18,7 +18,7 @@ from zkcrawl.errors import SinkError, UsageError
 from zkcrawl.politeness.gate import HostGate
 from zkcrawl.politeness.local import LocalPoliteness
 from zkcrawl.queue import items as wire
-from zkcrawl.queue.leases import Claimed
+from zkcrawl.queue.claims import Claimed
 from zkcrawl.web.extract import parse_field_specs
 from zkcrawl.web.fetch import Fetcher
 from zkcrawl.web.urls import host_of

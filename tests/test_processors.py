@@ -23,7 +23,7 @@ from zkcrawl.errors import UsageError
 from zkcrawl.politeness.gate import HostGate
 from zkcrawl.politeness.local import LocalPoliteness
 from zkcrawl.queue import items as wire
-from zkcrawl.queue.leases import Claimed
+from zkcrawl.queue.claims import Claimed
 from zkcrawl.queue.untrusted import URL_LIMIT
 from zkcrawl.settings import parse
 from zkcrawl.web.extract import parse_field_specs

@@ -295,14 +295,14 @@ def test_recrawl_reoffers_go_into_partitions_and_move_their_due_time(zk, zk_root
     from producer.recrawl import Recrawler, RecrawlStore, Schedule
     from producer.summary import Counts
     from zkcrawl.queue.fetched import FetchedReader
-    from zkcrawl.queue.leases import LeaseQueue
+    from zkcrawl.queue.ingress import IngressQueue
 
     store = RecrawlStore(str(tmp_path / "s.recrawl"), Schedule(min_s=60, max_s=3600))
     urls = [f"http://h{i}.example/r" for i in range(30)]
     store.add_new(urls, time.time() - 7200)
     seen = SeenSet.open(None, 1000, 0.001)
     stop = threading.Event()
-    offerer = PartitionOfferer(LeaseQueue(zk, zk_root, "p"), PartitionOffers(zk, zk_root, 4),
+    offerer = PartitionOfferer(IngressQueue(zk, zk_root), PartitionOffers(zk, zk_root, 4),
                                seen, Counts(), max_partition_depth=1000, max_held=100,
                                producer_id="p", batch=7, max_depth=1000, stop=stop)
     try:
@@ -388,7 +388,7 @@ def test_follow_deletes_a_node_once_its_links_committed_and_a_full_partition_hol
     from producer.partition_offerer import PartitionOfferer
     from producer.summary import Counts
     from zkcrawl.queue.discovered import DiscoveredReader, DiscoveredWriter, Link
-    from zkcrawl.queue.leases import LeaseQueue
+    from zkcrawl.queue.ingress import IngressQueue
     from zkcrawl.web.urls import LinkFilter
 
     feed = PartitionOffers(zk, zk_root, 8)
@@ -401,7 +401,7 @@ def test_follow_deletes_a_node_once_its_links_committed_and_a_full_partition_hol
     big_node = reader.names()[0]
     writer.write([Link(u, "http://seed.example/", 1) for u in small])
     counts, stop = Counts(), threading.Event()
-    offerer = PartitionOfferer(LeaseQueue(zk, zk_root, "p"), feed, SeenSet.open(None, 1000, 0.001),
+    offerer = PartitionOfferer(IngressQueue(zk, zk_root), feed, SeenSet.open(None, 1000, 0.001),
                                counts, max_partition_depth=20, max_held=100, producer_id="p",
                                batch=50, max_depth=1000, stop=stop)
     follower = Follower(reader, offerer, LinkFilter(), counts, max_link_depth=5,

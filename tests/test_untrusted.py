@@ -185,9 +185,9 @@ def test_requeue_refuses_a_dead_letter_whose_url_is_not_an_item():
 
 
 def test_items_too_large_are_refused_by_offers_not_sent(zk, zk_root):
-    from zkcrawl.queue.leases import ItemRefused, LeaseQueue
+    from zkcrawl.queue.ingress import IngressQueue, ItemRefused
 
-    q = LeaseQueue(zk, zk_root, "t")
+    q = IngressQueue(zk, zk_root)
     big = Item(url="http://a.example/", meta={"pad": "x" * 70_000})
     names = q.offer_many([Item(url="http://a.example/1"), big, Item(url="http://a.example/2")])
     assert len(names) == 2 and q.refused == 1

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import wait_for
-from tests.faults.books import check_books, held_leases
+from tests.faults.books import check_books, held_leases, owned_by
 from tests.faults.conftest import SESSION, heal, new_leader, no_traceback, resumed, written
 from tests.faults.netns import Forwarder, Netns, make_netns
 from tests.httpd import TestServer, delayed
@@ -162,7 +162,7 @@ def test_out_on_a_full_disk(ens, admin, zk_root, site, start_consumer):
     full, _, ferr = start_consumer(ens.hosts, zk_root, "full", "--threads", "8",
                                    "--out", "/dev/full", "--log-level", "debug")
     assert full.wait(60) == 1
-    assert admin.get_children(Layout.of(zk_root).leases) == []  # released, not expired
+    assert owned_by(admin, zk_root, "full") == []  # released, not expired
     lines = [json.loads(line) for line in ferr.read_text().splitlines()
              if line.startswith("{")]
     assert any(e["event"] == "sink.failed" for e in lines), lines[-5:]

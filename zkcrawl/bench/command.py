@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from zkcrawl.errors import ExitStatus, UsageError
+from zkcrawl.runner import setup_logging
 from zkcrawl.settings import CommonSettings, opt
 
 NAME = "bench"
@@ -107,6 +108,7 @@ def execute(settings: Settings, ns: argparse.Namespace, env: Mapping[str, str]) 
     if ns.what == "queue":
         from zkcrawl.bench import drain as bq
 
+        setup_logging(settings)  # the consumer's queue runs here: its lines go to stderr
         out = bq.run_bench(hosts, settings.items or 20_000, settings.root)
         text = bq.render(out)
     elif ns.what == "offer":

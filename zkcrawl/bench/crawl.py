@@ -8,7 +8,7 @@ is started unless ``hosts`` is given. N article URLs are crawled four times:
   list, one ``requests.get`` per URL (no Session, so a new connection each time), a
   supervisor loop that tops the threads up and sleeps ``SLEEP_TIME = 1`` s;
 * ``zkcrawl_1``  -- one ``zkcrawl-consumer`` process with the same thread count, the queue
-  filled beforehand, at-least-once leases and the fsynced sink included;
+  filled beforehand, at-least-once settles and the fsynced sink included;
 * ``zkcrawl_2``  -- two consumer processes on one queue;
 * ``zkcrawl_requests`` -- ``zkcrawl_1`` again with ``--http requests`` (a requests.Session
   per thread instead of a libcurl handle), run right after it: the CPU per page of each
@@ -54,9 +54,9 @@ from zkcrawl.admin.localzk import ZkServer
 from zkcrawl.bench.naive import seed_supervisor
 from zkcrawl.bench.site import start_benchsite, stop_benchsite
 from zkcrawl.queue import control
+from zkcrawl.queue.ingress import IngressQueue
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.layout import Layout
-from zkcrawl.queue.leases import LeaseQueue
 from zkcrawl.zk.client import ZkClient
 
 SAMPLE_S = 0.05
@@ -283,7 +283,7 @@ def case_zkcrawl(hosts: str, urls: list[str], threads: int, latency_ms: float, p
     """One crawl by ``procs`` consumers; ``extra``: more consumer flags (``--extract``)."""
     root = f"/bench-crawl-{uuid.uuid4().hex[:8]}"
     zk = ZkClient(hosts, session_timeout=30).connect()
-    LeaseQueue(zk, root, "bench").offer_many(Item(url=u, producer="bench") for u in urls)
+    IngressQueue(zk, root).offer_many(Item(url=u, producer="bench") for u in urls)
     # Paused until every consumer is up (the operator's pause, SPEC §5): the processes
     # start one after the other, and the first must not run alone while the others
     # import -- the measured span would then hold a one-process stretch.

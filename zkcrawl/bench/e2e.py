@@ -186,16 +186,20 @@ def _warm_up(zk_hosts: str, n: int = 2000) -> None:
     """Offer and drain ``n`` items on a fresh server: a JVM just started spends seconds of
     CPU compiling its hot paths, which would be counted against the first case (a
     production ensemble is warm)."""
-    from zkcrawl.bench.drain import drain
+    from zkcrawl.bench.drain import drain, owned_queue
+    from zkcrawl.queue.ingress import IngressQueue
     from zkcrawl.queue.items import Item
-    from zkcrawl.queue.leases import LeaseQueue
 
     zk = ZkClient(zk_hosts, session_timeout=30).connect()
     root = f"/bench-e2e-warm-{uuid.uuid4().hex[:8]}"
     try:
-        q = LeaseQueue(zk, root, "warm-up")
-        q.offer_many(Item(url=f"http://127.0.0.1:9/w/{i}", producer="bench") for i in range(n))
-        drain(q, n)
+        IngressQueue(zk, root).offer_many(
+            Item(url=f"http://127.0.0.1:9/w/{i}", producer="bench") for i in range(n))
+        q = owned_queue(zk, root, "warm-up")  # the owner of partition 0 moves the ingress
+        try:
+            drain(q, n)
+        finally:
+            q.close()
         zk.delete(root, recursive=True)
     finally:
         zk.close()

@@ -60,9 +60,9 @@ from zkcrawl.bench.crawl import _read_lines, _wait_registered
 from zkcrawl.bench.hosts import env, log_events, record_spans, zookeeper
 from zkcrawl.bench.site import start_site, stop_benchsite
 from zkcrawl.queue import control
+from zkcrawl.queue.ingress import IngressQueue
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.layout import Layout
-from zkcrawl.queue.leases import LeaseQueue
 from zkcrawl.queue.partitions import assign, decode_root, moved
 from zkcrawl.zk.client import ZkClient
 
@@ -210,7 +210,7 @@ def case(zk_hosts: str, how: str, *, hosts: int, per_host: int, threads: int,
     timeout = 90 + per_host * delay * 3 + len(urls) * latency_ms / 1000 + 3 * session_timeout
     zk = ZkClient(zk_hosts, session_timeout=30).connect()
     try:
-        LeaseQueue(zk, root, "bench").offer_many(Item(url=u, producer="bench") for u in urls)
+        IngressQueue(zk, root).offer_many(Item(url=u, producer="bench") for u in urls)
         control.set_state(zk, root, control.PAUSED, by="bench")
         run.spawn()
         run.spawn()

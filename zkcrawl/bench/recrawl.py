@@ -43,8 +43,8 @@ from zkcrawl.bench.crawl import Probe, _env, _read_lines, _wait_registered, _zoo
 from zkcrawl.bench.site import start_benchsite, stop_benchsite
 from zkcrawl.queue import control
 from zkcrawl.queue.fetched import FetchedReader
+from zkcrawl.queue.ingress import IngressQueue
 from zkcrawl.queue.items import Item
-from zkcrawl.queue.leases import LeaseQueue
 from zkcrawl.zk.client import ZkClient
 
 __all__ = ["render", "render_store", "run_bench", "run_store"]
@@ -110,7 +110,7 @@ def _passes(hosts: str, base: str, tmp: Path, n: int, threads: int, latency_ms: 
     urls = [f"{base}/a/{i}.html" for i in range(1, n + 1)]
     store = RecrawlStore(str(tmp / "store.recrawl"), Schedule(HOUR, 30 * 24 * HOUR))
     zk = ZkClient(hosts, session_timeout=30).connect()
-    queue = LeaseQueue(zk, root, "bench")
+    queue = IngressQueue(zk, root)
     queue.offer_many(Item(url=u, producer="bench", meta={"source": "bench", "recrawl": {}})
                      for u in urls)
     store.add_new(urls)
@@ -150,7 +150,7 @@ def _floor(hosts: str, base: str, tmp: Path, n: int, threads: int, latency_ms: i
     root = f"/bench-floor-{uuid.uuid4().hex[:8]}"
     zk = ZkClient(hosts, session_timeout=30).connect()
     try:
-        LeaseQueue(zk, root, "bench").offer_many(
+        IngressQueue(zk, root).offer_many(
             Item(url=f"{base}/a/{i}.missing", producer="bench") for i in range(1, n + 1))
     finally:
         zk.close()

@@ -53,8 +53,8 @@ from zkcrawl.bench.hosts import (
 )
 from zkcrawl.bench.site import start_site, stop_benchsite
 from zkcrawl.queue import control
+from zkcrawl.queue.ingress import IngressQueue
 from zkcrawl.queue.items import Item
-from zkcrawl.queue.leases import LeaseQueue
 from zkcrawl.zk.client import ZkClient
 
 SEED = 20261201
@@ -73,7 +73,7 @@ def case(zk_hosts: str, urls: list[str], small: set[str], *, procs: int, threads
     zk = ZkClient(zk_hosts, session_timeout=30).connect()
     children: list[subprocess.Popen[bytes]] = []
     try:
-        LeaseQueue(zk, root, "bench").offer_many(Item(url=u, producer="bench") for u in urls)
+        IngressQueue(zk, root).offer_many(Item(url=u, producer="bench") for u in urls)
         control.set_state(zk, root, control.PAUSED, by="bench")
         for i in range(procs):
             with open(logs[i], "wb") as err:

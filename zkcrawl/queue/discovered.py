@@ -21,7 +21,7 @@ Guarantees:
   marker exists before it writes again, so no double batch while the session lives. After a
   session loss it writes again: a possible duplicate batch, harmless (seen state).
 * **an outage is not a refusal**: ZooKeeper away for ``--zk-timeout`` is
-  :class:`~zkcrawl.queue.offers.QueueSuspended` (the committer keeps the group and asks
+  :class:`~zkcrawl.queue.claims.QueueSuspended` (the committer keeps the group and asks
   again); ZooKeeper *answering no* -- NoAuth on ``<root>/discovered`` (an ACL these
   credentials may not create under), a node in the way -- is :class:`LinksRefused`, naming
   the server's error (``cause``), never retried here: waiting changes nothing, so the
@@ -56,10 +56,10 @@ from zkcrawl.errors import ZkCrawlError
 from zkcrawl.logs import get_logger
 from zkcrawl.queue import batches, untrusted
 from zkcrawl.queue.capped import Backlog, CappedDir, DirLimits
-from zkcrawl.queue.claims import Claimed
+from zkcrawl.queue.claims import Claimed, QueueSuspended
+from zkcrawl.queue.ingress import MAX_TX_BYTES
 from zkcrawl.queue.items import sort_names
 from zkcrawl.queue.layout import DISCOVERED_PREFIX, Layout
-from zkcrawl.queue.offers import MAX_TX_BYTES, QueueSuspended
 from zkcrawl.queue.untrusted import NODE_LIMIT, URL_LIMIT
 from zkcrawl.zk import (
     ConnectionLoss,

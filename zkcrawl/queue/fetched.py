@@ -56,10 +56,10 @@ from zkcrawl.logs import get_logger
 from zkcrawl.queue import batches, untrusted
 from zkcrawl.queue import discovered as links
 from zkcrawl.queue.capped import Backlog, CappedDir, DirLimits
+from zkcrawl.queue.claims import QueueSuspended
 from zkcrawl.queue.discovered import DiscoveredWriter, LinksRefused, _transactions
 from zkcrawl.queue.items import sort_names
 from zkcrawl.queue.layout import FETCHED_PREFIX, Layout
-from zkcrawl.queue.offers import QueueSuspended
 from zkcrawl.queue.untrusted import NODE_LIMIT, URL_LIMIT
 from zkcrawl.web.validators import (
     EARLIEST,
@@ -213,7 +213,7 @@ class FetchedWriter(DiscoveredWriter):
                stop: threading.Event | None = None) -> int:
         """Commit ``entries``; returns the nodes created (0 when ZooKeeper refused, or the
         directory stayed full for ``wait`` seconds, default ``--fetched-wait``, or until
-        ``stop`` was set: warned). Raises :class:`~zkcrawl.queue.offers.QueueSuspended`
+        ``stop`` was set: warned). Raises :class:`~zkcrawl.queue.claims.QueueSuspended`
         while ZooKeeper is away."""
         nodes = encode(entries, self.consumer) if entries else []
         if not nodes:

@@ -53,7 +53,7 @@ class Item:
         }
         if batch:
             # The protected-create token: lets an offer retried after ConnectionLoss
-            # find out whether its first try committed (see queue.LeaseQueue.offer_many).
+            # find out whether its first try committed (see queue.ingress.IngressQueue).
             doc["batch"] = batch
         return _ENCODER.encode(doc).encode("utf-8")
 

@@ -34,9 +34,9 @@ from zkcrawl.logs import get_logger
 from zkcrawl.queue import items as wire
 from zkcrawl.queue import partition_batch as pb
 from zkcrawl.queue import untrusted
+from zkcrawl.queue.ingress import MAX_TX_BYTES
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.layout import Layout
-from zkcrawl.queue.offers import MAX_TX_BYTES
 from zkcrawl.queue.partition_queue import PartitionQueue
 from zkcrawl.queue.partitions import DEFAULT_PARTITIONS, decode_root
 from zkcrawl.zk import BadVersionError, NoNodeError, WatchedEvent, Watcher, ZkClient, gather

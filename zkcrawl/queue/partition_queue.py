@@ -17,7 +17,7 @@ Guarantees:
   into batches of at most 64 KiB and commits them in transactions of at most
   ``MAX_TX_BYTES``, each with an ephemeral marker ``<root>/offers/<token>``: a transaction
   whose answer was lost is found committed or sent again, never doubled while the session
-  lives (the rule of :mod:`zkcrawl.queue.offers`);
+  lives (the rule of :mod:`zkcrawl.queue.ingress`);
 * **ownership is the lease, fenced by an epoch**: :meth:`take` bumps the partition node's
   version and creates the ephemeral owner node in one transaction, conditional on the
   version it read, so two consumers never both take a partition; every later write of the
@@ -71,9 +71,9 @@ from zkcrawl.queue import items as wire
 from zkcrawl.queue import partition_batch as pb
 from zkcrawl.queue import partition_state as ps
 from zkcrawl.queue import untrusted
+from zkcrawl.queue.ingress import MAX_TX_BYTES
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.layout import Layout
-from zkcrawl.queue.offers import MAX_TX_BYTES
 from zkcrawl.queue.partitions import partition_of
 from zkcrawl.web.urls import host_key
 from zkcrawl.zk import (
