@@ -157,7 +157,7 @@ class IngressQueue:
         self._connected = threading.Event()
         if zk.connected:
             self._connected.set()
-        self._sent_in: dict[str, int | None] = {}  # token -> session of its first try
+        self._sent_in: dict[str, int | None] = {}  # token -> session its last try went in
         # Marker deletes are pipelined (no round trip waited for); the ones not known to
         # have gone through are kept here and settled by :meth:`settle_markers`.
         self._marker_deletes: deque[tuple[str, Pending[bool]]] = deque()
