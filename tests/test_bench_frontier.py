@@ -2,8 +2,7 @@
 its shape. The writes per page come from the server's counters: the one structural claim
 checked is issue #22's bound, at most 0.1 ZooKeeper writes per page with partitions worked in
 checkpoints (a count of transactions, fixed by the sizes here, not a timing). The consumer's
-queue (``owned``) writes on its own clock, so its ratio to that floor is reported, not
-asserted."""
+queue (``owned``) writes on its own clock, so its ratio to that is reported, not asserted."""
 
 from __future__ import annotations
 

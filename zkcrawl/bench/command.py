@@ -105,10 +105,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def execute(settings: Settings, ns: argparse.Namespace, env: Mapping[str, str]) -> ExitStatus:
     hosts = settings.zk or None
     out: dict[str, Any]
+    setup_logging(settings)  # queues run in this process too: their lines go to stderr
     if ns.what == "queue":
         from zkcrawl.bench import drain as bq
 
-        setup_logging(settings)  # the consumer's queue runs here: its lines go to stderr
         out = bq.run_bench(hosts, settings.items or 20_000, settings.root)
         text = bq.render(out)
     elif ns.what == "offer":

@@ -8,8 +8,8 @@ throwaway ZooKeeper (or ``--zk``), a fresh root per case, the same URLs (``--ite
   :class:`~consumer.owned_queue.OwnedQueue` claims, marks started and completes them
   (:func:`zkcrawl.bench.drain.drain`), its checkpoint thread writing marks and settles on
   its own clock;
-* ``partitioned``  the floor: :class:`~zkcrawl.queue.partition_queue.PartitionQueue` driven
-  by hand -- offers packed per
+* ``partitioned``  :class:`~zkcrawl.queue.partition_queue.PartitionQueue` driven by hand
+  (the figures quoted since 2026-12-02) -- offers packed per
   partition, one owner takes every partition, reads its batches, and works them in rounds:
   each round is one checkpoint (:meth:`~zkcrawl.queue.partition_queue.PartitionQueue.
   checkpoint`: one transaction per 512 KiB, fenced per partition) that marks the next
@@ -17,7 +17,8 @@ throwaway ZooKeeper (or ``--zk``), a fresh root per case, the same URLs (``--ite
   0.2 s checkpoints do (:mod:`consumer.owned_queue`); a finished batch is deleted in it.
 
 Reported: writes, reads and requests per page from the server, items per second of the
-client, and the ratio owned ÷ partitioned (what the consumer's clock adds to the floor).
+client, and the ratio owned ÷ partitioned (the consumer's own checkpoint clock against
+checkpoints in waves).
 The queue's figure only: a crawl's (with HTTP, the ingress mover) is ``bench hosts``'s. The
 layout before partitions (a lease per item) is gone; its figures stay in
 docs/benchmarks.md.
