@@ -17,7 +17,8 @@ Cases (same server, a fresh root per case):
 The two O(n)-per-take baselines are timed on samples of takes at depth N and at
 depth N/10 (a full drain of 20,000 would take minutes), a sample never larger than the
 queue it is taken from (kazoo's get() on an empty queue waits); the zkcrawl cases drain all
-N items and report per-take time over the first and the last tenth of the drain.
+N items, then N/10: items per second over the whole drain, per-take time over its steady
+state (from 10 % to 90 % of the items, :func:`_steady_ms`).
 
 Every node lives under one run node ``<root>/run-<hex>`` (``--root``, default
 ``/zkcrawl-bench``), removed on exit -- also on Ctrl-C, after the worker processes (in a
