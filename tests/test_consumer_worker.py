@@ -112,8 +112,11 @@ def test_status_node_and_the_lease_bound(zk, zk_hosts, zk_root, tmp_path):
         path = f"{zk_root}/consumers/st"
         first = json.loads(wait_for(lambda: zk.exists(path) and zk.get(path)[0]))
         leases, marked = [], []
-        deadline = time.monotonic() + 2.5
-        while time.monotonic() < deadline:  # sample the lease count while it works
+        # Sample the count while it works: 2.5 s at least, and until it reached the bound (on
+        # a loaded machine the claims may come late; 24 items at 0.3 s on 2 threads last 3.6 s).
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 2.5 or (max(leases) < 5 and time.monotonic() - t0 < 15
+                                             and run.worker.backlog.stats()[2]):
             leases.append(run.worker.backlog.stats()[2])
             marked.append(len(held(zk, zk_root)))
             time.sleep(0.05)
@@ -123,7 +126,7 @@ def test_status_node_and_the_lease_bound(zk, zk_hosts, zk_root, tmp_path):
         run.join(30)
         run.close()
     assert max(leases) == 5  # threads + backlog, never more
-    assert max(marked) <= 4  # started: the 2 running and at most 2 marked ahead
+    assert max(marked) <= 5  # marked started in ZooKeeper: only items it holds
     for key in ("id", "host", "pid", "started_at", "state", "processed", "failed", "in_flight",
                 "items_per_s"):
         assert key in later
