@@ -241,7 +241,7 @@ class Control:
         self.watch = control.ControlWatch(w.zk, w.s.root, self._changed)
         # Every request a running fetch makes after its first (a redirect hop, robots.txt
         # of another host) waits while paused; a draining consumer lets it finish instead.
-        w.pipeline.gate.hold_while(lambda: self.paused and not w.stopping.requested,
+        w.item_handler.gate.hold_while(lambda: self.paused and not w.stopping.requested,
                                    self.wait_running)
 
     def stop(self) -> None:
@@ -391,7 +391,7 @@ class Pool:
             self._executor.submit(self._loop)
 
     def stop(self) -> None:
-        self.w.pipeline.fetcher.close()  # cancels the transfers still under way
+        self.w.item_handler.fetcher.close()  # cancels the transfers still under way
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     def _loop(self) -> None:

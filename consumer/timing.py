@@ -32,7 +32,8 @@ from typing import Any
 from zkcrawl.verdict import Stages, failures_of, judge
 
 WINDOW = 4096  # recent items the percentiles are computed over
-# The stages kept per item, in pipeline order (each a window of the last WINDOW items).
+# The stages kept per item, in the order an item meets them (each a window of the last
+# WINDOW items).
 STAGES = ("dispatch", "polite", "pool", "fetch", "parse", "write", "process", "wait",
           "extract")
 

@@ -387,7 +387,7 @@ def _run_thread(target: Callable[[], object], signals: StopSignals,
     return failure[0] if failure else None
 
 
-class _Run:
+class _ProducerRun:
     """The parts of one run that need starting and, whatever happens, stopping."""
 
     def __init__(self, plan: Plan, seen: SeenSet, zk: ZkClient, stop: threading.Event,
@@ -520,7 +520,8 @@ def execute(plan: Plan, stop: threading.Event | None = None,
     s = plan.settings
     seen = SeenSet.open(s.seen, s.expected, s.fp_rate)
     store = _open_recrawl(s)  # a bad store: exit 2 before any connection
-    run = _Run(plan, seen, runner.connect(s, writes=True), stop or threading.Event(), progress_to)
+    run = _ProducerRun(plan, seen, runner.connect(s, writes=True), stop or threading.Event(),
+                       progress_to)
     run.recrawl = store
     # The handlers stay ours through the wind-down: a SIGTERM that comes just after the work
     # ended by itself (ZooKeeper killed under it, say) must not get the default action while

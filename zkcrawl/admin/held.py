@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from zkcrawl.queue import items as wire
+from zkcrawl.queue import items as item_codec
 from zkcrawl.queue import partition_batch as pb
 from zkcrawl.queue.layout import Layout
 from zkcrawl.textsafe import redact_userinfo
@@ -51,8 +51,8 @@ def held_items(zk: ZkClient, root: str, consumer_id: str, now: float) -> list[di
     listings = gather([zk.get_children_async(layout.partition(p)) for p in mine],
                       zk.zk_timeout)
     paths = [(p, name) for p, res in zip(mine, listings, strict=True)
-             if isinstance(res, list) for _, name in wire.sort_names(
-                 [c for c in res if c.startswith(wire.PREFIX)])][:MAX_BATCHES]
+             if isinstance(res, list) for _, name in item_codec.sort_names(
+                 [c for c in res if c.startswith(item_codec.PREFIX)])][:MAX_BATCHES]
     out: list[dict[str, Any]] = []
     reads = zk.get_many([f"{layout.partition(p)}/{n}" for p, n in paths])
     for (p, name), res in zip(paths, reads, strict=True):

@@ -57,8 +57,8 @@ __all__ = ["LABEL_LIMIT", "TIMINGS", "dead_records", "failure_reason", "latest_r
 
 log = structlog.get_logger(__name__)
 
-#: The per-item durations a record carries, in pipeline order (``polite_ms`` is the part of
-#: ``wait_ms`` spent waiting for the host's turn).
+#: The per-item durations a record carries, in the order an item meets them (``polite_ms``
+#: is the part of ``wait_ms`` spent waiting for the host's turn).
 TIMINGS = ("queue_ms", "dispatch_ms", "wait_ms", "polite_ms", "process_ms")
 _NICE_BUCKETS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200,
                  86400)

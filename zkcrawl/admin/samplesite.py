@@ -189,7 +189,7 @@ class Hit:
     user_agent: str
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _SampleSiteHandler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"  # keep-alive, like a real server
 
@@ -235,7 +235,7 @@ class SampleSite:
         self.slow_s = slow_s
         self.hits: list[Hit] = []
         self._lock = threading.Lock()
-        self._httpd = _Server((host, port), _Handler)
+        self._httpd = _Server((host, port), _SampleSiteHandler)
         self._httpd.site = self
         bound_host, bound_port = self._httpd.server_address[:2]
         assert isinstance(bound_host, str)  # an AF_INET server's (bytes: only AF_UNIX's)

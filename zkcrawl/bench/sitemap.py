@@ -79,7 +79,7 @@ class _Files(ThreadingHTTPServer):
     files: dict[str, tuple[str, bytes]]
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _SitemapSiteHandler(BaseHTTPRequestHandler):
     server: _Files
     protocol_version = "HTTP/1.1"
 
@@ -97,7 +97,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 @contextlib.contextmanager
 def _serve(files: dict[str, tuple[str, bytes]]) -> Iterator[str]:
-    httpd = _Files(("127.0.0.1", 0), _Handler)
+    httpd = _Files(("127.0.0.1", 0), _SitemapSiteHandler)
     httpd.files = files
     thread = threading.Thread(target=httpd.serve_forever, name="bench-site", daemon=True)
     thread.start()

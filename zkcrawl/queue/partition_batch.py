@@ -1,4 +1,4 @@
-"""A partition's batch node on the wire (SPEC §2): many items and their progress in one znode.
+"""A partition's batch node as stored (SPEC §2): many items and their progress in one znode.
 
 ``<root>/partitions/<p>/qn-NNNNNNNNNN`` holds up to :data:`BATCH_LIMIT` bytes::
 
@@ -28,12 +28,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from zkcrawl.queue import items as wire
+from zkcrawl.queue import items as item_codec
 from zkcrawl.queue import untrusted
 from zkcrawl.queue.items import Item
 
 # Bytes of one batch node (SPEC §2: 64 KiB of items): an item may itself be 64 KiB
-# (wire.ITEM_LIMIT), so a batch has room for the envelope and progress of one such item
+# (item_codec.ITEM_LIMIT), so a batch has room for the envelope and progress of one such item
 # beyond it -- else an item at the limit, or a retry grown to it, could not be queued.
 BATCH_LIMIT = 64 * 1024 + 1024
 MAX_ITEMS = 1000  # items a batch made here holds at most, whatever their size
@@ -172,7 +172,7 @@ def pack(items: Sequence[Item], *, max_items: int = MAX_ITEMS, token: str | None
     limit = max(1, min(max_items, MAX_ITEMS))
     for item in items:
         n = item_size(item)
-        if n + _HEAD > BATCH_LIMIT or n - 1 > wire.ITEM_LIMIT:  # n counts its comma
+        if n + _HEAD > BATCH_LIMIT or n - 1 > item_codec.ITEM_LIMIT:  # n counts its comma
             refused.append(item)
             continue
         # room for the progress lists too: at most ~8 bytes an index, twice
@@ -222,7 +222,7 @@ def _entry(entry: Any) -> tuple[Item | None, str | None, bytes]:
             raw = _ENCODER.encode(entry).encode("utf-8", "surrogatepass")
         except (TypeError, ValueError):
             return None, "malformed: not JSON", b""
-    decoded = wire.decode(raw)
+    decoded = item_codec.decode(raw)
     if decoded.item is None:
         return None, decoded.error or "malformed", raw
     return decoded.item, None, raw

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from zkcrawl.errors import UsageError
 from zkcrawl.logs import get_logger
-from zkcrawl.queue import items as wire
+from zkcrawl.queue import items as item_codec
 from zkcrawl.queue import partition_batch as pb
 from zkcrawl.queue import untrusted
 from zkcrawl.queue.items import Item
@@ -43,7 +43,7 @@ from zkcrawl.zk import BadVersionError, NoNodeError, WatchedEvent, Watcher, ZkCl
 
 log = get_logger(__name__)
 
-_LIST_CHUNK = 256  # partitions listed per pipeline
+_LIST_CHUNK = 256  # partitions listed per pipelined round
 _READ_CHUNK = 100  # batches per multi-read (as PartitionQueue.read)
 _READS_PER_LISTING = 2000  # another's batches read per listing of a partition at most
 _ORIGINS_CACHED = 100_000  # scheme://host:port -> partition, memoised
@@ -196,7 +196,7 @@ class PartitionOffers:
             self.listings += len(chunk)
             for p, res in zip(chunk, listings, strict=True):
                 names = [] if isinstance(res, Exception) else \
-                    [n for n in res if n.startswith(wire.PREFIX)]
+                    [n for n in res if n.startswith(item_codec.PREFIX)]
                 if not isinstance(res, Exception):
                     with self._lock:  # no node, no watch: armed once it is made and listed
                         self._armed.add(p)

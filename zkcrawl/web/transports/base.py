@@ -1,4 +1,4 @@
-"""The transport seam: one HTTP GET on the wire, and what every transport shares.
+"""The transport seam: one HTTP GET, and what every transport shares.
 
 A transport moves bytes; policy -- robots.txt, politeness, redirects, retries, what an outcome
 means -- is :mod:`zkcrawl.web.fetch`'s. The implementations sit beside this module:
@@ -18,7 +18,7 @@ The contract (:class:`Transport`), kept by both:
   class, :class:`BodySink`: a 2xx of an accepted media type is kept, an error or redirect
   body is drained up to :data:`DRAIN_BYTES` for connection reuse, another media type is
   refused.
-* **Request conventions**: :data:`ACCEPT`, URLs as :func:`wire_url` puts them on the wire,
+* **Request conventions**: :data:`ACCEPT`, URLs as :func:`ascii_url` puts them in the request,
   HTTPS peers verified against :func:`ca_bundle`.
 * **The SSRF guard**: a transport that can check the addresses it connects to has
   ``set_guard`` (:mod:`zkcrawl.web.addresses`).
@@ -36,8 +36,19 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from zkcrawl.web.addresses import BLOCKED_ADDRESS
 
-__all__ = ["ACCEPT", "DRAIN_BYTES", "ERRORS", "PROTOCOL", "BodySink", "Response", "Transport",
-           "TransportFactory", "ca_bundle", "parse_head", "wire_url"]
+__all__ = [
+    "ACCEPT",
+    "DRAIN_BYTES",
+    "ERRORS",
+    "PROTOCOL",
+    "BodySink",
+    "Response",
+    "Transport",
+    "TransportFactory",
+    "ascii_url",
+    "ca_bundle",
+    "parse_head",
+]
 
 try:  # the CA bundle requests would use; without it, the library's default
     import certifi
@@ -182,8 +193,8 @@ def parse_head(lines: list[bytes]) -> tuple[int | None, dict[str, str]]:
     return status, headers
 
 
-def wire_url(url: str) -> str:
-    """``url`` as it goes on the wire: non-ASCII host in IDNA, other non-ASCII characters
+def ascii_url(url: str) -> str:
+    """``url`` as it goes in the request: non-ASCII host in IDNA, other non-ASCII characters
     (and spaces) percent-encoded. ASCII URLs pass unchanged (the common case, cheap)."""
     if url.isascii() and " " not in url:
         return url
