@@ -1,34 +1,17 @@
 """Sitemaps as a producer source (SPEC §4 ``--sitemap``, ``--sitemaps-from-robots``,
-``--since``): the decoder of one sitemap file and the walk over sitemap indexes.
+``--since``): :func:`decode` reads one sitemap file, :class:`SitemapWalk` walks indexes.
 
-A sitemap is hostile input like any page. Guarantees of :func:`decode` (property-tested):
-
-* it never raises, whatever the bytes: a body it cannot read ends with ``error`` set
-  (``xml-error``, ``bad-gzip``, ``not-a-sitemap``, ``not-utf8``) and the entries read before
-  the fault are kept;
-* memory and time are bounded by the input caps, not by the input: a gzip body is inflated
-  in slices and never beyond :data:`MAX_DECODED` bytes (a gzip bomb ends as ``too-large``),
-  XML is parsed incrementally (:class:`lxml.etree.XMLPullParser`) with entities never
-  substituted, no DTD loaded and no network, and each ``<url>`` element is freed once read;
-* at most :data:`MAX_ENTRIES` entries per file (the protocol's 50,000): the rest is cut,
-  with the problem ``too-many-urls``;
-* a ``<loc>`` longer than 8 KiB, holding an unresolved entity, or empty is not an entry
-  (problems ``too-long``, ``entity``, ``no-loc``);
-* a ``<lastmod>`` that is not a W3C datetime (``lastmod-invalid``) or lies more than
-  :data:`FUTURE_SLACK` seconds in the future -- the year 9999 -- (``lastmod-future``) is
-  ignored: the entry is kept as if it had none.
-
-Formats: ``<urlset>`` and ``<sitemapindex>`` (any namespace, real sitemaps get it wrong),
-gzip (recognised by its magic bytes, whatever the name or Content-Type says), and the
-protocol's plain-text form (one URL per line, UTF-8).
-
-:class:`SitemapWalk` fetches through the producer's own :class:`~zkcrawl.web.fetch.Fetcher`
-(address guard, robots.txt, politeness, ``--timeout``, a compressed-size cap) and follows
-indexes depth first with a visited set (indexes that point at each other are read once) and
-a depth cap (:data:`MAX_INDEX_DEPTH`); at most :data:`MAX_FILES` files per pass. With
-``since``, entries whose ``<lastmod>`` is before it are counted ``older`` and skipped, and
-so are child sitemaps an index dates before it; an entry without a usable ``<lastmod>`` is
-kept (nothing says it is old). Its URLs are the caller's to normalize and filter.
+* A sitemap is hostile input: :func:`decode` never raises (a fault ends with ``error`` set,
+  the entries before it kept) and is bounded by the caps, not the input -- gzip inflated to
+  at most :data:`MAX_DECODED` bytes, XML parsed incrementally with no entity substituted,
+  no DTD and no network, at most :data:`MAX_ENTRIES` entries; a bad ``<loc>`` is no entry,
+  a bad or far-future ``<lastmod>`` is ignored.
+* Formats: ``<urlset>``, ``<sitemapindex>`` (any namespace), gzip (by its magic bytes) and
+  plain text.
+* :class:`SitemapWalk` fetches through the producer's :class:`~zkcrawl.web.fetch.Fetcher`
+  (guard, robots.txt, politeness), follows indexes depth first, each once, at most
+  :data:`MAX_INDEX_DEPTH` deep and :data:`MAX_FILES` files a pass; with ``since``, entries
+  and child sitemaps dated before it are skipped (undated ones kept).
 """
 
 from __future__ import annotations

@@ -392,7 +392,7 @@ def test_https_is_verified_and_a_ca_bundle_can_be_named(tls_cert: tuple[str, str
         assert (res.status, res.error, res.body) == (200, None, PAGE.encode())
 
 
-def test_wire_url_and_parse_head() -> None:
+def test_ascii_url_and_parse_head() -> None:
     assert ascii_url("http://example.com/a?b=c") == "http://example.com/a?b=c"  # as is
     assert ascii_url("http://bücher.example/päth q?x=ü#frag") == \
         "http://xn--bcher-kva.example/p%C3%A4th%20q?x=%C3%BC"
