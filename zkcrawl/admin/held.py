@@ -1,20 +1,13 @@
-"""The items a consumer holds where hosts have owners (SPEC §3): ``zkcrawl status --consumer``.
+"""The items a consumer holds (SPEC §3), for ``zkcrawl status --consumer``: an item is held
+when its consumer marked it started in a batch of a partition it owns. :func:`held_items`
+lists them: ``[{"item": "<p>/<batch>/<i>", "consumer", "age_s", "attempt", "url", "host"}]``.
 
-A consumer holds an item when it marked it started in a batch of a partition it owns (no
-lease nodes any more). :func:`held_items` lists them like the leases of the previous
-layout: ``[{"item": "<p>/<batch>/<i>", "consumer", "age_s", "attempt", "url", "host"}]``.
-
-Guarantees:
-
-* **only verified ownership counts**: a partition is this consumer's when its owner node is
-  held by the ZooKeeper session of the status node ``<root>/consumers/<id>`` (an owner node
-  names its consumer, but that name is untrusted, SPEC §2);
-* **bounded cost**: one listing of ``<root>/partitions``, one pipelined round of partition
-  listings and of owner-node stats, then the batches of the owned partitions, at most
-  :data:`MAX_BATCHES` of them, multi-read; a batch that does not decode is skipped (its
-  owner dead-letters it), never a traceback;
-* ``age_s`` is the time since the batch's last write (the checkpoint that marked the item
-  started, or a later one of the same batch): a lower bound of how long it is held.
+* **Only verified ownership counts**: a partition is this consumer's when its owner node is
+  held by the session of ``<root>/consumers/<id>`` (the name in an owner node is untrusted).
+* **Bounded cost**: one listing of ``<root>/partitions``, one pipelined round of listings and
+  owner stats, then at most :data:`MAX_BATCHES` batches multi-read; a batch that does not
+  decode is skipped, never a traceback.
+* ``age_s`` is the time since the batch's last write: a lower bound of how long it is held.
 """
 
 from __future__ import annotations

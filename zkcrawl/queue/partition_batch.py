@@ -1,24 +1,15 @@
-"""A partition's batch node as stored (SPEC §2): many items and their progress in one znode.
-
-``<root>/partitions/<p>/qn-NNNNNNNNNN`` holds up to :data:`BATCH_LIMIT` bytes::
+"""A partition's batch node as stored (SPEC §2): many items and their progress in one znode,
+written by producers, consumers (retries) and the ingress mover, read by every consumer.
+Pure functions (:mod:`zkcrawl.queue.partition_queue` calls them)::
 
     {"v": 1, "items": [<item>, ...], "started": [i, ...], "done": [i, ...], "token": "..."}
 
-Each ``<item>`` is an item object of SPEC §2 (or a bare-URL string); ``started`` and
-``done`` index into ``items``. Guarantees:
-
-* :func:`encode` never writes more than :data:`BATCH_LIMIT` bytes: :func:`pack` splits a
-  group of items into batches that fit (an item that alone would not fit is refused);
-* :func:`decode` never raises: data that is not a batch is one reason (the whole node is a
-  dead letter); an item that is not an item is a reason for that item only, and the good
-  items of the batch go on;
-* indices out of range, repeated or of the wrong type are dropped (hostile progress can
-  only make an item be done again, never skip one that was not done): an index is *done*
-  only when it is in ``done``, and *started* only when in ``started`` and not done.
-
-Pure functions, no ZooKeeper: :mod:`zkcrawl.queue.partition_queue` calls them.
-Status: the format of every queue node in a partition (SPEC §2), read by every consumer
-and written by producers, consumers (retries) and the ingress mover.
+* :func:`encode` never writes more than :data:`BATCH_LIMIT` bytes; :func:`pack` splits a
+  group into batches that fit (an item that alone would not fit is refused).
+* :func:`decode` never raises: data that is no batch is one reason (a dead letter), an entry
+  that is no item a reason for that entry only.
+* Bad indices are dropped: hostile progress can only make an item be done again, never skip
+  one (*done* only when in ``done``; *started* only when in ``started`` and not done).
 """
 
 from __future__ import annotations

@@ -1,27 +1,19 @@
-"""``zkcrawl try URL``: fetch one page the way the crawl would, and show what each side
-would do with it -- before a queue is filled with the wrong links.
+"""``zkcrawl try URL``: fetch one page the way the crawl would, and show what each side would
+do with it -- before a queue is filled with the wrong links. No ZooKeeper is needed and
+nothing is written anywhere.
 
-* **the fetch**: the crawler's own :class:`~zkcrawl.web.fetch.Fetcher` (robots.txt, the
-  SSRF guard -- ``--allow-private-addresses`` for 127.0.0.1 --, limits, redirects), the
-  consumer's user agent by default;
-* **the producer's view** of the page as a listing: the links ``--links``/``--links-css``
-  select, each kept (normalized, as it would be offered) or dropped with the producer's
-  reason (``javascript``, ``deny``, ``other-host``... and ``duplicate`` for a repeat on this
-  page), and the next page ``--next`` finds; how many ``<a>`` elements the page has and
-  their most common classes (a selector that selects nothing gets a ready-made one);
-* **the consumer's view** of the page as an item: the record it would write, built by the
-  same function the consumer's pool threads use (:func:`consumer.pipeline.page_record`),
-  and whether the item would be recorded at once or retried; with ``--processor`` (the
-  consumer's flag: ``[re:PATTERN ]module:callable``, first match wins) the page processor's
-  result -- fields, skip, the links it would hand to ``--follow`` --, or its failure; with
-  ``--extract article`` the article fields (main text, author, date...: what the consumer
-  with that flag records; here extracted in this process); with
-  ``--pipeline`` the record through that chain (``open()``, ``process()``, ``close()``, as the
-  consumer runs them: a pipeline with side effects has them here too).
+* **The fetch**: the crawler's own :class:`~zkcrawl.web.fetch.Fetcher` (robots.txt, the SSRF
+  guard, limits, redirects), the consumer's user agent by default.
+* **The producer's view**: the links ``--links``/``--links-css`` select, each kept
+  (normalized) or dropped with the producer's reason, the ``--next`` page, and the page's
+  most common ``<a>`` classes.
+* **The consumer's view**: the record it would write, built by the consumer's own
+  :func:`consumer.pipeline.page_record`, and whether it would be recorded or retried; with
+  ``--processor``, ``--extract article`` or ``--pipeline``, their results or failures (a
+  ``--pipeline`` stage's side effects happen here too).
 
-No ZooKeeper is needed and nothing is written anywhere. ``--json`` prints one object
-instead of the text. Exit status: 0 the page was fetched, 1 it was not (the reason is
-printed: robots, http-404, connection...), 2 a bad URL, selector, field or regex.
+``--json`` prints one object. Exit status: 0 fetched, 1 not fetched (the reason printed),
+2 a bad URL, selector, field or regex.
 """
 
 from __future__ import annotations
