@@ -60,7 +60,7 @@ _TAGS = ("{*}urlset", "{*}sitemapindex", "{*}url", "{*}sitemap")
 
 
 @dataclass(frozen=True)
-class Entry:
+class SitemapEntry:
     """One ``<url>`` (or ``<sitemap>`` of an index): its ``<loc>`` as written (stripped) and
     its ``<lastmod>`` as a Unix time, ``None`` when absent or unusable."""
 
@@ -156,7 +156,7 @@ def _inflate(body: bytes, out: Decoded) -> Iterator[bytes]:
     out.error = "bad-gzip"  # the stream ended before gzip's end: a cut body
 
 
-def decode(body: bytes, now: float, out: Decoded) -> Iterator[Entry]:
+def decode(body: bytes, now: float, out: Decoded) -> Iterator[SitemapEntry]:
     """The entries of one sitemap file, in order; see the module docstring. ``out`` receives
     the kind, the error and the problems. Never raises."""
     slices = _inflate(body, out)
@@ -176,7 +176,7 @@ def decode(body: bytes, now: float, out: Decoded) -> Iterator[Entry]:
         out.error = out.error or "not-a-sitemap"
 
 
-def _decode_text(first: bytes, slices: Iterator[bytes], out: Decoded) -> Iterator[Entry]:
+def _decode_text(first: bytes, slices: Iterator[bytes], out: Decoded) -> Iterator[SitemapEntry]:
     out.kind = "text"
     rest = b""
     first = first.removeprefix(b"\xef\xbb\xbf")
@@ -193,10 +193,10 @@ def _decode_text(first: bytes, slices: Iterator[bytes], out: Decoded) -> Iterato
                 out.problems["too-many-urls"] += 1
                 return
             out.entries += 1
-            yield Entry(raw.strip().decode("utf-8"))
+            yield SitemapEntry(raw.strip().decode("utf-8"))
     if _text_entry(rest, out) and out.entries < MAX_ENTRIES:
         out.entries += 1
-        yield Entry(rest.strip().decode("utf-8"))
+        yield SitemapEntry(rest.strip().decode("utf-8"))
 
 
 def _text_entry(raw: bytes, out: Decoded) -> bool:
@@ -230,7 +230,7 @@ def _parser() -> lxml.etree.XMLPullParser:
 
 
 def _decode_xml(first: bytes, slices: Iterator[bytes], now: float, out: Decoded
-                ) -> Iterator[Entry]:
+                ) -> Iterator[SitemapEntry]:
     parser = _parser()
     try:
         for piece in _chain(first, slices):
@@ -259,7 +259,7 @@ def _localname(el: lxml.etree._Element) -> str:
     return tag.rsplit("}", 1)[-1] if isinstance(tag, str) else ""
 
 
-def _events(parser: lxml.etree.XMLPullParser, now: float, out: Decoded) -> Iterator[Entry]:
+def _events(parser: lxml.etree.XMLPullParser, now: float, out: Decoded) -> Iterator[SitemapEntry]:
     for event, el in parser.read_events():
         if event == "start":
             if out.kind is None:  # the root element
@@ -276,7 +276,7 @@ def _events(parser: lxml.etree.XMLPullParser, now: float, out: Decoded) -> Itera
             yield entry
 
 
-def _entry(el: lxml.etree._Element, now: float, out: Decoded) -> Entry | None:
+def _entry(el: lxml.etree._Element, now: float, out: Decoded) -> SitemapEntry | None:
     loc_el = el.find("{*}loc")
     if loc_el is not None and len(loc_el):  # holds an entity reference left unsubstituted
         out.problems["entity"] += 1
@@ -291,7 +291,7 @@ def _entry(el: lxml.etree._Element, now: float, out: Decoded) -> Entry | None:
     stamp, problem = parse_lastmod(el.findtext("{*}lastmod"), now)
     if problem:
         out.problems[problem] += 1
-    return Entry(loc, stamp)
+    return SitemapEntry(loc, stamp)
 
 
 def _free(el: lxml.etree._Element) -> None:
@@ -315,7 +315,7 @@ class SitemapFile:
     status: int | None = None
     error: str | None = None  # fetch error (http-404, connection...) or decode error
     kind: str | None = None
-    urls: list[Entry] = field(default_factory=list)  # page entries kept (after --since)
+    urls: list[SitemapEntry] = field(default_factory=list)  # page entries kept (after --since)
     children: int = 0  # sitemaps an index named that are followed
     older: int = 0  # entries (and child sitemaps) dated before --since
     problems: Counter[str] = field(default_factory=Counter)

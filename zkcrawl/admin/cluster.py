@@ -374,7 +374,7 @@ class DeadLetter:
 
 
 @dataclass
-class Outcome:
+class RepairOutcome:
     """What a requeue or purge did, per dead-letter id."""
 
     done: list[tuple[str, str | None]] = field(default_factory=list)  # (dl id, new item)
@@ -515,11 +515,11 @@ def _commit_each(zk: ZkClient, builds: Sequence[Callable[[Multi], None]]
     return gather(txs, zk.zk_timeout)
 
 
-def requeue_dead(zk: ZkClient, root: str, letters: Sequence[DeadLetter]) -> Outcome:
+def requeue_dead(zk: ZkClient, root: str, letters: Sequence[DeadLetter]) -> RepairOutcome:
     """Offer each letter's item again (attempt 0) and delete the letter, atomically per item."""
     p = _paths(root)
     zk.ensure_path(p["queue"])
-    out = Outcome()
+    out = RepairOutcome()
     ops: list[tuple[str, Callable[[Multi], None]]] = []
     for letter in letters:
         item = requeue_item(letter)
@@ -548,10 +548,10 @@ def requeue_dead(zk: ZkClient, root: str, letters: Sequence[DeadLetter]) -> Outc
     return out
 
 
-def purge_dead(zk: ZkClient, root: str, letters: Sequence[DeadLetter]) -> Outcome:
+def purge_dead(zk: ZkClient, root: str, letters: Sequence[DeadLetter]) -> RepairOutcome:
     """Delete the given dead letters for good."""
     base = _paths(root)["dead"]
-    out = Outcome()
+    out = RepairOutcome()
     results = gather([zk.delete_async(f"{base}/{d.id}") for d in letters], zk.zk_timeout)
     for letter, res in zip(letters, results, strict=True):
         if isinstance(res, NoNodeError):

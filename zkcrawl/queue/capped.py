@@ -8,7 +8,7 @@ and ``<root>/fetched/``.
   directory is waited on with a children watch, at most ``wait`` seconds, then refused
   (the caller records :data:`DIRECTORY_FULL`).
 * **Slack**: writers may overshoot by what they let through but have not written yet.
-* **The reader reports it**: :class:`Backlog`, one warning at most every
+* **The reader reports it**: :class:`DirBacklog`, one warning at most every
   :data:`BACKLOG_EVERY` seconds while the directory holds half its default cap.
 """
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from zkcrawl.logs import get_logger
 from zkcrawl.zk import NoNodeError, WatchedEvent, ZkClient
 
-__all__ = ["BACKLOG_EVERY", "DIRECTORY_FULL", "RECHECK", "Backlog", "CappedDir", "DirLimits"]
+__all__ = ["BACKLOG_EVERY", "DIRECTORY_FULL", "RECHECK", "CappedDir", "DirBacklog", "DirLimits"]
 
 log = get_logger(__name__)
 
@@ -126,7 +126,7 @@ def _wait(changed: threading.Event, seconds: float, stop: threading.Event | None
         changed.wait(min(left, _STOP_S))
 
 
-class Backlog:
+class DirBacklog:
     """The reader's side of a capped directory: :meth:`seen` logs ``event`` (a warning,
     at most every ``every`` seconds) when the directory holds half of ``cap`` or more,
     with the node count, the most bytes they hold and ``note`` (what the writers do)."""

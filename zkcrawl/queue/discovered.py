@@ -26,7 +26,7 @@ from typing import Any
 from zkcrawl.errors import ZkCrawlError
 from zkcrawl.logs import get_logger
 from zkcrawl.queue import batches, untrusted
-from zkcrawl.queue.capped import Backlog, CappedDir, DirLimits
+from zkcrawl.queue.capped import CappedDir, DirBacklog, DirLimits
 from zkcrawl.queue.claims import Claimed
 from zkcrawl.queue.items import sort_names
 from zkcrawl.queue.layout import DISCOVERED_PREFIX, Layout
@@ -309,7 +309,7 @@ class DiscoveredReader:
         self.zk = zk
         self.path = Layout.of(root).discovered
         zk.ensure_path(self.path)
-        self.backlog = Backlog("discovered.backlog", self.path,
+        self.backlog = DirBacklog("discovered.backlog", self.path,
                                DirLimits(MAX_NODES, MAX_BYTES, NODE_BYTES),  # the default's
                                note="consumers wait (--discovered-wait) when the cap is "
                                "reached; drain faster or stop the hostile source")

@@ -25,7 +25,7 @@ from typing import Any
 from zkcrawl.logs import get_logger
 from zkcrawl.queue import batches, untrusted
 from zkcrawl.queue import discovered as links
-from zkcrawl.queue.capped import Backlog, CappedDir, DirLimits
+from zkcrawl.queue.capped import CappedDir, DirBacklog, DirLimits
 from zkcrawl.queue.discovered import DiscoveredWriter, LinksRefused, _transactions
 from zkcrawl.queue.items import sort_names
 from zkcrawl.queue.layout import FETCHED_PREFIX, Layout
@@ -246,7 +246,7 @@ class FetchedReader:
         self.zk = zk
         self.path = Layout.of(root).fetched
         zk.ensure_path(self.path)
-        self.backlog = Backlog("fetched.backlog", self.path,
+        self.backlog = DirBacklog("fetched.backlog", self.path,
                                DirLimits(MAX_NODES, MAX_BYTES, NODE_BYTES),  # the default's
                                note="consumers' re-crawl reports wait (--fetched-wait) when "
                                "the cap is reached, then are dropped (fetched-full)")

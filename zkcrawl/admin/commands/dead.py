@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from zkcrawl.admin.cluster import (
     DeadFilter,
     DeadLetter,
-    Outcome,
+    RepairOutcome,
     list_dead,
     purge_dead,
     requeue_dead,
@@ -127,7 +127,7 @@ def root_missing(zk: ZkClient, root: str) -> str | None:
             "(check --root)")
 
 
-def _report(verb: str, out: Outcome) -> ExitStatus:
+def _report(verb: str, out: RepairOutcome) -> ExitStatus:
     for name, new in out.done:
         print(f"{printable(name)} {verb}" + (f" as {printable(new)}" if new else ""))
     for name, why in out.skipped:

@@ -112,7 +112,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class Plan:
+class TryPlan:
     """Everything compiled before the fetch: a bad expression is exit 2, nothing fetched."""
 
     url: str
@@ -123,7 +123,7 @@ class Plan:
     results: ResultChain
 
 
-def make_plan(s: Settings, url: str) -> Plan:
+def make_plan(s: Settings, url: str) -> TryPlan:
     if normalize_url(url) is None:
         raise UsageError(f"not an absolute http(s) URL: {printable(url, 200)!r}")
     link_filter = LinkFilter(allow=compile_patterns(s.allow, "--allow"),
@@ -133,12 +133,12 @@ def make_plan(s: Settings, url: str) -> Plan:
     results = ResultChain.load(s.pipeline)
     results.failures.every = True  # zkcrawl try: every failure's traceback (issue #26)
     default = ArticleProcessor(fields) if s.extract == "article" else FieldsProcessor(fields)
-    return Plan(url.strip(), listing.compile_selectors(s.links, s.links_css, s.next),
+    return TryPlan(url.strip(), listing.compile_selectors(s.links, s.links_css, s.next),
                 fields, link_filter,
                 Processors(parse_routes(s.processor), default, trace_every=True), results)
 
 
-def producer_view(plan: Plan, res: FetchResult) -> dict[str, Any]:
+def producer_view(plan: TryPlan, res: FetchResult) -> dict[str, Any]:
     """What ``zkcrawl-producer`` would do with the page as a listing."""
     page = listing.page_from_result(plan.url, res, plan.selectors)
     view: dict[str, Any] = {"skipped": page.skipped, "error": page.error,
@@ -158,7 +158,7 @@ def producer_view(plan: Plan, res: FetchResult) -> dict[str, Any]:
     return view
 
 
-def consumer_view(plan: Plan, res: FetchResult, started: float) -> dict[str, Any]:
+def consumer_view(plan: TryPlan, res: FetchResult, started: float) -> dict[str, Any]:
     """What ``zkcrawl-consumer`` would write for the page as a first attempt (``started``:
     the fetch's monotonic start; ``process_ms`` is fetch + parse, as the consumer's)."""
     timing = {"queue_ms": 0.0, "dispatch_ms": 0.0, "wait_ms": 0.0, "polite_ms": 0.0,
@@ -195,7 +195,7 @@ def fetch_settings(s: Settings) -> FetchSettings:
                          max_bytes=s.max_bytes, robots=s.robots, guard=s.address_guard())
 
 
-def run(s: Settings, plan: Plan) -> dict[str, Any]:
+def run(s: Settings, plan: TryPlan) -> dict[str, Any]:
     """Fetch once, then both views of the same response."""
     with Fetcher(fetch_settings(s), http=s.http) as fetcher:
         started = time.monotonic()
