@@ -181,7 +181,7 @@ class OwnedQueue:
         self._asked: dict[int, float] = {}  # partition -> when take() last said "not yet"
         self._lost: list[Claimed] = []
         # Entries out of attempts once their dead holder is charged (SPEC §3), kept started
-        # in their batch by adopt: handed out first, as claims the pipeline settles as
+        # in their batch by adopt: handed out first, as claims the item handler settles as
         # ``abandoned`` -- a record in the sink and a dead letter, no fetch.
         self._abandoned: list[tuple[_Batch, int]] = []
         self._wake = threading.Event()

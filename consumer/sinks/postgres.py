@@ -164,8 +164,8 @@ class PostgresSink:
 
     # -- writing ----------------------------------------------------------------------------
     def _row(self, e: Entry) -> list[Any] | str:
-        """The row's values, or why the record cannot be one. A record is the pipeline's
-        and the page's (result pipelines may return anything): each value is checked
+        """The row's values, or why the record cannot be one. A record is the consumer's and
+        the page processor's (result pipelines may return anything): each value is checked
         against its column here, so a wrong type is that record's reason, never an error
         of the batch or a type the server would take for a broken database."""
         rec = e.record

@@ -1,6 +1,7 @@
-"""Queue items on the wire (SPEC §2): encoding, the decoding rule, dead letters.
+"""Queue items as stored in ZooKeeper (SPEC §2): encoding, the decoding rule, dead letters.
 
-Pure functions, no ZooKeeper: the queue recipe calls them, tests call them directly.
+Pure functions, no ZooKeeper: the queue recipe calls them (imported as ``item_codec``),
+tests call them directly.
 
 Decoding rule: a JSON object with a string ``url`` is an item; otherwise data that
 decodes as UTF-8 to one absolute http(s) URL (surrounding whitespace ignored) is
