@@ -4,7 +4,8 @@ diagram and who calls what: :class:`Backlog`'s docstring).
 
 * **Bounded**: never more than ``capacity`` (``--threads + --backlog``) tasks in the table.
 * **Marked, then cooled items first**; a cooling task is a heap entry, so no thread waits
-  for a host.
+  for a host. At most ``mark_ahead`` (``--threads``) tasks are marked ahead of the pool (a
+  death is charged to every marked item).
 * **An admission is used or given back** (``withdraw``), and a task is handed to one pool
   thread per READY.
 * **Every wait is bounded** by its ``timeout``, so flags set by a signal handler are seen.
@@ -133,8 +134,13 @@ class Backlog:
     beyond the deque append and the one acquisition per step.
     """
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, mark_ahead: int | None = None) -> None:
         self.capacity = capacity
+        # at most this many tasks MARKING or marked and not yet on a thread (None: no cap):
+        # a death is charged to every marked item, so no more are marked than the pool
+        # can start next
+        self.mark_ahead = mark_ahead
+        self._marked_ready = 0  # tasks READY with their mark written (in _priority, first)
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)
         self._cooled = threading.Condition(self._lock)
@@ -211,8 +217,13 @@ class Backlog:
         with self._lock:
             while True:
                 while self._priority or self._ready:
+                    if self._ahead_full() and not self._marked_first():
+                        break  # enough marked ahead: fresh ones wait for a thread to free
                     task = (self._priority or self._ready).popleft()
                     if task.state is READY:  # else released or lost while it waited
+                        if task.marked:
+                            self._marked_ready -= 1
+                            self._work.notify()  # one mark fewer ahead: a fresh one may go
                         task.state = RUNNING
                         self._running += 1
                         return task
@@ -226,6 +237,18 @@ class Backlog:
                 elif now >= deadline:
                     return None
                 self._work.wait(deadline - now)
+
+    def _ahead_full(self) -> bool:
+        return (self.mark_ahead is not None
+                and self._marking + self._marked_ready >= self.mark_ahead)
+
+    def _marked_first(self) -> bool:
+        """Drop what left the front of ``_priority``; True when a marked READY task is
+        there (marked tasks always go in at the front: :meth:`marked`, :meth:`release_due`)."""
+        prio = self._priority
+        while prio and prio[0].state is not READY:
+            prio.popleft()
+        return bool(prio) and prio[0].marked
 
     def task_done(self) -> None:
         """The pool thread that took a task is done with it (counted by :meth:`stats`)."""
@@ -266,6 +289,7 @@ class Backlog:
                 return False
             task.state = RUNNING
             self._marking -= 1
+            self._work.notify()  # one mark fewer ahead: a fresh one may go
             return True
 
     # -- the queue's checkpoint thread ----------------------------------------------------
@@ -281,6 +305,7 @@ class Backlog:
                     task.marked = True
                     task.state = READY
                     self._marking -= 1
+                    self._marked_ready += 1
                     self._priority.appendleft(task)
                     n += 1
             if n:
@@ -313,7 +338,11 @@ class Backlog:
                     if task.state is COOLING:  # else released or lost meanwhile
                         task.state = READY
                         task.timing.polite_ms += (now - task.cooled_at) * 1000.0
-                        self._priority.append(task)
+                        if task.marked:  # marked ones stay in front (_marked_first)
+                            self._marked_ready += 1
+                            self._priority.appendleft(task)
+                        else:
+                            self._priority.append(task)
                         self._work.notify()
                 if heap:
                     wait = min(wait, heap[0][0] - now)
@@ -353,6 +382,10 @@ class Backlog:
     def _gone(self, task: Task) -> None:
         if task.state is MARKING:
             self._marking -= 1
+            self._work.notify()  # one mark fewer ahead
+        elif task.state is READY and task.marked:
+            self._marked_ready -= 1
+            self._work.notify()
         if task.state is not SETTLING and task.state is not GONE:
             self._unload(task)
         if task.gated and task.state in _UNSTARTED and self.withdraw is not None:

@@ -30,7 +30,7 @@ from consumer.queue_seam import WorkerQueue
 from consumer.results import ResultChain
 from consumer.sink import Entry, Record, ResultSink
 from zkcrawl.errors import SinkError
-from zkcrawl.queue.discovered import LinksRefused
+from zkcrawl.queue.batch_dir import WriteRefused
 from zkcrawl.queue.leases import Claimed, QueueSuspended
 
 __all__ = ["COMMIT_WINDOW", "GroupCommit", "Settle"]
@@ -87,7 +87,7 @@ class GroupCommit(Generic[T]):
        processors found to ``<root>/discovered/`` there: in ZooKeeper before the items that
        found them are completed). An item the chain or the sink failed is not handed over: its
        links are not followed. When ZooKeeper **refuses** the links
-       (:class:`~zkcrawl.queue.discovered.LinksRefused`: NoAuth on ``<root>/discovered``...),
+       (:class:`~zkcrawl.queue.batch_dir.WriteRefused`: NoAuth on ``<root>/discovered``...),
        the items are handed over again one by one to find whose links were refused: those
        count a **failed attempt** (retried with ``discovered links not writable: <error>``, a
        dead letter with that reason after ``--max-attempts``), the others go on -- one
@@ -250,7 +250,7 @@ class GroupCommit(Generic[T]):
 
     def _prepare(self, group: list[Settle[T]]) -> None:
         """``before_settle`` for the items not prepared yet, in one call. Refused
-        (:class:`LinksRefused`): asked again item by item (:meth:`_prepare_each`).
+        (:class:`WriteRefused`): asked again item by item (:meth:`_prepare_each`).
         QueueSuspended: raised, the items not prepared are asked again with the group once
         reconnected."""
         todo = [s for s in group if not s.prepared]
@@ -258,7 +258,7 @@ class GroupCommit(Generic[T]):
             return
         try:
             self._before_settle([s.token for s in todo])
-        except LinksRefused:
+        except WriteRefused:
             self._prepare_each(todo)
             return
         for s in todo:
@@ -270,12 +270,12 @@ class GroupCommit(Generic[T]):
         producer's seen state drops); an item whose links are refused counts a failed
         attempt. One warning for the group, whatever the number of items."""
         assert self._before_settle is not None
-        refused: list[tuple[Settle[T], LinksRefused]] = []
+        refused: list[tuple[Settle[T], WriteRefused]] = []
         try:
             for s in todo:
                 try:
                     self._before_settle([s.token])
-                except LinksRefused as exc:
+                except WriteRefused as exc:
                     refused.append((s, exc))
                     self._refuse(s, f"{LINKS_REFUSED}: {exc.cause}")
                 s.prepared = True

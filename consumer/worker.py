@@ -126,7 +126,7 @@ class Worker:
             time.monotonic(), checks=(item_handler.field_watch.check,))
         self.state: ConsumerState = ConsumerState.STARTING
         self.stopping = Stopping()  # request_stop/fail set plain flags: signal-safe
-        self.backlog = Backlog(settings.capacity)
+        self.backlog = Backlog(settings.capacity, mark_ahead=settings.threads)
         self.backlog.withdraw = item_handler.gate.withdraw  # an admitted item that never started
         queue.on_marked = self.backlog.marked
         self.backlog.starved = queue.mark_soon  # an idle pool thread: marks go now

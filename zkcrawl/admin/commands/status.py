@@ -255,9 +255,9 @@ def render_consumer(doc: dict[str, Any], hosts: str) -> str:
                   f"items     {_cell(c['ok'])} ok, {_cell(c['failed'])} failed, "
                   f"{_number(c['items_per_s'])} items/s; {_cell(c['redelivered'])} "
                   "claimed again after a holder died (not fetches)",
-                  f"leases    {len(doc['leases'])} held: {_cell(c['in_flight'])} fetching now, "
-                  f"{_cell(c['waiting'])} waiting in its backlog (capacity "
-                  f"{_cell(c.get('capacity'))})"]
+                  f"leases    {len(doc['leases'])} started (marked in ZooKeeper); it holds "
+                  f"{_cell(c['in_flight'])} fetching now, {_cell(c['waiting'])} waiting in "
+                  f"its backlog (capacity {_cell(c.get('capacity'))})"]
     lines.append("hosts     " + (", ".join(
         f"{_cell(h['host'])} ({h['leased_items']} items)" for h in doc["hosts"][:10])
         or "no host"))
