@@ -1,62 +1,16 @@
-"""The capped queue in front of the consumer's pool: :class:`Backlog`.
+"""The capped queue in front of the consumer's pool: :class:`Backlog` holds every claimed
+item as a :class:`Task` in exactly one :class:`TaskState` until it is gone (the state
+diagram and who calls what: :class:`Backlog`'s docstring).
 
-The design's "bounded thread pool behind a capped queue", written down. Every item the
-consumer holds a lease on is a :class:`Task` in the backlog's table until it is gone, and is
-in exactly one :class:`TaskState`::
-
-    put -> READY -> take -> RUNNING -> settle -> SETTLING -> forget -> GONE
-             ^  ^              | cool(task, due)
-             |  +-- release_due --+-- COOLING (time-ordered heap)
-             |                 | await_mark (admitted: its start mark is being written)
-             +---- marked -----+-- MARKING
-
-A task admitted to start (its host's slot taken at the gate) waits MARKING, off the pool
-thread, until its start mark is written (:meth:`consumer.owned_queue.OwnedQueue.mark`: a
-holder's death is charged only for the items it had started, and the mark must be durable
-before the request); :meth:`~Backlog.marked` brings it back READY at the very front, with
-``marked`` set: the next pool thread performs it without admitting it again. A pool
-thread that finds nothing to take while tasks wait MARKING calls ``starved`` (the queue's
-``mark_soon``): the marks go now rather than at the end of the queue's coalescing window.
-
-Who calls what:
-
-* the **claim loop** (one thread): :meth:`~Backlog.wait_capacity`, then :meth:`~Backlog.put`
-  of at most that many tasks;
-* the **pool threads**: :meth:`~Backlog.take`, then :meth:`~Backlog.cool` (its host's turn has
-  not come), :meth:`~Backlog.await_mark` (admitted: its mark is written off the thread) or
-  :meth:`~Backlog.settle` (done: the committer has it), and :meth:`~Backlog.task_done` when
-  they let go of it;
-* the queue's checkpoint thread: :meth:`~Backlog.marked` (marks written);
-* the **scheduler** (one thread): :meth:`~Backlog.release_due` in a loop;
-* the committer and the claim loop: :meth:`~Backlog.forget` (settled, released or lost),
-  :meth:`~Backlog.drop_unstarted` (leases lost with a session);
-* shutdown: :meth:`~Backlog.held`, :meth:`~Backlog.wait_empty`, :meth:`~Backlog.close`.
-
-Guarantees:
-
-* **Bounded**: never more than ``capacity`` (``--threads + --backlog``) tasks in the table,
-  whatever their state: only the claim loop adds, and it adds no more than
-  :meth:`~Backlog.wait_capacity` returned.
-* **Marked, then cooled items first**: a task whose mark was written is taken before any
-  other (it holds its host's admission), then one whose host's turn came, then fresh ones.
-* **An admission is used or given back**: a task admitted at the gate (``gated``) that
-  leaves the table while it waits (MARKING, or marked and READY or COOLING) gives its
-  host's admission back (``withdraw``, set by the worker: the gate's
-  :meth:`~zkcrawl.politeness.gate.HostGate.withdraw`); one on a pool thread uses it.
-* **No thread waits for a host**: a cooling task is a heap entry; the scheduler hands it back
-  (at ``due``) and the pool thread that had it goes on with another.
-* **Once**: a task is taken by one pool thread per ``READY``; a task released or lost while it
-  sat in a deque is skipped there, never handed out.
-* **Every wait is bounded** by its ``timeout``: flags set by a signal handler (which must not
-  take this lock to notify) are seen within it.
-* **Per host**: :meth:`~Backlog.host_load` counts a host's tasks that still need the host
-  (READY, COOLING, MARKING, RUNNING) -- what the worker caps so that no host fills the table
+* **Bounded**: never more than ``capacity`` (``--threads + --backlog``) tasks in the table.
+* **Marked, then cooled items first**; a cooling task is a heap entry, so no thread waits
+  for a host. At most ``mark_ahead`` (``--threads``) tasks are marked ahead of the pool (a
+  death is charged to every marked item).
+* **An admission is used or given back** (``withdraw``), and a task is handed to one pool
+  thread per READY.
+* **Every wait is bounded** by its ``timeout``, so flags set by a signal handler are seen.
+* **Per host**: :meth:`~Backlog.host_load` is what the worker caps
   (:class:`~consumer.parking.Parking`).
-
-One lock guards the table, the two deques, the heap and the running count; three conditions
-share it: ``work`` (a task became READY), ``cooled`` (the heap changed, or the cluster was
-paused or resumed) and ``capacity`` (tasks left the table). No allocation or lock per item
-beyond the deque append and the one acquisition per step.
 """
 
 from __future__ import annotations
@@ -119,7 +73,66 @@ class Task:
 
 
 class Backlog:
-    """The capped queue between the claim loop and the pool (see the module docstring)."""
+    """The capped queue between the claim loop and the pool.
+
+    The design's "bounded thread pool behind a capped queue", written down. Every item the
+    consumer holds a lease on is a :class:`Task` in the backlog's table until it is gone, and is
+    in exactly one :class:`TaskState`::
+
+        put -> READY -> take -> RUNNING -> settle -> SETTLING -> forget -> GONE
+                 ^  ^              | cool(task, due)
+                 |  +-- release_due --+-- COOLING (time-ordered heap)
+                 |                 | await_mark (admitted: its start mark is being written)
+                 +---- marked -----+-- MARKING
+
+    A task admitted to start (its host's slot taken at the gate) waits MARKING, off the pool
+    thread, until its start mark is written (:meth:`consumer.owned_queue.OwnedQueue.mark`: a
+    holder's death is charged only for the items it had started, and the mark must be durable
+    before the request); :meth:`~Backlog.marked` brings it back READY at the very front, with
+    ``marked`` set: the next pool thread performs it without admitting it again. A pool
+    thread that finds nothing to take while tasks wait MARKING calls ``starved`` (the queue's
+    ``mark_soon``): the marks go now rather than at the end of the queue's coalescing window.
+
+    Who calls what:
+
+    * the **claim loop** (one thread): :meth:`~Backlog.wait_capacity`, then :meth:`~Backlog.put`
+      of at most that many tasks;
+    * the **pool threads**: :meth:`~Backlog.take`, then :meth:`~Backlog.cool` (its host's turn has
+      not come), :meth:`~Backlog.await_mark` (admitted: its mark is written off the thread) or
+      :meth:`~Backlog.settle` (done: the committer has it), and :meth:`~Backlog.task_done` when
+      they let go of it;
+    * the queue's checkpoint thread: :meth:`~Backlog.marked` (marks written);
+    * the **scheduler** (one thread): :meth:`~Backlog.release_due` in a loop;
+    * the committer and the claim loop: :meth:`~Backlog.forget` (settled, released or lost),
+      :meth:`~Backlog.drop_unstarted` (leases lost with a session);
+    * shutdown: :meth:`~Backlog.held`, :meth:`~Backlog.wait_empty`, :meth:`~Backlog.close`.
+
+    Guarantees:
+
+    * **Bounded**: never more than ``capacity`` (``--threads + --backlog``) tasks in the table,
+      whatever their state: only the claim loop adds, and it adds no more than
+      :meth:`~Backlog.wait_capacity` returned.
+    * **Marked, then cooled items first**: a task whose mark was written is taken before any
+      other (it holds its host's admission), then one whose host's turn came, then fresh ones.
+    * **An admission is used or given back**: a task admitted at the gate (``gated``) that
+      leaves the table while it waits (MARKING, or marked and READY or COOLING) gives its
+      host's admission back (``withdraw``, set by the worker: the gate's
+      :meth:`~zkcrawl.politeness.gate.HostGate.withdraw`); one on a pool thread uses it.
+    * **No thread waits for a host**: a cooling task is a heap entry; the scheduler hands it back
+      (at ``due``) and the pool thread that had it goes on with another.
+    * **Once**: a task is taken by one pool thread per ``READY``; a task released or lost while it
+      sat in a deque is skipped there, never handed out.
+    * **Every wait is bounded** by its ``timeout``: flags set by a signal handler (which must not
+      take this lock to notify) are seen within it.
+    * **Per host**: :meth:`~Backlog.host_load` counts a host's tasks that still need the host
+      (READY, COOLING, MARKING, RUNNING) -- what the worker caps so that no host fills the table
+      (:class:`~consumer.parking.Parking`).
+
+    One lock guards the table, the two deques, the heap and the running count; three conditions
+    share it: ``work`` (a task became READY), ``cooled`` (the heap changed, or the cluster was
+    paused or resumed) and ``capacity`` (tasks left the table). No allocation or lock per item
+    beyond the deque append and the one acquisition per step.
+    """
 
     def __init__(self, capacity: int, mark_ahead: int | None = None) -> None:
         self.capacity = capacity

@@ -18,14 +18,14 @@ from consumer.backlog import (
     TaskState,
 )
 from consumer.timing import ItemTiming
-from zkcrawl.queue import items as wire
+from zkcrawl.queue import items as item_codec
 from zkcrawl.queue.leases import Claimed
 
 
 def task(i: int, host: str = "h:1") -> Task:
-    data = wire.Item(url=f"http://{host}/{i}").encode()
-    c = Claimed(name=f"qn-{i:010d}", seq=i, data=data, item=wire.decode(data).item, error=None,
-                ctime=time.time())
+    data = item_codec.Item(url=f"http://{host}/{i}").encode()
+    c = Claimed(name=f"qn-{i:010d}", seq=i, data=data, item=item_codec.decode(data).item,
+                error=None, ctime=time.time())
     return Task(c, ItemTiming(c.claimed_mono, 0.0), host)
 
 

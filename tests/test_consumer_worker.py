@@ -86,7 +86,7 @@ def test_failures_are_retried_at_the_tail_dead_lettered_or_recorded(zk, zk_hosts
     assert queued_urls(zk, zk_root) == []
 
 
-def test_malformed_and_bare_url_items_from_the_wire(zk, zk_hosts, zk_root, tmp_path):
+def test_malformed_and_bare_url_items_as_stored(zk, zk_hosts, zk_root, tmp_path):
     with TestServer({"/bare": html("<title>Bare</title>")}) as srv:
         zk.ensure_path(f"{zk_root}/queue")
         zk.create(f"{zk_root}/queue/qn-", b"\xff\xfe\x00junk" * 2000, sequence=True)

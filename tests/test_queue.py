@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import expire_session, wait_for
-from zkcrawl.queue import items as wire
+from zkcrawl.queue import items as item_codec
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.leases import AT_MOST_ONCE, LeaseQueue
 
@@ -142,7 +142,7 @@ def test_offer_batches_and_protected_retry_finds_committed_batch(zk, zk_root):
     q = LeaseQueue(zk, zk_root, "p", offer_batch=7)
     names = q.offer_many(urls(50))
     assert len(names) == 50 and len(set(names)) == 50
-    assert wire.sort_names(names) == sorted(wire.sort_names(names))
+    assert item_codec.sort_names(names) == sorted(item_codec.sort_names(names))
     # The retry path: a batch that did commit is found by its marker, not re-sent.
     token = "t" * 32
     marker = f"{zk_root}/offers/{token}"
@@ -234,9 +234,9 @@ def test_delivery_and_run_state_are_str_enums(zk, zk_root):
 
 def test_sequence_sort_is_wrap_safe():
     names = ["qn-2147483646", "qn--2147483648", "qn-2147483647", "qn--2147483647"]
-    assert [n for _, n in wire.sort_names(names)] == [
+    assert [n for _, n in item_codec.sort_names(names)] == [
         "qn-2147483646", "qn-2147483647", "qn--2147483648", "qn--2147483647"]
-    assert [n for _, n in wire.sort_names(["qn-0000000010", "qn-0000000002"])] == [
+    assert [n for _, n in item_codec.sort_names(["qn-0000000010", "qn-0000000002"])] == [
         "qn-0000000002", "qn-0000000010"]
 
 

@@ -25,7 +25,7 @@ from typing import Generic, Protocol, TypeVar
 
 from zkcrawl.errors import ZkCrawlError
 from zkcrawl.logs import get_logger
-from zkcrawl.queue.capped import Backlog
+from zkcrawl.queue.capped import DirBacklog
 from zkcrawl.queue.items import sort_names
 from zkcrawl.queue.layout import Layout
 from zkcrawl.queue.offers import MAX_TX_BYTES, QueueSuspended
@@ -170,7 +170,7 @@ class BatchReader(Generic[D]):
     and reason for a node some of whose entries were dropped."""
 
     def __init__(self, zk: ZkClient, path: str, prefix: str, decode: Callable[[bytes], D],
-                 backlog: Backlog, event: str, dropped_event: tuple[str, str]) -> None:
+                 backlog: DirBacklog, event: str, dropped_event: tuple[str, str]) -> None:
         self.zk = zk
         self.path = path
         self.node_prefix = prefix

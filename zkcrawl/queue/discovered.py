@@ -1,46 +1,19 @@
-"""Discovered links: ``<root>/discovered/dn-NNNNNNNNNN`` (SPEC §2), consumer -> producer.
+"""Discovered links: ``<root>/discovered/dn-NNNNNNNNNN`` (SPEC §2), consumer -> producer. The
+consumer's committer writes the links a page processor returns here; a producer run with
+``--follow`` drains them through its normalization, seen state and back-pressure.
 
-Links a page processor returns are not offered by the consumer (only a producer holds the
-seen state): the consumer's committer writes them here, and a producer run with ``--follow``
-drains them through its normalization, seen state and back-pressure. A node's data::
-
-    {"links": [{"url": "https://...", "from": "https://...", "depth": 1}, ...], "consumer": "c1"}
-
-Guarantees:
-
-* **before completion** (at-least-once): :meth:`DiscoveredWriter.write` returns once the
-  links are committed; the committer calls it for a group before it completes the group's
-  items, so an item is never deleted from the queue while the links it found are not in
-  ZooKeeper. A crash in between re-crawls the item and writes its links again: duplicates,
-  which the producer's seen state drops.
-* **batched and bounded**: a group's links go in few nodes, each at most :data:`NODE_BYTES`
-  (the reader's limit, far below ZooKeeper's 1 MB), several nodes a transaction of at most
-  ``MAX_TX_BYTES``; a link longer than ``URL_LIMIT`` never gets here (the consumer drops it).
-* **protected creates** (:class:`~zkcrawl.queue.batch_dir.BatchWriter`): no double batch
-  while the session lives; after a session loss a possible duplicate, harmless (seen state).
-* **an outage is not a refusal**: ZooKeeper away for ``--zk-timeout`` is
-  :class:`~zkcrawl.queue.offers.QueueSuspended` (the committer keeps the group and asks
-  again); ZooKeeper *answering no* -- NoAuth on ``<root>/discovered`` (an ACL these
-  credentials may not create under), a node in the way -- is
-  :class:`~zkcrawl.queue.batch_dir.WriteRefused`, naming the server's error (``cause``),
-  never retried here: waiting changes nothing, so the
-  committer counts it as a failed attempt of the items whose links these were.
-* **bounded in ZooKeeper** (issue #27; ZooKeeper keeps every node in RAM): a page gives at
-  most ``--max-page-links`` links and ``--max-page-link-bytes`` bytes of them
-  (:func:`cap_page`; the rest dropped with one ``discovered.page_capped`` event), and the
-  directory holds at most ``--discovered-max-nodes`` nodes and ``--discovered-max-bytes``
-  bytes (:class:`~zkcrawl.queue.capped.CappedDir`, node count times :data:`NODE_BYTES`).
-  :class:`LinkBounds` applies both on the consumer's worker thread before the item settles:
-  a full directory makes the page wait (bounded by ``--discovered-wait``), then the item is
-  retried with the reason :data:`DISCOVERED_FULL` (a dead letter with it after
-  ``--max-attempts``: ``zkcrawl dead requeue --error discovered-full`` once the producer has
-  caught up) -- its links are never dropped silently. The reader reports the backlog
-  (``discovered.backlog``) when the directory holds half the default cap or more.
-* **untrusted on the way back**: :func:`decode` never raises; a node that is not such an
-  object, or larger than :data:`NODE_BYTES`, is one ``discovered.malformed`` warning and is
-  skipped (deleted by the drainer, never retried forever); entries that are not a link (no
-  string ``url``, a url over ``URL_LIMIT``, a negative or non-integer depth) are counted and
-  dropped, the node's other links kept.
+* **Before completion** (at-least-once): :meth:`DiscoveredWriter.write` returns once the
+  links are committed, and the committer calls it before it completes the group's items;
+  a crash in between writes them again (duplicates the seen state drops).
+* **Protected and bounded**: nodes of at most :data:`NODE_BYTES`, written in protected
+  transactions (:class:`~zkcrawl.queue.batch_dir.BatchWriter`: no double batch while the
+  session lives); a page's links and the directory are capped (:class:`LinkBounds`).
+* **An outage is not a refusal**: ZooKeeper away is
+  :class:`~zkcrawl.queue.offers.QueueSuspended`; ZooKeeper answering no is
+  :class:`~zkcrawl.queue.batch_dir.WriteRefused` (a failed attempt of the items, never
+  retried here).
+* **Untrusted on the way back**: :func:`decode` never raises; a bad node is one
+  ``discovered.malformed`` warning and is skipped, a bad entry dropped.
 """
 
 from __future__ import annotations
@@ -52,7 +25,7 @@ from typing import Any
 from zkcrawl.logs import get_logger
 from zkcrawl.queue import batches, untrusted
 from zkcrawl.queue.batch_dir import BatchReader, BatchWriter, WriteRefused, transactions
-from zkcrawl.queue.capped import Backlog, CappedDir, DirLimits
+from zkcrawl.queue.capped import CappedDir, DirBacklog, DirLimits
 from zkcrawl.queue.claims import Claimed
 from zkcrawl.queue.layout import DISCOVERED_PREFIX, Layout
 from zkcrawl.queue.offers import QueueSuspended
@@ -94,8 +67,18 @@ def cap_page(links: Sequence[str], max_links: int, max_bytes: int) -> tuple[tupl
 
 
 class LinkBounds:
-    """Per page and per directory bounds on the links a consumer hands over (module
-    docstring). :meth:`bound` runs on the worker threads; thread-safe."""
+    """Per page and per directory bounds on the links a consumer hands over (ZooKeeper keeps
+    every node in RAM). :meth:`bound` runs on the worker threads; thread-safe.
+
+    A page gives at most ``--max-page-links`` links and ``--max-page-link-bytes`` bytes of
+    them (:func:`cap_page`; the rest dropped with one ``discovered.page_capped`` event), and
+    the directory holds at most ``--discovered-max-nodes`` nodes and
+    ``--discovered-max-bytes`` bytes (:class:`~zkcrawl.queue.capped.CappedDir`, node count
+    times :data:`NODE_BYTES`). A full directory makes the page wait (bounded by
+    ``--discovered-wait``), then the item is retried with the reason :data:`DISCOVERED_FULL`
+    (a dead letter with it after ``--max-attempts``: ``zkcrawl dead requeue --error
+    discovered-full`` once the producer has caught up) -- its links are never dropped
+    silently."""
 
     def __init__(self, zk: ZkClient, root: str, max_links: int = MAX_PAGE_LINKS,
                  max_bytes: int = MAX_PAGE_LINK_BYTES, max_nodes: int = MAX_NODES,
@@ -232,10 +215,10 @@ class DiscoveredReader(BatchReader[Decoded]):
 
     def __init__(self, zk: ZkClient, root: str) -> None:
         path = Layout.of(root).discovered
-        backlog = Backlog("discovered.backlog", path,
-                          DirLimits(MAX_NODES, MAX_BYTES, NODE_BYTES),  # the default's
-                          note="consumers wait (--discovered-wait) when the cap is "
-                          "reached; drain faster or stop the hostile source")
+        backlog = DirBacklog("discovered.backlog", path,
+                             DirLimits(MAX_NODES, MAX_BYTES, NODE_BYTES),  # the default's
+                             note="consumers wait (--discovered-wait) when the cap is "
+                             "reached; drain faster or stop the hostile source")
         super().__init__(zk, path, DISCOVERED_PREFIX, decode, backlog, "discovered",
                          ("discovered.links_dropped",
                           "not a link: a string url of at most 8 KiB, a depth >= 0"))

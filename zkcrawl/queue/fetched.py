@@ -1,46 +1,16 @@
-"""Fetch outcomes: ``<root>/fetched/fn-NNNNNNNNNN`` (SPEC §2), consumer -> producer.
+"""Fetch outcomes: ``<root>/fetched/fn-NNNNNNNNNN`` (SPEC §2), consumer -> producer: what each
+fetch of a URL a ``--recrawl`` producer offered returned (only items whose ``meta.recrawl``
+is an object are reported), for the producer's per-URL schedule (``producer.recrawl``).
 
-A producer run with ``--recrawl`` keeps a per-URL schedule (``producer.recrawl``); what each
-fetch of a URL it offered returned comes back here, for it to learn from. A node's data::
-
-    {"fetched": [{"url": "https://...", "status": 200, "changed": false, "etag": "\\"v1\\"",
-                  "last_modified": "Tue, 01 Dec 2026 10:00:00 GMT",
-                  "signature": "<32 hex>", "at": 1796000000.0}, ...], "consumer": "c1"}
-
-Only items that ask for it are reported: those whose ``meta.recrawl`` is an object (a
-``--recrawl`` producer offers every URL so). Guarantees:
-
-* **batched across groups**, **protected creates**: handed over by the committer in the
-  hook that writes ``<root>/discovered/``, gathered by :class:`FetchedBuffer` (a node per
-  second, per ~400 reports, or 0.2 s after the last one) and written with
-  :class:`~zkcrawl.queue.batch_dir.BatchWriter`'s protected transactions, each node at most
-  :data:`NODE_BYTES`: ~0.003 ZooKeeper writes per page. A duplicate (a retried write) is a
-  second look at the same answer for the producer.
-* **a report is not the page**: it never holds an item back (the committer hands reports
-  to the buffer, whose own thread writes them). ZooKeeper *refusing* the write (NoAuth...)
-  is one ``fetched.refused`` warning; ZooKeeper *away* keeps the reports for a later try
-  (bounded); a consumer that stops loses at most its last second of reports. A lost report
-  only means the producer offers the URL again when its interval has passed, with the
-  validators it had.
-* **bounded in ZooKeeper** (issue #27; ZooKeeper keeps every node in RAM): the directory
-  holds at most ``--fetched-max-nodes`` nodes and ``--fetched-max-bytes`` bytes, by the
-  rule ``<root>/discovered/`` is held to (:class:`~zkcrawl.queue.capped.CappedDir`: node
-  count times :data:`NODE_BYTES`, the same slack). Reports go out a node per second, so
-  nodes are often small, and the count would waste the cap: once the directory holds half
-  its cap, :class:`FetchedBuffer` packs nodes full (:data:`FLUSH_ENTRIES`, or one per
-  :data:`PACK_S`). A flush that finds it full waits for
-  the producer to drain it, on a watch, at most ``--fetched-wait`` seconds (on the
-  buffer's thread: never the committer's); then its reports are dropped with the reason
-  :data:`FETCHED_FULL`, counted (:attr:`FetchedWriter.full`) and one ``fetched.full``
-  warning per episode -- a lost report, as above, never a lost page. The reader reports
-  the backlog (``fetched.backlog``) when the directory holds half the default cap or more.
-* **untrusted on the way back**: :func:`decode` never raises; a node that is not such an
-  object or is larger than :data:`NODE_BYTES` is skipped with its reason; an entry without
-  a string ``url`` of at most ``URL_LIMIT`` bytes or with a ``status`` outside 100..599 is
-  dropped and counted; ``etag``, ``last_modified`` and ``signature`` go through
-  :mod:`zkcrawl.web.validators` (a bad one becomes null, never sent to a server); ``at``
-  is clamped to [1995, now + 1 day]. Whether a URL was ever offered is the reader's
-  (the producer's store) to decide.
+* **A report is not the page**: :class:`FetchedBuffer` gathers reports across groups and
+  writes them on its own thread, so a report never holds an item back; ZooKeeper refusing
+  is one ``fetched.refused`` warning, ZooKeeper away keeps them for a later try (bounded).
+  A lost report only means the URL is offered again when its interval has passed.
+* **Batched, protected, bounded**: few nodes of at most :data:`NODE_BYTES`, written with
+  :class:`~zkcrawl.queue.batch_dir.BatchWriter`'s protected transactions; the directory is
+  capped by ``--fetched-max-nodes`` / ``--fetched-max-bytes`` (a full one drops reports
+  after ``--fetched-wait`` with :data:`FETCHED_FULL`, never pages).
+* **Untrusted on the way back**: :func:`decode` never raises.
 """
 
 from __future__ import annotations
@@ -56,7 +26,7 @@ from zkcrawl.logs import get_logger
 from zkcrawl.queue import batches, untrusted
 from zkcrawl.queue import discovered as links
 from zkcrawl.queue.batch_dir import BatchReader, BatchWriter, WriteRefused, transactions
-from zkcrawl.queue.capped import Backlog, CappedDir, DirLimits
+from zkcrawl.queue.capped import CappedDir, DirBacklog, DirLimits
 from zkcrawl.queue.layout import FETCHED_PREFIX, Layout
 from zkcrawl.queue.offers import QueueSuspended
 from zkcrawl.queue.untrusted import NODE_LIMIT, URL_LIMIT
@@ -134,7 +104,12 @@ class Decoded:
 
 
 def decode(data: bytes | None, now: float | None = None) -> Decoded:
-    """SPEC §2's fetched node, with the untrusted-data limits; never raises."""
+    """SPEC §2's fetched node, with the untrusted-data limits; never raises. A node that is
+    not such an object or is larger than :data:`NODE_BYTES` is skipped with its reason; an
+    entry without a string ``url`` of at most ``URL_LIMIT`` bytes or with a ``status``
+    outside 100..599 is dropped and counted; ``etag``, ``last_modified`` and ``signature`` go
+    through :mod:`zkcrawl.web.validators` (a bad one becomes null); ``at`` is clamped to
+    [1995, now + 1 day]."""
     doc, why = untrusted.load_object(data, {"fetched": list, "consumer": str}, limit=NODE_BYTES)
     if doc is None:
         return Decoded((), None, error=why)
@@ -254,10 +229,10 @@ class FetchedReader(BatchReader[Decoded]):
 
     def __init__(self, zk: ZkClient, root: str) -> None:
         path = Layout.of(root).fetched
-        backlog = Backlog("fetched.backlog", path,
-                          DirLimits(MAX_NODES, MAX_BYTES, NODE_BYTES),  # the default's
-                          note="consumers' re-crawl reports wait (--fetched-wait) when "
-                          "the cap is reached, then are dropped (fetched-full)")
+        backlog = DirBacklog("fetched.backlog", path,
+                             DirLimits(MAX_NODES, MAX_BYTES, NODE_BYTES),  # the default's
+                             note="consumers' re-crawl reports wait (--fetched-wait) when "
+                             "the cap is reached, then are dropped (fetched-full)")
         super().__init__(zk, path, FETCHED_PREFIX, decode, backlog, "fetched",
                          ("fetched.entries_dropped", "not an outcome: a string url of at "
                           "most 8 KiB, a status in 100..599 or null"))
@@ -266,7 +241,7 @@ class FetchedReader(BatchReader[Decoded]):
 class FetchedBuffer:
     """The consumer's reports, gathered across committer groups into few large nodes: a
     node per :data:`FLUSH_S` or per :data:`FLUSH_ENTRIES` reports instead of one per group
-    (a group is ~30 items at speed: that was 0.07 ZooKeeper writes per page); full nodes
+    (~0.003 ZooKeeper writes per page); full nodes
     only (or one per :data:`PACK_S`) while ``<root>/fetched/`` holds half its cap.
 
     :meth:`add` never waits for ZooKeeper and never raises: the buffer's daemon thread

@@ -23,7 +23,7 @@ from typing import TypeAlias, cast
 
 from zkcrawl.errors import ZkCrawlError
 from zkcrawl.logs import get_logger
-from zkcrawl.queue import items as wire
+from zkcrawl.queue import items as item_codec
 from zkcrawl.queue.items import Item
 from zkcrawl.zk import (
     ConnectionLoss,
@@ -159,7 +159,7 @@ class BatchOffers:
         return names
 
     def window(self, depth: int = 2) -> OfferWindow:
-        """A pipeline of offer transactions for a caller that offers group after group."""
+        """Pipelined offer transactions for a caller that offers group after group."""
         return OfferWindow(self, depth)
 
     def _chunks(self, items: Iterable[Item]) -> Iterable[tuple[str, list[bytes]]]:
@@ -168,7 +168,7 @@ class BatchOffers:
         token = uuid.uuid4().hex
         for item in items:
             data = item.encode(batch=token)
-            if len(data) > wire.ITEM_LIMIT:
+            if len(data) > item_codec.ITEM_LIMIT:
                 self._refuse(item, len(data))
                 continue
             if chunk and (len(chunk) >= self.batch or size + len(data) > MAX_TX_BYTES):
@@ -185,12 +185,12 @@ class BatchOffers:
         """SPEC §2: an item over the limit is refused with a reason; the offer goes on."""
         self.refused += 1
         log.warning("queue.offer_refused", url=item.url[:200], bytes=size,
-                    reason=f"item larger than {wire.ITEM_LIMIT} bytes")
+                    reason=f"item larger than {item_codec.ITEM_LIMIT} bytes")
 
     def _offer_async(self, token: str, chunk: list[bytes]) -> Offered:
         """[create marker (ephemeral), create item (sequential) x n] as one transaction."""
         return self.zk.create_many_async(f"{self.offer_path}/{token}",
-                                         f"{self.queue_path}/{wire.PREFIX}", chunk)
+                                         f"{self.queue_path}/{item_codec.PREFIX}", chunk)
 
     def _offer_result(self, token: str, chunk: list[bytes], pending: Offered) -> list[str]:
         marker = f"{self.offer_path}/{token}"
@@ -300,11 +300,11 @@ class BatchOffers:
         return False
 
     def _names_with_token(self, token: str) -> list[str]:
-        names = [n for _, n in wire.sort_names(self.zk.get_children(self.queue_path))]
+        names = [n for _, n in item_codec.sort_names(self.zk.get_children(self.queue_path))]
         datas = self.zk.get_many([f"{self.queue_path}/{n}" for n in names])
         found = []
         for name, res in zip(names, datas, strict=True):
-            if not isinstance(res, Exception) and wire.decode(res[0]).batch == token:
+            if not isinstance(res, Exception) and item_codec.decode(res[0]).batch == token:
                 found.append(name)
         return found
 
@@ -327,7 +327,7 @@ class BatchOffers:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return depth
-            names = wire.sort_names(self.zk.get_children(self.queue_path))
+            names = item_codec.sort_names(self.zk.get_children(self.queue_path))
             if len(names) < low:
                 continue
             gone = threading.Event()
