@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import time
 
-from zkcrawl.queue import items as wire
+from zkcrawl.queue import items as item_codec
 from zkcrawl.queue.layout import Layout
 from zkcrawl.zk import tx_ok
 from zkcrawl.zk.client import ZkClient
@@ -25,7 +25,7 @@ def hold(zk: ZkClient, root: str, names: list[str], consumer: str) -> None:
 
 def oldest(zk: ZkClient, root: str, n: int) -> list[str]:
     """The ``n`` oldest ingress items' names."""
-    return [name for _, name in wire.sort_names(zk.get_children(Layout.of(root).queue))][:n]
+    return [name for _, name in item_codec.sort_names(zk.get_children(Layout.of(root).queue))][:n]
 
 
 def dead_letter(zk: ZkClient, root: str, name: str, error: str) -> None:
@@ -33,11 +33,11 @@ def dead_letter(zk: ZkClient, root: str, name: str, error: str) -> None:
     in one transaction."""
     layout = Layout.of(root)
     data, _ = zk.get(layout.item(name))
-    item = wire.decode(data).item
+    item = item_codec.decode(data).item
     tries = (item.attempt if item else 0) + 1
     zk.ensure_path(layout.dead)
     tx = zk.transaction()
-    tx.create(layout.dead_prefix, wire.dead_letter(name, item.url if item else None, error,
-                                                   tries, data), sequence=True)
+    body = item_codec.encode_dead_letter(name, item.url if item else None, error, tries, data)
+    tx.create(layout.dead_prefix, body, sequence=True)
     tx.delete(layout.item(name))
     assert tx_ok(tx.commit()), name

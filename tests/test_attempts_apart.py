@@ -15,7 +15,7 @@ from tests.owned import claim, owned_queue
 from zkcrawl.admin.cluster import _decode_dead, list_dead
 from zkcrawl.admin.report import render_text, summarize
 from zkcrawl.cli import main
-from zkcrawl.queue import items as wire
+from zkcrawl.queue import items as item_codec
 from zkcrawl.queue.claims import attempts_text
 from zkcrawl.queue.ingress import IngressQueue
 from zkcrawl.queue.items import Item
@@ -62,7 +62,7 @@ def test_attempts_text_counts_fetches_and_deaths_that_add_up(attempts, deaths):
 
 
 def test_the_queue_writes_the_deaths_into_the_dead_letter():
-    body = json.loads(wire.dead_letter("qn-1", "http://h/", "abandoned", 3, b"x", 9))
+    body = json.loads(item_codec.encode_dead_letter("qn-1", "http://h/", "abandoned", 3, b"x", 9))
     assert body["holder_deaths"] == 3 and body["attempts"] == 3  # clamped to the attempts
 
 

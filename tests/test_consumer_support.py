@@ -108,3 +108,17 @@ def spawn(args: Sequence[str], stderr: Path | int, **kw: Any) -> subprocess.Pope
     with open(stderr, "wb") as err:
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
                                 stderr=err, **kw)
+
+
+def stats_held(err: Path) -> int:
+    """Items a consumer held -- running, marked or waiting in its backlog -- in the last
+    ``consumer.stats`` line of its JSON stderr (run it with a short ``--stats-interval``);
+    0 before the first. (ZooKeeper shows only the items marked started.)"""
+    held = 0
+    for line in err.read_text(errors="replace").splitlines():
+        if '"consumer.stats"' in line:
+            try:
+                held = int(json.loads(line).get("leases", 0))
+            except ValueError:
+                continue  # a line being written
+    return held

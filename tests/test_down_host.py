@@ -56,4 +56,4 @@ def test_a_down_host_backs_off_shared_then_dead_letters_as_connection(zk, zk_hos
     # Four tries of one host, one at a time, each after the back-off of the failures before
     # it (1 s, 2 s, 4 s): not four tries in the first second.
     assert elapsed >= 1 + 2 + 4 - 0.5
-    assert run.worker.pipeline.gate.table.unreachable(host_of(down[0])) == 5  # 4 in a row + 1
+    assert run.worker.item_handler.gate.table.unreachable(host_of(down[0])) == 5  # 4 in a row + 1

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from zkcrawl.queue import items as wire
+from zkcrawl.queue import items as item_codec
 from zkcrawl.queue.claims import AT_MOST_ONCE
 from zkcrawl.queue.ingress import IngressQueue, ItemRefused
 from zkcrawl.queue.items import Item
@@ -23,20 +23,20 @@ def urls(n: int, prefix: str = "http://127.0.0.1/a/") -> list[Item]:
 def test_offers_are_queued_in_offer_order(zk, zk_root):
     q = IngressQueue(zk, zk_root)
     names = q.offer_many(urls(120))
-    queued = [n for _, n in wire.sort_names(zk.get_children(f"{zk_root}/queue"))]
+    queued = [n for _, n in item_codec.sort_names(zk.get_children(f"{zk_root}/queue"))]
     assert names == queued
-    docs = [wire.decode(zk.get(f"{zk_root}/queue/{n}")[0]).item for n in names]
+    docs = [item_codec.decode(zk.get(f"{zk_root}/queue/{n}")[0]).item for n in names]
     assert [d.url for d in docs if d] == [f"http://127.0.0.1/a/{i}" for i in range(120)]
     assert zk.get_children(f"{zk_root}/offers") == []  # every marker deleted
 
 
 def test_an_item_over_the_limit_is_refused_and_the_others_go_on(zk, zk_root):
     q = IngressQueue(zk, zk_root)
-    big = Item(url="http://127.0.0.1/big", meta={"pad": "x" * wire.ITEM_LIMIT})
+    big = Item(url="http://127.0.0.1/big", meta={"pad": "x" * item_codec.ITEM_LIMIT})
     assert len(q.offer_many([*urls(2), big, *urls(1, "http://127.0.0.1/b/")])) == 3
     assert q.refused == 1
     with pytest.raises(ItemRefused):
-        q.offer("http://127.0.0.1/huge", meta={"pad": "x" * wire.ITEM_LIMIT})
+        q.offer("http://127.0.0.1/huge", meta={"pad": "x" * item_codec.ITEM_LIMIT})
 
 
 def test_a_reaped_queue_path_is_made_again_on_offer(zk, zk_root):
@@ -51,7 +51,7 @@ def test_offer_batches_and_protected_retry_finds_committed_batch(zk, zk_root):
     q = IngressQueue(zk, zk_root, batch=7)
     names = q.offer_many(urls(50))
     assert len(names) == 50 and len(set(names)) == 50
-    assert wire.sort_names(names) == sorted(wire.sort_names(names))
+    assert item_codec.sort_names(names) == sorted(item_codec.sort_names(names))
     # The retry path: a batch that did commit is found by its marker, not re-sent.
     token = "t" * 32
     marker = f"{zk_root}/offers/{token}"
@@ -140,9 +140,9 @@ def test_delivery_and_run_state_are_str_enums():
 
 def test_sequence_sort_is_wrap_safe():
     names = ["qn-2147483646", "qn--2147483648", "qn-2147483647", "qn--2147483647"]
-    assert [n for _, n in wire.sort_names(names)] == [
+    assert [n for _, n in item_codec.sort_names(names)] == [
         "qn-2147483646", "qn-2147483647", "qn--2147483648", "qn--2147483647"]
-    assert [n for _, n in wire.sort_names(["qn-0000000010", "qn-0000000002"])] == [
+    assert [n for _, n in item_codec.sort_names(["qn-0000000010", "qn-0000000002"])] == [
         "qn-0000000002", "qn-0000000010"]
 
 

@@ -19,7 +19,7 @@ from producer.main import main
 from producer.partition_offerer import held_bound, partition_bound
 from tests.conftest import wait_for
 from tests.test_producer_cli import _producer, _summary
-from zkcrawl.queue import items as wire
+from zkcrawl.queue import items as item_codec
 from zkcrawl.queue import partition_batch as pb
 from zkcrawl.queue.layout import Layout
 from zkcrawl.queue.partition_offers import PartitionOffers
@@ -36,8 +36,8 @@ def batches(zk: ZkClient, root: str) -> dict[int, list[tuple[str, list[str]]]]:
     if zk.exists(lay.partitions) is None:
         return out
     for p in sorted(int(n) for n in zk.get_children(lay.partitions)):
-        names = [n for _, n in wire.sort_names(
-            [c for c in zk.get_children(lay.partition(p)) if c.startswith(wire.PREFIX)])]
+        names = [n for _, n in item_codec.sort_names(
+            [c for c in zk.get_children(lay.partition(p)) if c.startswith(item_codec.PREFIX)])]
         rows = []
         for name, res in zip(names, zk.get_many([f"{lay.partition(p)}/{n}" for n in names]),
                              strict=True):
@@ -203,7 +203,7 @@ def test_a_full_partition_never_blocks_the_others_and_a_sigkill_loses_nothing(
     # a consumer takes the big host's batches away: the rerun finds room, offers the rest
     lay = Layout.of(zk_root)
     for name in zk.get_children(lay.partition(big_p)):
-        if name.startswith(wire.PREFIX):
+        if name.startswith(item_codec.PREFIX):
             zk.delete(f"{lay.partition(big_p)}/{name}")
     taken = [u for u in got if partition_of(host_key(u), 16) == big_p]
     proc = _producer(zk_hosts, zk_root, "--from-file", str(src), "--seen", str(seen),
@@ -414,7 +414,7 @@ def test_follow_deletes_a_node_once_its_links_committed_and_a_full_partition_hol
         assert set(small) <= set(got) and sum("big" in u for u in got) == 20
         lay = Layout.of(zk_root)
         for name in zk.get_children(lay.partition(big_p)):  # a consumer took them
-            if name.startswith(wire.PREFIX):
+            if name.startswith(item_codec.PREFIX):
                 zk.delete(f"{lay.partition(big_p)}/{name}")
         wait_for(lambda: offerer.held_back()["items"] == 0, what="the held links offered")
         assert follower.drain_once() == 0 and reader.names() == []

@@ -121,7 +121,7 @@ def _dead_urls(zk: ZkClient, layout: Layout) -> list[str]:
     out = []
     if zk.exists(layout.dead):
         for name in zk.get_children(layout.dead):
-            out.append(json.loads(zk.get(layout.dead_letter(name))[0])["url"])
+            out.append(json.loads(zk.get(layout.dead_letter_path(name))[0])["url"])
     return out
 
 

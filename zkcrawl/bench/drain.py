@@ -3,27 +3,18 @@
 Cases (same server, a fresh root per case):
 
 * ``seed_take``      the seed's take: getChildren + sort + getData + delete, every time
-* ``kazoo_locking``  kazoo's LockingQueue get + consume (on a KazooClient of its own: the
-  one kazoo import outside zkcrawl/zk, an exception pyproject's ruff config names)
+* ``kazoo_locking``  kazoo's LockingQueue get + consume (a KazooClient of its own)
 * ``zkcrawl_alo``    what a consumer runs: :class:`~consumer.owned_queue.OwnedQueue`
-  at-least-once over the partitions it owns -- claim, mark started (a checkpoint), complete
-  (settled in the next checkpoint), the items spread over ``HOSTS`` hosts and offered into
-  their partitions as the producer does
-* ``zkcrawl_amo``    the same at-most-once (settled on the take)
+  at-least-once -- claim, mark started, complete, settled in checkpoints -- over items of
+  ``HOSTS`` hosts offered into their partitions (``zkcrawl_amo``: at-most-once)
 * ``zkcrawl_alo_4proc`` four consumer processes, each owning its share of the partitions
-* ``offer_single`` / ``offer_batched``  one create per round trip vs the ingress's batched,
-  protected offers (:meth:`~zkcrawl.queue.ingress.IngressQueue.offer_many`)
+* ``offer_single`` / ``offer_batched``  one create per round trip vs the ingress's offers
 
-The two O(n)-per-take baselines are timed on samples of takes at depth N and at
-depth N/10 (a full drain of 20,000 would take minutes), a sample never larger than the
-queue it is taken from (kazoo's get() on an empty queue waits); the zkcrawl cases drain all
-N items, then N/10: items per second over the whole drain, per-take time over its steady
-state (from 10 % to 90 % of the items, :func:`_steady_ms`).
-
-Every node lives under one run node ``<root>/run-<hex>`` (``--root``, default
-``/zkcrawl-bench``), removed on exit -- also on Ctrl-C, after the worker processes (in a
-session of their own, so the terminal's SIGINT reaches only this one) are stopped; the root
-goes too when this run created it and left it empty.
+The O(n) baselines are timed on samples of takes at depth N and N/10 (never more than the
+queue holds); the zkcrawl cases drain N items, then N/10: items per second over the whole
+drain, per-take time over its steady state (:func:`_steady_ms`). Every node lives under one
+run node ``<root>/run-<hex>``, removed on exit, Ctrl-C included (the worker processes, in
+sessions of their own, are stopped first).
 """
 
 from __future__ import annotations

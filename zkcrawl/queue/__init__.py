@@ -3,7 +3,7 @@
 One concept a module, kazoo-recipe style, each with its guarantees in its docstring:
 
 * :mod:`.layout`          SPEC §2 in code: every path under a crawl root
-* :mod:`.items`           an item on the wire: encoding, the decoding rule, dead letters
+* :mod:`.items`           an item as stored: encoding, the decoding rule, dead letters
 * :mod:`.untrusted`       the one safe decoder for every znode zkcrawl reads
 * :mod:`.ingress`         ``<root>/queue``: batched, protected offers and back-pressure
 * :mod:`.partitions`      host -> partition, and who owns which

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from zkcrawl.errors import ZkCrawlError
-from zkcrawl.queue import items as wire
+from zkcrawl.queue import items as item_codec
 from zkcrawl.queue.items import Item
 
 __all__ = ["AT_LEAST_ONCE", "AT_MOST_ONCE", "Claimed", "CompleteResult", "Delivery",
@@ -114,9 +114,9 @@ def retry_item(c: Claimed, error: str) -> Item | None:
     base = Item(url=c.item.url, attempt=c.attempt + 1, producer=c.item.producer,
                 meta={k: v for k, v in c.item.meta.items() if k != "last_error"},
                 enqueued_at=c.item.enqueued_at)
-    for again in (replace(base, meta={**base.meta, "last_error": error[:wire.ERROR_LIMIT]}),
+    for again in (replace(base, meta={**base.meta, "last_error": error[:item_codec.ERROR_LIMIT]}),
                   base):
-        if len(again.encode()) <= wire.ITEM_LIMIT:
+        if len(again.encode()) <= item_codec.ITEM_LIMIT:
             return again
     return None
 
@@ -127,10 +127,10 @@ def too_large_to_retry(error: str) -> str:
 
 
 def dead_letter_body(c: Claimed, error: str) -> bytes:
-    """``c``'s dead letter (:func:`zkcrawl.queue.items.dead_letter`). An ``abandoned`` item
+    """``c``'s dead letter (:func:`zkcrawl.queue.items.encode_dead_letter`). An ``abandoned`` item
     was not tried by this claim: its attempts are the dead holders'."""
     tries = c.attempt if error == ABANDONED else c.attempt + 1
-    return wire.dead_letter(c.name, c.url, error, tries, c.data, c.holder_deaths)
+    return item_codec.encode_dead_letter(c.name, c.url, error, tries, c.data, c.holder_deaths)
 
 
 def attempts_text(attempts: int, deaths: int) -> str:

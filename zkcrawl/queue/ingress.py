@@ -33,7 +33,7 @@ from typing import Any, TypeAlias, cast
 
 from zkcrawl.errors import UsageError, ZkCrawlError
 from zkcrawl.logs import get_logger
-from zkcrawl.queue import items as wire
+from zkcrawl.queue import items as item_codec
 from zkcrawl.queue.claims import QueueSuspended
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.layout import Layout
@@ -183,7 +183,7 @@ class IngressQueue:
         """Offer one URL; its znode name. :class:`ItemRefused` if over the size limit."""
         names = self.offer_many([Item(url=url, producer=producer, meta=meta or {})])
         if not names:
-            raise ItemRefused(f"item for {url[:80]!r} is larger than {wire.ITEM_LIMIT} bytes")
+            raise ItemRefused(f"item for {url[:80]!r} is larger than {item_codec.ITEM_LIMIT} bytes")
         return names[0]
 
     def offer_many(self, items: Iterable[Item]) -> list[str]:
@@ -207,7 +207,7 @@ class IngressQueue:
         token = uuid.uuid4().hex
         for item in items:
             data = item.encode(batch=token)
-            if len(data) > wire.ITEM_LIMIT:
+            if len(data) > item_codec.ITEM_LIMIT:
                 self._refuse(item, len(data))
                 continue
             if chunk and (len(chunk) >= self.batch or size + len(data) > MAX_TX_BYTES):
@@ -224,13 +224,13 @@ class IngressQueue:
         """SPEC §2: an item over the limit is refused with a reason; the offer goes on."""
         self.refused += 1
         log.warning("queue.offer_refused", url=item.url[:200], bytes=size,
-                    reason=f"item larger than {wire.ITEM_LIMIT} bytes")
+                    reason=f"item larger than {item_codec.ITEM_LIMIT} bytes")
 
     def _offer_async(self, token: str, chunk: list[bytes]) -> Offered:
         """[create marker (ephemeral), create item (sequential) x n] as one transaction."""
         self._sent_in[token] = self.zk.session_id  # the session its marker lives in
         return self.zk.create_many_async(f"{self.offer_path}/{token}",
-                                         f"{self.queue_path}/{wire.PREFIX}", chunk)
+                                         f"{self.queue_path}/{item_codec.PREFIX}", chunk)
 
     def _offer_result(self, token: str, chunk: list[bytes], pending: Offered) -> list[str]:
         """The names ``pending`` created, after asking again what a lost answer did."""
@@ -347,11 +347,11 @@ class IngressQueue:
         return False
 
     def _names_with_token(self, token: str) -> list[str]:
-        names = [n for _, n in wire.sort_names(self.zk.get_children(self.queue_path))]
+        names = [n for _, n in item_codec.sort_names(self.zk.get_children(self.queue_path))]
         datas = self.zk.get_many([f"{self.queue_path}/{n}" for n in names])
         found = []
         for name, res in zip(names, datas, strict=True):
-            if not isinstance(res, Exception) and wire.decode(res[0]).batch == token:
+            if not isinstance(res, Exception) and item_codec.decode(res[0]).batch == token:
                 found.append(name)
         return found
 
@@ -374,7 +374,7 @@ class IngressQueue:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return depth
-            names = wire.sort_names(self.zk.get_children(self.queue_path))
+            names = item_codec.sort_names(self.zk.get_children(self.queue_path))
             if len(names) < low:
                 continue
             gone = threading.Event()

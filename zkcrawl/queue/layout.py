@@ -100,7 +100,7 @@ class Layout:
     def lease(self, name: str) -> str:
         return f"{self.root}/leases/{name}"
 
-    def dead_letter(self, name: str) -> str:
+    def dead_letter_path(self, name: str) -> str:
         return f"{self.root}/dead/{name}"
 
     def consumer(self, consumer_id: str) -> str:
