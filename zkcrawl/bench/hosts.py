@@ -421,5 +421,5 @@ def render_ensemble(out: dict[str, Any]) -> str:
         c = out[key]
         lines.append(f"{key:<10}{c['items_per_s']:>10}{_s(c.get('writes_per_s_during_drain')):>10}"
                      f"{_s(c.get('proposals_per_item')):>12}{c['zk_cpu_s']:>10}"
-                     f"{c['wasted_requests_per_item']:>13}")
+                     f"{_s(c.get('wasted_requests_per_item')):>13}")
     return "\n".join(lines)
