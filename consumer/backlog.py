@@ -1,62 +1,16 @@
-"""The capped queue in front of the consumer's pool: :class:`Backlog`.
+"""The capped queue in front of the consumer's pool: :class:`Backlog` holds every claimed
+item as a :class:`Task` in exactly one :class:`TaskState` until it is gone (the state
+diagram and who calls what: :class:`Backlog`'s docstring).
 
-The design's "bounded thread pool behind a capped queue", written down. Every item the
-consumer holds a lease on is a :class:`Task` in the backlog's table until it is gone, and is
-in exactly one :class:`TaskState`::
-
-    put -> READY -> take -> RUNNING -> settle -> SETTLING -> forget -> GONE
-             ^  ^              | cool(task, due)
-             |  +-- release_due --+-- COOLING (time-ordered heap)
-             |                 | await_mark (admitted: its start mark is being written)
-             +---- marked -----+-- MARKING
-
-A task admitted to start (its host's slot taken at the gate) waits MARKING, off the pool
-thread, until its start mark is written (:meth:`consumer.owned_queue.OwnedQueue.mark`: a
-holder's death is charged only for the items it had started, and the mark must be durable
-before the request); :meth:`~Backlog.marked` brings it back READY at the very front, with
-``marked`` set: the next pool thread performs it without admitting it again. A pool
-thread that finds nothing to take while tasks wait MARKING calls ``starved`` (the queue's
-``mark_soon``): the marks go now rather than at the end of the queue's coalescing window.
-
-Who calls what:
-
-* the **claim loop** (one thread): :meth:`~Backlog.wait_capacity`, then :meth:`~Backlog.put`
-  of at most that many tasks;
-* the **pool threads**: :meth:`~Backlog.take`, then :meth:`~Backlog.cool` (its host's turn has
-  not come), :meth:`~Backlog.await_mark` (admitted: its mark is written off the thread) or
-  :meth:`~Backlog.settle` (done: the committer has it), and :meth:`~Backlog.task_done` when
-  they let go of it;
-* the queue's checkpoint thread: :meth:`~Backlog.marked` (marks written);
-* the **scheduler** (one thread): :meth:`~Backlog.release_due` in a loop;
-* the committer and the claim loop: :meth:`~Backlog.forget` (settled, released or lost),
-  :meth:`~Backlog.drop_unstarted` (leases lost with a session);
-* shutdown: :meth:`~Backlog.held`, :meth:`~Backlog.wait_empty`, :meth:`~Backlog.close`.
-
-Guarantees:
-
-* **Bounded**: never more than ``capacity`` (``--threads + --backlog``) tasks in the table,
-  whatever their state: only the claim loop adds, and it adds no more than
-  :meth:`~Backlog.wait_capacity` returned.
-* **Marked, then cooled items first**: a task whose mark was written is taken before any
-  other (it holds its host's admission), then one whose host's turn came, then fresh ones.
-* **An admission is used or given back**: a task admitted at the gate (``gated``) that
-  leaves the table while it waits (MARKING, or marked and READY or COOLING) gives its
-  host's admission back (``withdraw``, set by the worker: the gate's
-  :meth:`~zkcrawl.politeness.gate.HostGate.withdraw`); one on a pool thread uses it.
-* **No thread waits for a host**: a cooling task is a heap entry; the scheduler hands it back
-  (at ``due``) and the pool thread that had it goes on with another.
-* **Once**: a task is taken by one pool thread per ``READY``; a task released or lost while it
-  sat in a deque is skipped there, never handed out.
-* **Every wait is bounded** by its ``timeout``: flags set by a signal handler (which must not
-  take this lock to notify) are seen within it.
-* **Per host**: :meth:`~Backlog.host_load` counts a host's tasks that still need the host
-  (READY, COOLING, MARKING, RUNNING) -- what the worker caps so that no host fills the table
+* **Bounded**: never more than ``capacity`` (``--threads + --backlog``) tasks in the table.
+* **Marked, then cooled items first**; a cooling task is a heap entry, so no thread waits
+  for a host. At most ``mark_ahead`` (``--threads``) tasks are marked ahead of the pool (a
+  death is charged to every marked item).
+* **An admission is used or given back** (``withdraw``), and a task is handed to one pool
+  thread per READY.
+* **Every wait is bounded** by its ``timeout``, so flags set by a signal handler are seen.
+* **Per host**: :meth:`~Backlog.host_load` is what the worker caps
   (:class:`~consumer.parking.Parking`).
-
-One lock guards the table, the two deques, the heap and the running count; three conditions
-share it: ``work`` (a task became READY), ``cooled`` (the heap changed, or the cluster was
-paused or resumed) and ``capacity`` (tasks left the table). No allocation or lock per item
-beyond the deque append and the one acquisition per step.
 """
 
 from __future__ import annotations
@@ -72,7 +26,7 @@ from enum import StrEnum
 
 from consumer.pipeline import Outcome
 from consumer.timing import ItemTiming
-from zkcrawl.queue.leases import Claimed
+from zkcrawl.queue.claims import Claimed
 
 __all__ = ["COOLING", "GONE", "MARKING", "READY", "RUNNING", "SETTLING", "Backlog", "Task",
            "TaskState"]
@@ -119,10 +73,74 @@ class Task:
 
 
 class Backlog:
-    """The capped queue between the claim loop and the pool (see the module docstring)."""
+    """The capped queue between the claim loop and the pool.
 
-    def __init__(self, capacity: int) -> None:
+    The design's "bounded thread pool behind a capped queue", written down. Every item the
+    consumer holds a lease on is a :class:`Task` in the backlog's table until it is gone, and is
+    in exactly one :class:`TaskState`::
+
+        put -> READY -> take -> RUNNING -> settle -> SETTLING -> forget -> GONE
+                 ^  ^              | cool(task, due)
+                 |  +-- release_due --+-- COOLING (time-ordered heap)
+                 |                 | await_mark (admitted: its start mark is being written)
+                 +---- marked -----+-- MARKING
+
+    A task admitted to start (its host's slot taken at the gate) waits MARKING, off the pool
+    thread, until its start mark is written (:meth:`consumer.owned_queue.OwnedQueue.mark`: a
+    holder's death is charged only for the items it had started, and the mark must be durable
+    before the request); :meth:`~Backlog.marked` brings it back READY at the very front, with
+    ``marked`` set: the next pool thread performs it without admitting it again. A pool
+    thread that finds nothing to take while tasks wait MARKING calls ``starved`` (the queue's
+    ``mark_soon``): the marks go now rather than at the end of the queue's coalescing window.
+
+    Who calls what:
+
+    * the **claim loop** (one thread): :meth:`~Backlog.wait_capacity`, then :meth:`~Backlog.put`
+      of at most that many tasks;
+    * the **pool threads**: :meth:`~Backlog.take`, then :meth:`~Backlog.cool` (its host's turn has
+      not come), :meth:`~Backlog.await_mark` (admitted: its mark is written off the thread) or
+      :meth:`~Backlog.settle` (done: the committer has it), and :meth:`~Backlog.task_done` when
+      they let go of it;
+    * the queue's checkpoint thread: :meth:`~Backlog.marked` (marks written);
+    * the **scheduler** (one thread): :meth:`~Backlog.release_due` in a loop;
+    * the committer and the claim loop: :meth:`~Backlog.forget` (settled, released or lost),
+      :meth:`~Backlog.drop_unstarted` (leases lost with a session);
+    * shutdown: :meth:`~Backlog.held`, :meth:`~Backlog.wait_empty`, :meth:`~Backlog.close`.
+
+    Guarantees:
+
+    * **Bounded**: never more than ``capacity`` (``--threads + --backlog``) tasks in the table,
+      whatever their state: only the claim loop adds, and it adds no more than
+      :meth:`~Backlog.wait_capacity` returned.
+    * **Marked, then cooled items first**: a task whose mark was written is taken before any
+      other (it holds its host's admission), then one whose host's turn came, then fresh ones.
+    * **An admission is used or given back**: a task admitted at the gate (``gated``) that
+      leaves the table while it waits (MARKING, or marked and READY or COOLING) gives its
+      host's admission back (``withdraw``, set by the worker: the gate's
+      :meth:`~zkcrawl.politeness.gate.HostGate.withdraw`); one on a pool thread uses it.
+    * **No thread waits for a host**: a cooling task is a heap entry; the scheduler hands it back
+      (at ``due``) and the pool thread that had it goes on with another.
+    * **Once**: a task is taken by one pool thread per ``READY``; a task released or lost while it
+      sat in a deque is skipped there, never handed out.
+    * **Every wait is bounded** by its ``timeout``: flags set by a signal handler (which must not
+      take this lock to notify) are seen within it.
+    * **Per host**: :meth:`~Backlog.host_load` counts a host's tasks that still need the host
+      (READY, COOLING, MARKING, RUNNING) -- what the worker caps so that no host fills the table
+      (:class:`~consumer.parking.Parking`).
+
+    One lock guards the table, the two deques, the heap and the running count; three conditions
+    share it: ``work`` (a task became READY), ``cooled`` (the heap changed, or the cluster was
+    paused or resumed) and ``capacity`` (tasks left the table). No allocation or lock per item
+    beyond the deque append and the one acquisition per step.
+    """
+
+    def __init__(self, capacity: int, mark_ahead: int | None = None) -> None:
         self.capacity = capacity
+        # at most this many tasks MARKING or marked and not yet on a thread (None: no cap):
+        # a death is charged to every marked item, so no more are marked than the pool
+        # can start next
+        self.mark_ahead = mark_ahead
+        self._marked_ready = 0  # tasks READY with their mark written (in _priority, first)
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)
         self._cooled = threading.Condition(self._lock)
@@ -217,8 +235,13 @@ class Backlog:
         with self._lock:
             while True:
                 while self._priority or self._ready:
+                    if self._ahead_full() and not self._marked_first():
+                        break  # enough marked ahead: fresh ones wait for a thread to free
                     task = (self._priority or self._ready).popleft()
                     if task.state is READY:  # else released or lost while it waited
+                        if task.marked:
+                            self._marked_ready -= 1
+                            self._work.notify()  # one mark fewer ahead: a fresh one may go
                         task.state = RUNNING
                         self._running += 1
                         self._unstarted -= 1
@@ -233,6 +256,18 @@ class Backlog:
                 elif now >= deadline:
                     return None
                 self._work.wait(deadline - now)
+
+    def _ahead_full(self) -> bool:
+        return (self.mark_ahead is not None
+                and self._marking + self._marked_ready >= self.mark_ahead)
+
+    def _marked_first(self) -> bool:
+        """Drop what left the front of ``_priority``; True when a marked READY task is
+        there (marked tasks always go in at the front: :meth:`marked`, :meth:`release_due`)."""
+        prio = self._priority
+        while prio and prio[0].state is not READY:
+            prio.popleft()
+        return bool(prio) and prio[0].marked
 
     def task_done(self) -> None:
         """The pool thread that took a task is done with it (counted by :meth:`stats`)."""
@@ -276,6 +311,7 @@ class Backlog:
             task.state = RUNNING
             self._marking -= 1
             self._unstarted -= 1
+            self._work.notify()  # one mark fewer ahead: a fresh one may go
             return True
 
     # -- the queue's checkpoint thread ----------------------------------------------------
@@ -291,6 +327,7 @@ class Backlog:
                     task.marked = True
                     task.state = READY
                     self._marking -= 1
+                    self._marked_ready += 1
                     self._priority.appendleft(task)
                     n += 1
             if n:
@@ -325,7 +362,11 @@ class Backlog:
                     if task.state is COOLING:  # else released or lost meanwhile
                         task.state = READY
                         task.timing.polite_ms += (now - task.cooled_at) * 1000.0
-                        self._priority.append(task)
+                        if task.marked:  # marked ones stay in front (_marked_first)
+                            self._marked_ready += 1
+                            self._priority.appendleft(task)
+                        else:
+                            self._priority.append(task)
                         self._work.notify()
                 if heap:
                     wait = min(wait, heap[0][0] - now)
@@ -365,6 +406,10 @@ class Backlog:
     def _gone(self, task: Task) -> None:
         if task.state is MARKING:
             self._marking -= 1
+            self._work.notify()  # one mark fewer ahead
+        elif task.state is READY and task.marked:
+            self._marked_ready -= 1
+            self._work.notify()
         if task.state in _UNSTARTED:
             self._unstarted -= 1
         if task.state is not SETTLING and task.state is not GONE:

@@ -1,4 +1,4 @@
-"""The consumer's start-up banner: what it runs with, said once (issue #26).
+"""The consumer's start-up banner: what it runs with, said once.
 
 ZooKeeper, root, id, threads, backlog, politeness, robots, the address guard, where records
 go, the page processors and the result pipelines -- the settings a newcomer gets wrong in

@@ -1,46 +1,18 @@
 """The committer: durable first, then done in ZooKeeper (SPEC §3, at-least-once).
 
-Worker threads hand each finished item, with its record if it has one, to
-:meth:`GroupCommit.put`. One thread, ``committer``, takes everything put since its last
-round, waits :data:`COMMIT_WINDOW` for a group to gather, then
+One thread, ``committer`` (:class:`GroupCommit`), takes the items the pool threads finished,
+waits :data:`COMMIT_WINDOW` for a group, then: (1) writes the group -- the records through
+the ``--pipeline`` chain (:mod:`consumer.results`), then one sink batch (one fsync, or one
+database transaction; a record the sink refuses makes its item a dead letter); (2) hands the
+group to ``before_settle`` (discovered links go to ZooKeeper before their items complete;
+refused links are a failed attempt of their items); (3) tells the caller the group is
+durable (``item.done`` is logged only then); (4) only then settles the group in ZooKeeper.
 
-1. **writes** the group (:meth:`GroupCommit.write`, the one step between "records of this
-   group" and "per-item results"): the records through the ``--pipeline`` chain
-   (:mod:`consumer.results`: dropped, changed, or a retryable failure), then every record in one
-   :meth:`~consumer.sink.ResultSink.write_batch` -- one write and one fsync for JSON Lines,
-   one transaction for PostgreSQL. The sink answers per record: stored (durable), or
-   refused with a reason (a constraint or type error in the database), which turns that
-   item into a dead letter with the reason; the rest of the group is unaffected;
-2. hands the group to ``before_settle(tokens)`` (the consumer writes the links its page
-   processors found to ``<root>/discovered/`` there: in ZooKeeper before the items that
-   found them are completed). An item the chain or the sink failed is not handed over: its
-   links are not followed. When ZooKeeper **refuses** the links
-   (:class:`~zkcrawl.queue.discovered.LinksRefused`: NoAuth on ``<root>/discovered``...),
-   the items are handed over again one by one to find whose links were refused: those
-   count a **failed attempt** (retried with ``discovered links not writable: <error>``, a
-   dead letter with that reason after ``--max-attempts``), the others go on -- one
-   ``consumer.links_refused`` warning per group. Their records are stored already and
-   stay; each retry fetches and records the page again (up to ``--max-attempts`` records
-   of it, bounded), as a refusal does not change until an operator fixes the ACL and
-   requeues the dead letters (``zkcrawl dead requeue --error 'discovered links*'``);
-3. tells the caller the group is durable (``durable(settles)``, once per item, with the kind
-   and error it is settled with: the consumer logs ``item.done``/``item.failed`` there, so a
-   done line always has its record stored);
-4. only then settles the group in ZooKeeper: completions in batched transactions
-   (:meth:`~zkcrawl.queue.leases.LeaseQueue.complete`), then each retry, dead letter or
-   release.
-
-Between two groups -- never inside one -- it calls
-:meth:`~consumer.sink.ResultSink.between_groups`: the JSON Lines sink reopens its file when
-asked (SIGHUP), so a rotated file is never split mid-group; a database sink that lost its
-server reconnects there (with backoff), while the idle committer polls every 0.5 s.
-
-So an item is never deleted from the queue before its record is stored; a crash between
-the two leaves a record whose item is taken again (at-least-once: a duplicate line in a
-file, the same unique key in a database -- effectively once). While ZooKeeper is suspended
-(an outage, not a refusal) the group is kept (order unchanged, records not written twice,
-its items told durable at once) and retried once reconnected; a sink failure hands the
-group back to be released (``failed``).
+* An item is never completed before its record is stored; a crash in between gives a
+  duplicate record (at-least-once; the same key in a database).
+* ZooKeeper suspended: the group is kept and retried, records not written twice. A sink
+  failure hands the group back to be released.
+* Between groups only: the sink's ``between_groups`` (file reopen on SIGHUP, reconnect).
 """
 
 from __future__ import annotations
@@ -58,8 +30,8 @@ from consumer.queue_seam import WorkerQueue
 from consumer.results import ResultChain
 from consumer.sink import Entry, Record, ResultSink
 from zkcrawl.errors import SinkError
-from zkcrawl.queue.discovered import LinksRefused
-from zkcrawl.queue.leases import Claimed, QueueSuspended
+from zkcrawl.queue.batch_dir import WriteRefused
+from zkcrawl.queue.claims import Claimed, QueueSuspended
 
 __all__ = ["COMMIT_WINDOW", "GroupCommit", "Settle"]
 
@@ -99,6 +71,36 @@ class GroupCommit(Generic[T]):
     ``durable(settles)`` is told once per item when its record is stored (with the kind
     and error the committer settles it with). While ZooKeeper is suspended the group is
     kept and retried once reconnected.
+
+    Worker threads hand each finished item, with its record if it has one, to
+    :meth:`GroupCommit.put`. One thread, ``committer``, takes everything put since its last
+    round, waits :data:`COMMIT_WINDOW` for a group to gather, then
+
+    1. **writes** the group (:meth:`GroupCommit.write`, the one step between "records of this
+       group" and "per-item results"): the records through the ``--pipeline`` chain
+       (:mod:`consumer.results`: dropped, changed, or a retryable failure), then every record in one
+       :meth:`~consumer.sink.ResultSink.write_batch` -- one write and one fsync for JSON Lines,
+       one transaction for PostgreSQL. The sink answers per record: stored (durable), or
+       refused with a reason (a constraint or type error in the database), which turns that
+       item into a dead letter with the reason; the rest of the group is unaffected;
+    2. hands the group to ``before_settle(tokens)`` (the consumer writes the links its page
+       processors found to ``<root>/discovered/`` there: in ZooKeeper before the items that
+       found them are completed). An item the chain or the sink failed is not handed over: its
+       links are not followed. When ZooKeeper **refuses** the links
+       (:class:`~zkcrawl.queue.batch_dir.WriteRefused`: NoAuth on ``<root>/discovered``...),
+       the items are handed over again one by one to find whose links were refused: those
+       count a **failed attempt** (retried with ``discovered links not writable: <error>``, a
+       dead letter with that reason after ``--max-attempts``), the others go on -- one
+       ``consumer.links_refused`` warning per group. Their records are stored already and
+       stay; each retry fetches and records the page again (up to ``--max-attempts`` records
+       of it, bounded), as a refusal does not change until an operator fixes the ACL and
+       requeues the dead letters (``zkcrawl dead requeue --error 'discovered links*'``);
+    3. tells the caller the group is durable (``durable(settles)``, once per item, with the kind
+       and error it is settled with: the consumer logs ``item.done``/``item.failed`` there, so a
+       done line always has its record stored);
+    4. only then settles the group in ZooKeeper: completions in batched transactions
+       (:meth:`~consumer.queue_seam.WorkerQueue.complete`), then each retry, dead letter or
+       release.
     """
 
     def __init__(self, sink: ResultSink, queue: WorkerQueue, *, live: Callable[[T], bool],
@@ -248,7 +250,7 @@ class GroupCommit(Generic[T]):
 
     def _prepare(self, group: list[Settle[T]]) -> None:
         """``before_settle`` for the items not prepared yet, in one call. Refused
-        (:class:`LinksRefused`): asked again item by item (:meth:`_prepare_each`).
+        (:class:`WriteRefused`): asked again item by item (:meth:`_prepare_each`).
         QueueSuspended: raised, the items not prepared are asked again with the group once
         reconnected."""
         todo = [s for s in group if not s.prepared]
@@ -256,7 +258,7 @@ class GroupCommit(Generic[T]):
             return
         try:
             self._before_settle([s.token for s in todo])
-        except LinksRefused:
+        except WriteRefused:
             self._prepare_each(todo)
             return
         for s in todo:
@@ -268,12 +270,12 @@ class GroupCommit(Generic[T]):
         producer's seen state drops); an item whose links are refused counts a failed
         attempt. One warning for the group, whatever the number of items."""
         assert self._before_settle is not None
-        refused: list[tuple[Settle[T], LinksRefused]] = []
+        refused: list[tuple[Settle[T], WriteRefused]] = []
         try:
             for s in todo:
                 try:
                     self._before_settle([s.token])
-                except LinksRefused as exc:
+                except WriteRefused as exc:
                     refused.append((s, exc))
                     self._refuse(s, f"{LINKS_REFUSED}: {exc.cause}")
                 s.prepared = True

@@ -1,26 +1,14 @@
-"""The consumer's parts, each started and stopped in one order: :data:`ORDER`.
+"""The consumer's parts, each started and stopped in one order: :data:`ORDER`. A part has
+``name``, ``start()`` and ``stop()``; :class:`Lifecycle` starts them in order and stops the
+ones it started in reverse -- on a clean stop, a sink failure, a second signal or a part
+that fails to start. Every stop runs even when one before it raised; the first error is
+raised afterwards.
 
-Like Celery's worker bootsteps (without the dependency graph: the order is written once,
-here): a part is an object with ``name``, ``start()`` and ``stop()``. :class:`Lifecycle`
-starts the parts in :data:`ORDER` and stops the ones it started in the reverse order -- on a
-clean stop, a sink failure, a second signal, and when a part fails to start (the parts
-already started are stopped, then the error is raised). Every stop runs even when one
-before it raised; the first error is raised afterwards.
-
-The stop order, which is what the drain promises (SPEC §4):
-
-1. ``claims`` -- nothing more is claimed; the backlog (items not started) is released at
-   once, running fetches get ``--grace`` (ZooKeeper away: only the fetches, not their
-   completions), whatever still runs then is released;
-2. ``pool`` -- transfers still under way are cancelled;
-3. ``scheduler`` -- ends with the backlog (step 6);
-4. ``committer`` -- flushes the completions, bounded by ``--zk-timeout``;
-5. ``links`` -- the re-crawl reports still gathering go out;
-6. ``backlog`` -- closed; completions that could not go through are released; ``stopped``;
-7. ``ownership``, ``control``, ``status`` (the status node deleted), ``session``.
-
-A forced stop (:attr:`Stopping.forced`: the second SIGTERM/SIGINT) skips the waits: no
-grace, the committer gets 1 s, the status node no wait for a publish under way.
+The stop order is the drain SPEC §4 promises: ``claims`` (nothing more claimed, the backlog
+released, running fetches get ``--grace``), ``pool`` (transfers cancelled), ``scheduler``,
+``committer`` (completions flushed within ``--zk-timeout``), ``links``, ``backlog`` (what
+could not complete released), then ``ownership``, ``control``, ``status``, ``session``. A
+forced stop (:attr:`Stopping.forced`, the second signal) skips the waits.
 """
 
 from __future__ import annotations
@@ -241,7 +229,7 @@ class Control:
         self.watch = control.ControlWatch(w.zk, w.s.root, self._changed)
         # Every request a running fetch makes after its first (a redirect hop, robots.txt
         # of another host) waits while paused; a draining consumer lets it finish instead.
-        w.pipeline.gate.hold_while(lambda: self.paused and not w.stopping.requested,
+        w.item_handler.gate.hold_while(lambda: self.paused and not w.stopping.requested,
                                    self.wait_running)
 
     def stop(self) -> None:
@@ -391,7 +379,7 @@ class Pool:
             self._executor.submit(self._loop)
 
     def stop(self) -> None:
-        self.w.pipeline.fetcher.close()  # cancels the transfers still under way
+        self.w.item_handler.fetcher.close()  # cancels the transfers still under way
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     def _loop(self) -> None:

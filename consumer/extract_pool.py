@@ -1,26 +1,15 @@
-"""A small pool of extraction processes (``--extract-workers N``, issue #24).
+"""A small pool of extraction processes (``--extract-workers N``): the pool threads hand each
+page to one of N child processes (``python -m consumer.extract_pool``, a socket pair per
+child) so article extraction, pure Python for the most part, does not hold the fetch
+threads' GIL.
 
-Article extraction (:func:`zkcrawl.web.article.extract_article`) is pure Python for the most
-part: run in the consumer's fetch threads it holds the GIL and the fetches wait for it. The
-pool threads hand each page to one of N child processes instead
-(``python -m consumer.extract_pool``, a socket pair per child, pickled messages) and wait
-for the answer, so fetching keeps its pace and extraction uses every core.
-
-Guarantees:
-
-* :meth:`ExtractPool.extract` returns the fields or raises :class:`ArticleError` -- nothing
-  else: ``extract: timeout`` when a child did not answer within ``timeout`` seconds (the
-  child is killed and replaced), ``extract: crashed`` when it died on the page (replaced),
-  ``extract: busy`` when no child was free within ``wait`` seconds; the page's own refusals
-  (``extract: too-large``, ``extract: not-text``, ...) come through as they are;
-* a child never outlives the consumer for long: it exits at EOF on its socket (the parent
-  closed it or died), and an alarm of its own ends it ``timeout + 5`` s into any one page
-  even when no parent is left to kill it; it ignores SIGINT and SIGTERM (a terminal's
-  Ctrl-C, a service manager's stop signal to the whole group: the consumer's to handle,
-  which finishes its pages, then closes the pool); a child whose peak RSS passed
-  :data:`MAX_RSS_MB` is retired after its answer and replaced;
-* replacements start in a background thread (``extract-pool``), never in a fetch thread;
-  a child that fails to start is tried again, backing off up to 30 s between tries.
+* :meth:`ExtractPool.extract` returns the fields or raises :class:`ArticleError`, nothing
+  else: ``extract: timeout`` (the child replaced), ``extract: crashed``, ``extract: busy``,
+  or the page's own refusal.
+* A child never outlives the consumer for long: it exits at EOF on its socket, an alarm
+  ends it ``timeout + 5`` s into a page, it ignores SIGINT/SIGTERM (the consumer's to
+  handle), and it is retired past :data:`MAX_RSS_MB`.
+* Replacements start on a background thread, backing off up to 30 s, never on a fetch thread.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from consumer.extract_pool import extraction
 from consumer.metrics import Metrics, MetricsServer
 from consumer.owned_queue import OwnedQueue
 from consumer.ownership import Ownership, recorded_partitions
-from consumer.pipeline import Pipeline
+from consumer.pipeline import ItemHandler
 from consumer.processors import ArticleProcessor, FieldsProcessor, Processors, parse_routes
 from consumer.queue_seam import WorkerQueue
 from consumer.results import ResultChain
@@ -88,11 +88,11 @@ def open_consumer(settings: ConsumerSettings, sink: ResultSink,
         fetch_settings = settings.fetch_settings()
         gate = HostGate(_politeness(settings), settings.domain_delay, CRAWL_DELAY_CAP)
         ownership.keep_holds(gate)  # a back-off in force survives a hand-over (SPEC §3)
-        pipeline = Pipeline(Fetcher(fetch_settings, gate, http=settings.http), gate, fields,
+        item_handler = ItemHandler(Fetcher(fetch_settings, gate, http=settings.http), gate, fields,
                             consumer_id, settings.max_attempts, processors,
                             settings.link_bounds(zk))
         metrics.count_ownership(ownership.snapshot)
-        worker = Worker(settings, zk, queue, pipeline, sink, metrics, consumer_id, results,
+        worker = Worker(settings, zk, queue, item_handler, sink, metrics, consumer_id, results,
                         ownership=ownership)
         _cap_hosts(queue, worker)
         if server is not None:

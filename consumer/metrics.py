@@ -1,44 +1,15 @@
-"""Prometheus metrics and health endpoints for one consumer (``--metrics-port``).
+"""Prometheus metrics and health endpoints for one consumer (``--metrics-port``); the metrics:
+docs/operations/monitoring.md.
 
-prometheus-client's own ``start_http_server`` answers 200 with the metrics on *every* path,
-so a probe against it would always pass. This module serves the registry with a small
-``http.server`` handler instead:
-
-* ``GET /metrics`` -- the text exposition format (``generate_latest``);
-* ``GET /livez`` -- liveness: 200 while the process works (its claim loop ticks, its
-  committer runs), 503 when it is wedged. **Never depends on ZooKeeper**: a consumer
-  waiting for ZooKeeper (at start-up, or riding out an outage) is alive, and restarting it
-  would only drop its leases and its session sooner. This is the probe that may restart it.
-* ``GET /readyz`` (and ``/healthz``, the older name, kept as an alias) -- readiness: 200 while
-  connected to ZooKeeper and in the run loop, running *or paused*; 503 with the reason
-  otherwise (ZooKeeper suspended or lost, starting, draining after SIGTERM, stopped). Paused
-  is ready on purpose: the operator asked for it, the consumer does what it was told and goes
-  on within a second of ``resume``; an unready cluster would block rollouts and node drains
-  (a PodDisruptionBudget counts unready pods as unavailable) for no fault of the pods.
-* anything else -- 404.
-
-The server is :mod:`zkcrawl.httpserve`'s event loop on the ``metrics`` thread: no thread per
-request, a total deadline per connection (``REQUEST_TIMEOUT`` for the request, as much for
-the answer, whatever a client trickles), at most ``MAX_OPEN`` connections (the oldest shed).
-So any number of idle or trickling clients cost at most ``MAX_OPEN`` sockets and no thread,
-and a probe still gets its answer (issue #27: 200 trickling connections, every probe
-answered; the thread-per-request server before it answered 0 of 15 behind 16).
-
-The registry is per consumer instance (not the process-global default), so tests can run
-several consumers in one process. Besides the consumer's instruments it carries the standard
-collectors (:func:`standard_collectors`: ``process_*``, ``python_info``, ``python_gc_*``) and
-``zkcrawl_build_info``; ``zkcrawl exporter`` (zkcrawl/admin/exporter.py) serves its own registry
-through the same :class:`MetricsServer`.
-
-Items are counted by ``outcome`` -- what happened to the item: ``ok`` (a record without error),
-``skipped`` (completed, and its page processor asked for no record), ``failed`` (a permanent
-failure, recorded with its reason), ``retry`` (back to the queue), ``dead`` (moved to the dead
-letters) -- and ``reason`` (the short error, ``""`` for ``ok`` and ``skipped``).
-Reasons come from pages and servers (``http-NNN``) and could be anything a bug makes them:
-:func:`reason_label` keeps the label set bounded (:data:`MAX_REASONS`, then ``other``).
-The four timing stages of SPEC §4 are histograms: ``queue_seconds`` (in ZooKeeper before the
-claim), ``dispatch_seconds``, ``wait_seconds`` and ``process_seconds`` (fetch + parse + write;
-named ``fetch_seconds`` up to 0.1.0, which said less than it measured).
+* ``GET /metrics``: the registry (per consumer instance, with the standard collectors);
+  items counted by ``outcome`` and a bounded ``reason`` (:func:`reason_label`).
+* ``GET /livez``: 200 while the claim loop ticks and the committer runs -- **never depends on
+  ZooKeeper** (this is the probe that may restart the process).
+* ``GET /readyz`` (``/healthz`` an alias): 200 while connected and running *or paused*, 503
+  with the reason otherwise; anything else 404 (prometheus-client's own server would answer
+  200 on every path).
+* Served by :mod:`zkcrawl.httpserve` on one thread: a deadline per connection and at most
+  ``MAX_OPEN`` connections, so trickling clients cannot starve a probe.
 """
 
 from __future__ import annotations
@@ -303,7 +274,24 @@ class MetricsServer:
     """``/metrics``, ``/livez``, ``/readyz`` (``/healthz``) on a background thread: the
     one-thread event loop of :mod:`zkcrawl.httpserve` (module docstring). Until
     :meth:`set_probes`, the probes say alive and not ready (:func:`alive_starting`,
-    :func:`unready_starting`)."""
+    :func:`unready_starting`).
+
+    prometheus-client's own ``start_http_server`` answers 200 with the metrics on *every*
+    path, so a probe against it would always pass; this server answers:
+
+    * ``GET /metrics`` -- the text exposition format (``generate_latest``);
+    * ``GET /livez`` -- liveness: 200 while the process works (its claim loop ticks, its
+      committer runs), 503 when it is wedged. **Never depends on ZooKeeper**: a consumer
+      waiting for ZooKeeper (at start-up, or riding out an outage) is alive, and restarting it
+      would only drop its leases and its session sooner. This is the probe that may restart it.
+    * ``GET /readyz`` (and ``/healthz``, an alias) -- readiness: 200 while
+      connected to ZooKeeper and in the run loop, running *or paused*; 503 with the reason
+      otherwise (ZooKeeper suspended or lost, starting, draining after SIGTERM, stopped). Paused
+      is ready on purpose: the operator asked for it, the consumer does what it was told and goes
+      on within a second of ``resume``; an unready cluster would block rollouts and node drains
+      (a PodDisruptionBudget counts unready pods as unavailable) for no fault of the pods.
+    * anything else -- 404.
+    """
 
     def __init__(self, metrics: Exposition, ready: Health = unready_starting, port: int = 0,
                  host: str = "127.0.0.1", live: Health = alive_starting,

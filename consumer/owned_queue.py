@@ -1,48 +1,14 @@
-"""The queue of a consumer whose hosts have owners: the partitions it owns, batch by batch.
+"""The queue of a consumer whose hosts have owners: :class:`OwnedQueue`, the partitions it
+owns, batch by batch (its docstring has the guarantees in full and the costs).
 
-:class:`OwnedQueue` offers the worker and the committer the surface of
-:class:`~zkcrawl.queue.leases.LeaseQueue` (claim, release, complete, retry, dead_letter,
-drain_lost, depth, wait_connected, skip) over :class:`~zkcrawl.queue.partition_queue.
-PartitionQueue`, for the partitions :class:`~consumer.ownership.Ownership` gives this
-consumer (``--politeness owner``). Guarantees:
-
-* it claims only from partitions whose owner node it holds (taken with an epoch; the others
-  wait until their previous owner lets go or its session ends), so only the owner fetches a
-  host, and every write of it is fenced on that epoch: a zombie changes nothing;
-* **a holder's death is charged only for the items it had started** (SPEC §3): a claim
-  hands items out unmarked (no write); an item is marked started in its batch only when
-  the worker admits it to start now (:meth:`OwnedQueue.mark`), and its request waits until
-  the mark is written -- so a page that kills its consumers is charged each time, and an
-  item still waiting in the backlog at a ``kill -9`` is not. The marks waiting are written
-  together, in one checkpoint with whatever else waits, within ``MARK_S`` (and at once
-  when the previous write's answer came later than that); a mark whose answer was lost is
-  tried again (the batch read first), one whose partition was lost meanwhile gives its item
-  up (never started). An item given back after its mark (a forced stop, the sink down) is
-  unmarked with its batch's next write; one given back before needs nothing;
-* settles are one write per batch touched (:meth:`complete` of a committed group); a retry
-  or a dead letter is one write with its settle. A write whose answer was lost raises
-  :class:`~zkcrawl.queue.offers.QueueSuspended` (the committer holds the group); the batch
-  is read again before its next write, and what that write would do again is not done
-  twice;
-* a partition lost (another consumer's now, or this session ended) gives its items up: not
-  claimed any more, their settles fenced (``lost``), and its owner node is deleted once
-  nothing of it is in flight; the owner of partition 0 also moves the ingress
-  (``<root>/queue``) into the partitions;
-* **a back-off in force survives a hand-over**: the hosts of a settled item are looked up in
-  this consumer's politeness (:meth:`~consumer.ownership.Ownership.hold`); when one's
-  Retry-After, down-host back-off or Crawl-delay changed, the partition's host state
-  (:mod:`zkcrawl.queue.partition_state`) rides the next checkpoint as the partition node's
-  data -- the setData that is also the transaction's fence, no write of its own. A partition
-  taken reads it (untrusted: a state that does not decode is ignored with a warning and
-  its reason, the partition crawled as usual) and seeds :meth:`~consumer.ownership.
-  Ownership.taken`, so the first request to such a host waits until its hold ends.
-
-Status: the consumer's only queue (owners are the default and only politeness). Costs, in
-ZooKeeper writes: a checkpoint at most every ``MARK_S`` while items start (their marks, with
-the settles and host state waiting; every ``MARK_MIN_S`` while a pool thread has nothing
-ready), at most every ``FLUSH_S`` otherwise (settles), none
-for a claim, and ownership in a few transactions however many partitions change hands
-(:meth:`~zkcrawl.queue.partition_queue.PartitionQueue.take_many`, ``release_many``).
+* It claims only from partitions whose owner node it holds; every write is fenced on the
+  owner's epoch, so a zombie changes nothing.
+* **A holder's death is charged only for the items it had started** (SPEC §3): an item is
+  marked started only when the worker admits it, and its request waits for the mark.
+* Settles are one write per batch touched; a write whose answer was lost raises
+  :class:`~zkcrawl.queue.claims.QueueSuspended` and is never applied twice.
+* A lost partition gives its items up; a back-off in force rides the checkpoint and survives
+  a hand-over.
 """
 
 from __future__ import annotations
@@ -55,19 +21,19 @@ from dataclasses import dataclass, field, replace
 
 from consumer.ownership import Ownership
 from zkcrawl.logs import get_logger
-from zkcrawl.queue import items as wire
+from zkcrawl.queue import items as item_codec
 from zkcrawl.queue import partition_state as ps
 from zkcrawl.queue.claims import (
     AT_LEAST_ONCE,
     AT_MOST_ONCE,
     Claimed,
     CompleteResult,
+    QueueSuspended,
     dead_letter_body,
     retry_item,
     too_large_to_retry,
 )
 from zkcrawl.queue.items import Item
-from zkcrawl.queue.offers import QueueSuspended
 from zkcrawl.queue.partition_queue import (
     BatchNode,
     Change,
@@ -176,7 +142,48 @@ class _Part:
 
 
 class OwnedQueue:
-    """The owned partitions of one consumer as a claimable queue (module docstring)."""
+    """The owned partitions of one consumer as a claimable queue: the worker's queue seam
+    (:class:`~consumer.queue_seam.WorkerQueue`) over :class:`~zkcrawl.queue.partition_queue.
+    PartitionQueue`, for the partitions :class:`~consumer.ownership.Ownership` gives this
+    consumer. Guarantees:
+
+    * it claims only from partitions whose owner node it holds (taken with an epoch; the others
+      wait until their previous owner lets go or its session ends), so only the owner fetches a
+      host, and every write of it is fenced on that epoch: a zombie changes nothing;
+    * **a holder's death is charged only for the items it had started** (SPEC §3): a claim
+      hands items out unmarked (no write); an item is marked started in its batch only when
+      the worker admits it to start now (:meth:`OwnedQueue.mark`), and its request waits until
+      the mark is written -- so a page that kills its consumers is charged each time, and an
+      item still waiting in the backlog at a ``kill -9`` is not. The marks waiting are written
+      together, in one checkpoint with whatever else waits, within ``MARK_S`` (and at once
+      when the previous write's answer came later than that); a mark whose answer was lost is
+      tried again (the batch read first), one whose partition was lost meanwhile gives its item
+      up (never started). An item given back after its mark (a forced stop, the sink down) is
+      unmarked with its batch's next write; one given back before needs nothing;
+    * settles are one write per batch touched (:meth:`complete` of a committed group); a retry
+      or a dead letter is one write with its settle. A write whose answer was lost raises
+      :class:`~zkcrawl.queue.claims.QueueSuspended` (the committer holds the group); the batch
+      is read again before its next write, and what that write would do again is not done
+      twice;
+    * a partition lost (another consumer's now, or this session ended) gives its items up: not
+      claimed any more, their settles fenced (``lost``), and its owner node is deleted once
+      nothing of it is in flight; the owner of partition 0 also moves the ingress
+      (``<root>/queue``) into the partitions;
+    * **a back-off in force survives a hand-over**: the hosts of a settled item are looked up in
+      this consumer's politeness (:meth:`~consumer.ownership.Ownership.hold`); when one's
+      Retry-After, down-host back-off or Crawl-delay changed, the partition's host state
+      (:mod:`zkcrawl.queue.partition_state`) rides the next checkpoint as the partition node's
+      data -- the setData that is also the transaction's fence, no write of its own. A partition
+      taken reads it (untrusted: a state that does not decode is ignored with a warning and
+      its reason, the partition crawled as usual) and seeds :meth:`~consumer.ownership.
+      Ownership.taken`, so the first request to such a host waits until its hold ends.
+
+    Costs, in ZooKeeper writes: a checkpoint at most every ``MARK_S`` while items start (their
+    marks, with the settles and host state waiting; every ``MARK_MIN_S`` while a pool thread
+    has nothing ready), at most every ``FLUSH_S`` otherwise (settles), none for a claim, and
+    ownership in a few transactions however many partitions change hands
+    (:meth:`~zkcrawl.queue.partition_queue.PartitionQueue.take_many`, ``release_many``).
+    """
 
     claim_batch = CLAIM_BATCH
 
@@ -209,7 +216,7 @@ class OwnedQueue:
         self._asked: dict[int, float] = {}  # partition -> when take() last said "not yet"
         self._lost: list[Claimed] = []
         # Entries out of attempts once their dead holder is charged (SPEC §3), kept started
-        # in their batch by adopt: handed out first, as claims the pipeline settles as
+        # in their batch by adopt: handed out first, as claims the item handler settles as
         # ``abandoned`` -- a record in the sink and a dead letter, no fetch.
         self._abandoned: list[tuple[_Batch, int]] = []
         self._wake = threading.Event()
@@ -413,7 +420,7 @@ class OwnedQueue:
                 if node2 is None:
                     continue
                 abandoned = self.pq.abandoned_here(node2)
-                b = _Batch(part.owned.partition, node2, wire.parse_seq(node2.name) or 0,
+                b = _Batch(part.owned.partition, node2, item_codec.parse_seq(node2.name) or 0,
                            time.time())
                 b.queued = [i for i in node2.batch.pending if i not in node2.batch.started]
                 b.hosts = [host_key(it.url) if it is not None else ""
@@ -934,7 +941,7 @@ class OwnedQueue:
             if retry is not None:
                 self.pq.offer([retry])
             if dead is not None:
-                self.zk.create(f"{self.pq.layout.dead}/{wire.DEAD_PREFIX}", dead,
+                self.zk.create(f"{self.pq.layout.dead}/{item_codec.DEAD_PREFIX}", dead,
                                sequence=True)
         except (ConnectionLoss, SessionExpiredError, KazooException):
             raise QueueSuspended("connection lost: outcome held") from None

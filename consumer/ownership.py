@@ -1,47 +1,16 @@
-"""Hosts have owners: :class:`Ownership`, the consumer's share of the partitions
-(``--politeness owner``; SPEC §3, politeness is the owner's).
+"""Hosts have owners: :class:`Ownership`, the consumer's share of the partitions (SPEC §3,
+politeness is the owner's; docs/concepts/frontier.md).
 
 Every host belongs to one of ``P`` partitions (:func:`zkcrawl.queue.partitions.partition_of`)
-and every partition to one live consumer: rendezvous hashing over the members of
-``<root>/consumers`` (:func:`zkcrawl.queue.partitions.assign`). Every consumer computes the
-same answer from the member list alone -- no leader, no assignment round -- and only the
-owner of a host fetches it, so the host's gap, robots.txt, Crawl-delay, Retry-After and
-back-off live in the owner's memory (:class:`~zkcrawl.politeness.local.LocalPoliteness`):
-**no ZooKeeper write per request**. Items of hosts this consumer does not own are given back
-at once and skipped by its claim loop (:mod:`consumer.parking`).
+and every partition to one live consumer, by rendezvous hashing over the members of
+``<root>/consumers`` (:func:`zkcrawl.queue.partitions.assign`): every consumer computes the
+same answer alone, so a host's politeness lives in its owner's memory -- **no ZooKeeper
+write per request**. Guarantees (in full: :class:`Ownership`):
 
-Guarantees:
-
-* **Sticky**: a consumer that joins takes only the partitions it now wins (about ``P / n``);
-  one that leaves hands over only its own. The others keep fetching meanwhile.
-* **The gap holds across a hand-over**: a partition this consumer gains is fetched no sooner
-  than ``--domain-delay + HANDOVER_S`` after it learned of the gain (:meth:`not_before`):
-  the old owner stops starting requests to it as soon as it sees the same change, and a
-  request it had started began before that. A consumer that loses a partition starts
-  nothing more in it (:meth:`owns` is asked before every start) and gives back its items
-  that had not started.
-* **Nothing while in doubt**: a consumer owns nothing while its own registration is not in
-  the member list (the others cannot see it, so they own its share), and after its session is
-  lost it owns nothing until its registration is back; every partition is then gained afresh,
-  with the hand-over wait.
-* Reads only: membership is the registration every consumer already keeps, read again by
-  the claim loop when its watch fires (:meth:`refresh`).
-
-* **A back-off in force survives the hand-over**: a partition taken brings the host state its
-  previous owners checkpointed (:mod:`zkcrawl.queue.partition_state`, written by
-  :mod:`consumer.owned_queue`); :meth:`taken` seeds :meth:`not_before` with it, so a host
-  that said ``Retry-After: 120`` (or was down, or asks a ``Crawl-delay`` above the gap) is
-  asked again no sooner than its hold ends (a Crawl-delay: that long after the take), and
-  never sooner than one gap after the take. The holds are wall-clock times: the consumers'
-  clocks are assumed to agree (NTP); a skew adds to or cuts from the wait, never past
-  :data:`~zkcrawl.queue.partition_state.HOLD_CAP`.
-
-Limits (this step of the partitioned frontier, issue #22): a host's failures in a row are
-not handed over (the new owner's next failure backs off from the bottom again, after the
-inherited hold); a redirect's target host is another partition's and its back-off is not
-kept. P is recorded in the root by the first consumer
-(:func:`recorded_partitions`, ``--partitions``) and read once at start: change it only with
-every consumer stopped.
+* **sticky**: a join or a leave moves only the partitions it must;
+* **the gap holds across a hand-over** (:meth:`Ownership.not_before`), and so does a
+  back-off in force (the host state a take brings);
+* **nothing while in doubt**: a consumer owns nothing while its registration is missing.
 """
 
 from __future__ import annotations
@@ -73,7 +42,38 @@ HOSTS_SHOWN = 1024  # partitions whose host figures a status node carries at mos
 
 
 class Ownership:
-    """This consumer's partitions, from the live member list (module docstring)."""
+    """This consumer's partitions, from the live member list.
+
+    * **Sticky**: a consumer that joins takes only the partitions it now wins (about ``P / n``);
+      one that leaves hands over only its own. The others keep fetching meanwhile.
+    * **The gap holds across a hand-over**: a partition this consumer gains is fetched no sooner
+      than ``--domain-delay + HANDOVER_S`` after it learned of the gain (:meth:`not_before`):
+      the old owner stops starting requests to it as soon as it sees the same change, and a
+      request it had started began before that. A consumer that loses a partition starts
+      nothing more in it (:meth:`owns` is asked before every start) and gives back its items
+      that had not started.
+    * **Nothing while in doubt**: a consumer owns nothing while its own registration is not in
+      the member list (the others cannot see it, so they own its share), and after its session is
+      lost it owns nothing until its registration is back; every partition is then gained afresh,
+      with the hand-over wait.
+    * Reads only: membership is the registration every consumer already keeps, read again by
+      the claim loop when its watch fires (:meth:`refresh`).
+
+    * **A back-off in force survives the hand-over**: a partition taken brings the host state its
+      previous owners checkpointed (:mod:`zkcrawl.queue.partition_state`, written by
+      :mod:`consumer.owned_queue`); :meth:`taken` seeds :meth:`not_before` with it, so a host
+      that said ``Retry-After: 120`` (or was down, or asks a ``Crawl-delay`` above the gap) is
+      asked again no sooner than its hold ends (a Crawl-delay: that long after the take), and
+      never sooner than one gap after the take. The holds are wall-clock times: the consumers'
+      clocks are assumed to agree (NTP); a skew adds to or cuts from the wait, never past
+      :data:`~zkcrawl.queue.partition_state.HOLD_CAP`.
+
+    Limits: a host's failures in a row are not handed over (the new owner's next failure
+    backs off from the bottom again, after the inherited hold); a redirect's target host is
+    another partition's and its back-off is not kept. P is recorded in the root by the first
+    consumer (:func:`recorded_partitions`, ``--partitions``) and read once at start: change it
+    only with every consumer stopped.
+    """
 
     def __init__(self, zk: ZkClient, root: str, me: str, gap: float, *,
                  partitions: int = DEFAULT_PARTITIONS,

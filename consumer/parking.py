@@ -1,35 +1,16 @@
 """Per-host caps in front of the backlog: :class:`Parking` (SPEC §3, no host holds back
-another).
+another). A host may hold at most what it can serve within a short horizon, and at least
+four hosts share the table::
 
-The backlog (:mod:`consumer.backlog`) holds at most ``--threads + --backlog`` leases. Without
-a cap per host, one big host fills it with items that only wait for their turn, the claim
-loop stops, and every other host waits behind them. So a host may hold at most what it can
-serve within a short horizon::
+    cap = max(1, min(ceil(HORIZON_S / --domain-delay), capacity // 4))   (none at delay 0)
 
-    cap = max(1, min(ceil(HORIZON_S / --domain-delay), capacity // 4))
-                                           (no cap at --domain-delay 0)
+A claimed item whose host is at its cap, or owned by another consumer, is *parked*: given
+back at once and skipped by the claim loop (the queue's ``skip``) while the host is full.
 
-so that at least four hosts share the table whatever its size.
-
-A freshly claimed item whose host is at its cap -- or, with ``--politeness owner``, whose host
-another consumer owns (:mod:`consumer.ownership`) -- is *parked*: its lease is given back at once
-and its name is remembered with its host, so the claim loop skips it
-(:attr:`zkcrawl.queue.leases.LeaseQueue.skip`) while that host is still at its cap.
-
-Guarantees:
-
-* **Bounded per host**: a host has at most ``cap(host)`` tasks READY, COOLING or RUNNING
-  here; the rest of its items wait in ZooKeeper, claimable by anyone, never in the pool's way.
-* **Nothing held for nothing**: a parked item holds no lease (at-least-once), so this
-  consumer's death charges no attempt to it and another consumer may take it.
-* **Claimable again when there is room**: a parked name is skipped only while its host is
-  at its cap; the claim loop lists again whenever nothing is claimable (a watch, or at
-  least every tick), so the host's next item is claimed within a tick of a free place.
-* **Bounded memory**: at most ``limit`` names remembered, the oldest forgotten first (such
-  an item is claimed and parked once more: a lease created and deleted, nothing else).
-
-Limit: with ``--delivery at-most-once`` a claim deletes the item, so nothing can be given
-back: items are never parked in that mode (a big host can still fill the backlog there).
+* **Bounded per host**; the rest of a host's items wait in ZooKeeper, claimable by anyone.
+* **Nothing held for nothing**: a parked item holds nothing, so no attempt is charged.
+* **Claimable again within a tick** of a free place; at most ``limit`` names remembered.
+* With ``--delivery at-most-once`` nothing can be given back: items are never parked.
 """
 
 from __future__ import annotations

@@ -1,45 +1,19 @@
-"""Processing one claimed item: fetch, extract, build the record, decide the outcome.
+"""The per-item handler: :class:`ItemHandler` fetches one claimed item, extracts, builds its
+record and decides its outcome (SPEC §3). It talks HTTP through the shared
+:class:`~zkcrawl.web.fetch.Fetcher` and never touches ZooKeeper or the sink.
 
-:class:`Pipeline` is pure-ish: it talks HTTP through the shared :class:`~zkcrawl.web.fetch.Fetcher`
-and never touches ZooKeeper or the sink, so it is tested against real HTTP servers alone.
-The outcome rules are SPEC §3's:
+* success or a page cut at ``--max-bytes``: a record, *complete*; a failure that will not
+  pass (4xx but 408/429, ``content-type``, ``robots``, ``redirects``, ``bad-url``): a record,
+  *complete*;
+* a failure that may pass (``timeout``, ``connection``, 408/429/5xx, robots.txt unreachable):
+  *retry* after the host's back-off; after ``--max-attempts`` a record and a *dead* letter;
+* a malformed item or a ``blocked-address``: a record and a *dead* letter at once;
+* our own shutdown cancelled the fetch: *release*.
 
-* success, or a page cut at ``--max-bytes`` (``too-large``): a record, then *complete*;
-* a failure that will not pass (4xx other than 408/429, ``content-type``, ``robots``,
-  ``redirects``, ``bad-url``): a record with the reason at once, then *complete*;
-* a failure that may pass (``timeout``, ``connection``, 408/429/5xx, robots.txt unreachable
-  -- which records the reason it was unreachable, never ``robots``): *retry* at the queue's
-  tail, the host cooled down first: ``Retry-After`` or exponential backoff per attempt for
-  an answer, and for a host that gave none (down: refused, unreachable, timeout) a back-off
-  of the host's own that doubles with its failures in a row up to 10 minutes
-  (:meth:`~zkcrawl.politeness.gate.HostGate.host_down`), shared by all its items; after
-  ``--max-attempts`` tries a record with the error and a *dead* letter;
-* a malformed item: a record with the reason and a *dead* letter at once;
-* ``blocked-address`` (the address guard refused the URL): a configuration matter, not the
-  page's (SPEC §3) -- a record and a *dead* letter at once, so that
-  ``zkcrawl dead requeue --error blocked-address`` undoes it once the consumer runs with
-  ``--allow-private-addresses``; the first one of each host is one ``address.blocked``
-  warning naming that flag;
-* the fetch was cancelled by our own shutdown: *release* (not the item's fault).
-
-Attempts mean fetches (issue #26): an item's ``attempt`` counts its failed tries *and* the
-claims whose holder died (SPEC §3); every record also says which is which -- ``fetches``
-(the requests made for it, this one included) and ``holder_deaths`` -- so ``attempt 3``
-reads ``3 (2 fetched, 1 holder died)``. A retry carries the deaths so far in the item's
-``meta.holder_deaths`` (read back as untrusted: a non-negative int no larger than
-``attempt``, else 0).
-
-Re-crawls (issue #23): an item whose ``meta.recrawl`` is an object is fetched with the
-validators it holds (:class:`~zkcrawl.web.validators.Validators`: ``If-None-Match``,
-``If-Modified-Since``); a 304 completes with a record ``changed: false``, ``bytes: 0`` and no
-extraction; a body is compared by :func:`~zkcrawl.web.validators.content_signature` with the
-previous one (``changed`` absent when nothing was known before, SPEC §4). Such an item's
-outcome also carries a :class:`~zkcrawl.queue.fetched.Fetched` report (``Outcome.fetched``)
-that the committer hands to ``<root>/fetched/``'s writer.
-
-:class:`~zkcrawl.politeness.gate.HostGate` is the politeness front the pipeline reports to
-(``finished``, ``back_off``, ``set_min_delay``); it lives with the rest of politeness in
-:mod:`zkcrawl.politeness`.
+An item's ``attempt`` counts failed fetches and holder deaths (records say which); a
+re-crawl item is fetched with its validators and reports a
+:class:`~zkcrawl.queue.fetched.Fetched`. (The user's ``--pipeline`` stages are
+:mod:`consumer.results`.)
 """
 
 from __future__ import annotations
@@ -61,10 +35,9 @@ from consumer.timing import ItemTiming
 from zkcrawl.backoff import HOST_RETRY
 from zkcrawl.page import Page
 from zkcrawl.politeness.gate import HostGate
-from zkcrawl.queue.claims import ABANDONED, DEATHS_META
+from zkcrawl.queue.claims import ABANDONED, DEATHS_META, Claimed
 from zkcrawl.queue.discovered import LinkBounds
 from zkcrawl.queue.fetched import Fetched
-from zkcrawl.queue.leases import Claimed
 from zkcrawl.textsafe import redact_userinfo
 from zkcrawl.web.addresses import BLOCKED_ADDRESS
 from zkcrawl.web.fetch import Fetcher, FetchResult
@@ -223,7 +196,7 @@ def recrawl_report(url: str, res: FetchResult, previous: Validators,
                    content_signature(res.body), time.time())
 
 
-class Pipeline:
+class ItemHandler:
     """Fetch + extract + record for one item; thread-safe (the Fetcher keeps one transport --
     a libcurl handle or a requests Session -- per thread, extraction is pure)."""
 
@@ -376,7 +349,7 @@ class Pipeline:
 
 def _carry_deaths(c: Claimed) -> None:
     """Before a retry: the holder deaths so far into the item's meta, which the re-offered
-    item keeps (:meth:`zkcrawl.queue.leases.LeaseQueue.retry` copies ``meta``)."""
+    item keeps (:func:`zkcrawl.queue.claims.retry_item` copies ``meta``)."""
     if c.item is None:
         return
     deaths = holder_deaths(c)

@@ -1,39 +1,17 @@
-"""Page processors in the consumer: loading, routing, running one safely (issue #17).
+"""Page processors in the consumer: loading, routing and running one safely
+(:class:`zkcrawl.page.Processor`; docs/guide/extending.md).
 
-``--processor [re:PATTERN ]module:callable`` (repeatable) and the TOML table ``[processors]``
-(``PATTERN = "module:callable"``) name user code for pages (:class:`zkcrawl.page.Processor`).
-Routing: the patterns are Python regexes searched in the item's URL (anchor with ``^``), tried
-in order -- the command line's ``--processor`` first, then the table's entries in file order
--- and the **first match wins**; a ``--processor`` without ``re:`` matches every URL; a URL no
-route matches gets the default processor, the built-in title + ``--field`` extraction
-(:class:`FieldsProcessor`).
+``--processor [re:PATTERN ]module:callable`` (repeatable) and ``[processors]`` route URLs to
+user code: patterns are regexes searched in the URL, tried in order (the command line
+first), the **first match wins**; no match gets the built-in :class:`FieldsProcessor`.
 
-Guarantees:
-
-* a bad spec (no ``:``, a module that does not import, a missing attribute, a class whose
-  constructor raises, a bad regex) is a :class:`UsageError` at start-up: one line, exit 2;
-* :meth:`Processors.run` never raises: an exception in a processor, a result of the wrong
-  type or fields that are not JSON give a permanent error ``processor: <Type>: <message>
-  (<file>:<line>)`` (the item gets a record with it and is completed, like a 404), never a
-  crashed worker. The place is the innermost line of the user's code in the traceback
-  (not the standard library's, an installed package's or zkcrawl's);
-* the traceback of such a failure is logged (``processor.failed``, at warning) once per
-  (callable, exception type, line) -- a page that breaks your code once tells you where,
-  a thousand pages that break it the same way do not bury the log (the rest at debug);
-  ``zkcrawl try`` logs it every time (``Processors(..., trace_every=True)``). Result
-  pipelines share this (:class:`FailureLog`);
-* a module is looked for in the command's working directory too (appended to
-  ``sys.path``, as ``python -m`` and Celery's ``-A`` make it importable); a module still not
-  found says where it was looked for and how to make it found;
-* ``--extract article``'s refusals (:class:`~zkcrawl.web.article.ArticleError`, raised by
-  :meth:`~zkcrawl.page.Page.article` in any processor) are the record's error as they are,
-  ``extract: too-large``, ``extract: timeout``..., with every article field null;
-* its time is measured (``extract_ms``, part of ``process_ms``);
-* a ``--field`` that is null on every page of a stats window (``FieldWatch``) is one
-  ``field.always_null`` warning, once per field for the run;
-* links are bounded: at most :data:`MAX_LINKS` per page, each resolved against the final URL,
-  an http(s) URL of at most ``URL_LIMIT`` bytes; the rest are counted and logged
-  (``processor.links_dropped``), never silently lost.
+* A bad spec is a :class:`UsageError` at start-up: one line, exit 2 (modules are also looked
+  for in the working directory).
+* :meth:`Processors.run` never raises: a failure is the item's permanent error
+  ``processor: <Type>: <message> (<file>:<line>)``, its traceback logged once per
+  (callable, type, line) (:class:`FailureLog`, shared with the result pipelines).
+* Links are bounded (:data:`MAX_LINKS` per page, http(s), at most ``URL_LIMIT`` bytes); the
+  rest are counted and logged, never silently lost.
 """
 
 from __future__ import annotations

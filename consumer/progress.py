@@ -1,21 +1,13 @@
 """What a person watching a consumer sees: a refreshing progress line on a terminal, and a
-summary when it stops.
+summary when it stops. Only counts and times of this process, and error reasons shown through
+:func:`zkcrawl.textsafe.printable`.
 
-* :class:`Console` -- the claim loop's one call per tick: the periodic ``consumer.stats``
-  (every ``--stats-interval`` in JSON logs and on a console that is not a terminal; while
-  the progress line is on, one short ``consumer.stats`` line a minute at most), a
-  ``consumer.idle`` line once when the consumer has had nothing to do for an interval
-  (again only after it worked meanwhile), and the progress line;
-* :func:`progress_line` -- one line (state, items/s, ok/failed, in flight, backlog, the
-  pace-setter): on a terminal the claim loop redraws it every :data:`REDRAW` seconds below
-  the log lines (:func:`zkcrawl.logs.status`), while per-item events are at ``debug``. It
-  fits the terminal's width (segments dropped from the least useful, never wrapped), reads
-  ``[suspended 12s]`` while ZooKeeper is away, and names the reason most items fail with;
-* :func:`summary_text` -- the closing table a terminal gets (like ``zkcrawl demo``'s);
-  :func:`summary_event` -- the same as the ``consumer.summary`` event for JSON logs.
-
-Everything shown here is counts and times of this process, plus error reasons (short
-strings the fetcher makes, printed through :func:`zkcrawl.textsafe.printable` anyway).
+* :class:`Console`, the claim loop's one call per tick: the periodic ``consumer.stats``, one
+  ``consumer.idle`` when there was nothing to do for an interval, and the progress line.
+* :func:`progress_line`: state, items/s, ok/failed, in flight, backlog, the pace-setter --
+  redrawn every :data:`REDRAW` seconds below the log lines, fitted to the terminal's width
+  (never wrapped), ``[suspended 12s]`` while ZooKeeper is away.
+* :func:`summary_text` (the closing table) and :func:`summary_event` (``consumer.summary``).
 """
 
 from __future__ import annotations

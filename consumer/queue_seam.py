@@ -1,16 +1,15 @@
 """The worker's queue seam: what the consumer's worker and committer ask of a queue.
 
-Two implementations, both structural (neither imports this module):
-:class:`zkcrawl.queue.leases.LeaseQueue` (the shared queue, a lease per claim) and
-:class:`consumer.owned_queue.OwnedQueue` (the partitions this consumer owns). Guarantees
-every implementation gives:
+Implemented, structurally (it does not import this module), by
+:class:`consumer.owned_queue.OwnedQueue` (the partitions this consumer owns), and by test
+doubles. Guarantees every implementation gives:
 
 * :meth:`~WorkerQueue.claim` returns items this process holds until it completes,
   retries, dead-letters or releases them -- or until its session is lost: then they come
   back once from :meth:`~WorkerQueue.drain_lost` and any completion of them is refused
   (``CompleteResult.lost``);
 * every call is bounded (``timeout``, or ``--zk-timeout`` per ZooKeeper call); with
-  ZooKeeper away the completions raise :class:`~zkcrawl.queue.offers.QueueSuspended` (the
+  ZooKeeper away the completions raise :class:`~zkcrawl.queue.claims.QueueSuspended` (the
   committer keeps the group and retries once reconnected);
 * what :meth:`~WorkerQueue.release` cannot give back (ZooKeeper away) goes with the session;
 * :meth:`~WorkerQueue.mark` is asked when an item is admitted to start: True, start it

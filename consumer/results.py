@@ -1,4 +1,4 @@
-"""Result pipelines: ``--pipeline module:Class`` (repeatable), a chain before the sink (#17).
+"""Result pipelines: ``--pipeline module:Class`` (repeatable), a chain before the sink.
 
 Each class is instantiated once, without arguments, when the consumer starts
 (:class:`zkcrawl.page.ResultPipeline`): ``open()`` then, ``process(record) -> record | None``

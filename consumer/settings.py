@@ -18,7 +18,7 @@ from zkcrawl.politeness.local import MAX_CRAWL_DELAY
 from zkcrawl.postgres import is_database_url, parse_url
 from zkcrawl.queue import discovered as links
 from zkcrawl.queue import fetched as reports
-from zkcrawl.queue.leases import AT_LEAST_ONCE, AT_MOST_ONCE
+from zkcrawl.queue.claims import AT_LEAST_ONCE, AT_MOST_ONCE
 from zkcrawl.queue.partitions import MAX_PARTITIONS
 from zkcrawl.settings.common import CommonSettings
 from zkcrawl.settings.options import (

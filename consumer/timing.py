@@ -1,23 +1,14 @@
-"""Per-item timings and the periodic ``consumer.stats`` payload.
+"""Per-item timings and the periodic ``consumer.stats`` payload. Every item carries (SPEC §4),
+from ``time.monotonic()`` but ``queue_ms`` (the znode's ctime to our claim, wall clock):
 
-Every item carries these durations (SPEC §4), all from ``time.monotonic()`` except
-``queue_ms`` (the item znode's ctime on the server to our claim, wall clock):
+* ``queue_ms`` in the queue; ``dispatch_ms`` from the take to the pool; ``wait_ms`` in the
+  pool's queue, of which ``polite_ms`` waiting for the host's slot; ``process_ms`` fetch +
+  parse + write (``extract_ms`` the page processor's part).
 
-* ``dispatch_ms`` -- the take from ZooKeeper until the item is handed to the pool;
-* ``wait_ms``     -- handed to the pool until a worker starts it (the capped queue, plus a
-  host's politeness cool-down when the item had to wait for its turn);
-* ``polite_ms``   -- the part of ``wait_ms`` spent waiting for the host's next slot (so
-  ``wait_ms - polite_ms`` is the wait for a free thread, the pool wait);
-* ``process_ms``  -- fetch + parse + write of the record;
-  ``extract_ms`` is the part of it spent in the page processor (shown apart in the stats);
-* ``queue_ms``    -- how long the item sat in the queue before we took it.
-
-The record and the ``item.done`` event carry all five; the stats also split ``process_ms``
-into fetch and parse and measure the write (record queued until written and synced), and
-name the stage that sets the pace with :func:`zkcrawl.verdict.judge` -- the function the
-report and the demo use too. The failure reasons of the items with a final outcome are
-counted per stats interval and over the run, so a verdict leads with the reason most of
-them failed with (``100 % of items failed: blocked-address``).
+The record and ``item.done`` carry all five; the stats split ``process_ms`` into fetch and
+parse, measure the write, count failure reasons per interval and over the run, and name the
+stage that sets the pace with :func:`zkcrawl.verdict.judge` (the report's and the demo's
+function too).
 """
 
 from __future__ import annotations
@@ -32,7 +23,8 @@ from typing import Any
 from zkcrawl.verdict import Stages, failures_of, judge
 
 WINDOW = 4096  # recent items the percentiles are computed over
-# The stages kept per item, in pipeline order (each a window of the last WINDOW items).
+# The stages kept per item, in the order an item meets them (each a window of the last
+# WINDOW items).
 STAGES = ("dispatch", "polite", "pool", "fetch", "parse", "write", "process", "wait",
           "extract")
 

@@ -1,57 +1,16 @@
-"""The consumer's Worker: claim -> schedule -> pool -> fetch/extract/sink -> outcome.
+"""The consumer's Worker: claim -> schedule -> pool -> fetch/extract/sink -> outcome. The
+guarantees in full are :class:`Worker`'s docstring; docs/concepts/architecture.md maps it.
 
-Read it like rq's worker: :meth:`Worker.run` starts the parts (:mod:`consumer.components`:
-one order, stopped in reverse), then loops on :meth:`Worker.tick`, a short row of named
-steps. Stopping is decided in one place, :class:`~consumer.components.Stopping` (set by
-:meth:`Worker.request_stop` from the signal handlers of :mod:`zkcrawl.signals`, installed
-in ``consumer.main``, by the idle timer and by a sink failure); the ZooKeeper session is
-tracked in one place too (:class:`~zkcrawl.zk.session.SessionState`, consulted by the pool
-threads, the drain and the readiness probe).
+:meth:`Worker.run` starts the parts (:mod:`consumer.components`, stopped in reverse) and
+loops on :meth:`Worker.tick`. Stopping is decided in one place,
+:class:`~consumer.components.Stopping`; the session in one place,
+:class:`~zkcrawl.zk.session.SessionState`. Each held item is a
+:class:`~consumer.backlog.Task` in the :class:`~consumer.backlog.Backlog`:
 
-Each held item is a :class:`~consumer.backlog.Task` holding one lease, kept in the
-:class:`~consumer.backlog.Backlog` (the capped queue in front of the pool: its docstring has
-the states and the guarantees)::
-
-    claim -> ready -> [pool thread] admit -> running -> settling (committer) -> gone
-             ^ ^                      | host cooling: time-ordered heap, no thread waits
-             | +------- cooling <-----+
-             |                        | admitted: its start mark written off the thread
-             +-------- marking <------+   (then the next pool thread performs it)
-
-* **Bounded**: never more than ``threads + backlog`` leases, whatever state they are in.
-* **Charged only when started**: a claimed item is not marked started in its batch until
-  a pool thread admits it to start now (:meth:`Worker.admit`); then its mark is written --
-  durable before its request, so a page that kills its consumers is still charged -- by
-  the queue's checkpoint thread, coalesced with the other marks
-  (:meth:`~consumer.owned_queue.OwnedQueue.mark`), while the pool thread goes on with
-  another item; a holder's death costs an attempt only to the items it had started
-  (SPEC §3), never to the ones still waiting in its backlog.
-* **Polite without idling**: a cooled item waits in the heap; the scheduler thread hands it
-  back, ahead of fresh items, when its host's turn comes
-  (:class:`~zkcrawl.politeness.gate.HostGate`).
-* **No host holds back another**: a host holds at most a few turns' worth of the backlog;
-  a claimed item beyond that is given back at once and skipped by the claim loop while its
-  host is full (:class:`~consumer.parking.Parking`), so one big host never stops the claims.
-* **Durable before done**: the committer (:class:`~consumer.committer.GroupCommit`) hands the
-  group's records to the sink in one batch (one fsync, or one database transaction), then
-  logs ``item.done``/``item.failed`` for the group (so a done line always has its record
-  stored) and completes it in ZooKeeper.
-* **Sink unavailable** (its database down): nothing is claimed or started, items not
-  started are released at once, running ones when their group fails to commit; the
-  committer reconnects with backoff and claiming resumes by itself.
-* **Connection trouble**: SUSPENDED holds claims and completions; after LOST, items not yet
-  started are never started (a pool thread checks the claim's session before it starts an
-  item, the claim loop drops them from the backlog; and none starts while the server has
-  been silent for longer than kazoo's read timeout -- a frozen or cut-off process is told of
-  its expiry only when it reconnects), the ones running finish and come back
-  as "lost" -- the documented at-least-once duplicates. ``zk.suspended``, ``zk.lost`` and
-  ``zk.reconnected`` (with ``away_s``) are logged as the connection goes and comes back.
-* **Pause**: no request starts more than a moment after the pause is seen -- the pool
-  threads check it before robots.txt, again before the first request, and every later
-  request of a fetch (a redirect hop, robots.txt of another host) waits at the host gate
-  while paused (:meth:`~zkcrawl.politeness.gate.HostGate.hold_while`).
-* **Probes**: :meth:`Worker.liveness` (the claim loop ticks: never a ZooKeeper question) and
-  :meth:`Worker.readiness` (connected and claiming, or paused) for ``consumer.metrics``.
+* **bounded** (``threads + backlog`` items), **charged only when started**, **polite without
+  idling**, **no host holds back another**;
+* **durable before done**: records reach the sink before the group completes in ZooKeeper;
+* a lost session starts nothing more; a pause stops new requests within a moment.
 """
 
 from __future__ import annotations
@@ -70,7 +29,7 @@ from consumer.components import TICK, ConsumerState, Lifecycle, Stopping
 from consumer.metrics import Metrics
 from consumer.ownership import Ownership
 from consumer.parking import Parking
-from consumer.pipeline import COMPLETE, DEAD, RETRY, Outcome, Pipeline
+from consumer.pipeline import COMPLETE, DEAD, RETRY, ItemHandler, Outcome
 from consumer.processors import PROCESSOR_ERROR
 from consumer.queue_seam import WorkerQueue
 from consumer.results import ResultChain
@@ -104,25 +63,71 @@ LEAD = EARLY / 2
 
 
 class Worker:
-    """One consumer daemon's machinery around a :class:`~consumer.queue_seam.WorkerQueue`."""
+    """One consumer daemon's machinery around a :class:`~consumer.queue_seam.WorkerQueue`.
+
+    Each held item is a :class:`~consumer.backlog.Task` holding one lease, kept in the
+    :class:`~consumer.backlog.Backlog` (the capped queue in front of the pool: its docstring has
+    the states and the guarantees)::
+
+        claim -> ready -> [pool thread] admit -> running -> settling (committer) -> gone
+                 ^ ^                      | host cooling: time-ordered heap, no thread waits
+                 | +------- cooling <-----+
+                 |                        | admitted: its start mark written off the thread
+                 +-------- marking <------+   (then the next pool thread performs it)
+
+    * **Bounded**: never more than ``threads + backlog`` leases, whatever state they are in.
+    * **Charged only when started**: a claimed item is not marked started in its batch until
+      a pool thread admits it to start now (:meth:`Worker.admit`); then its mark is written --
+      durable before its request, so a page that kills its consumers is still charged -- by
+      the queue's checkpoint thread, coalesced with the other marks
+      (:meth:`~consumer.owned_queue.OwnedQueue.mark`), while the pool thread goes on with
+      another item; a holder's death costs an attempt only to the items it had started
+      (SPEC §3), never to the ones still waiting in its backlog.
+    * **Polite without idling**: a cooled item waits in the heap; the scheduler thread hands it
+      back, ahead of fresh items, when its host's turn comes
+      (:class:`~zkcrawl.politeness.gate.HostGate`).
+    * **No host holds back another**: a host holds at most a few turns' worth of the backlog;
+      a claimed item beyond that is given back at once and skipped by the claim loop while its
+      host is full (:class:`~consumer.parking.Parking`), so one big host never stops the claims.
+    * **Durable before done**: the committer (:class:`~consumer.committer.GroupCommit`) hands the
+      group's records to the sink in one batch (one fsync, or one database transaction), then
+      logs ``item.done``/``item.failed`` for the group (so a done line always has its record
+      stored) and completes it in ZooKeeper.
+    * **Sink unavailable** (its database down): nothing is claimed or started, items not
+      started are released at once, running ones when their group fails to commit; the
+      committer reconnects with backoff and claiming resumes by itself.
+    * **Connection trouble**: SUSPENDED holds claims and completions; after LOST, items not yet
+      started are never started (a pool thread checks the claim's session before it starts an
+      item, the claim loop drops them from the backlog; and none starts while the server has
+      been silent for longer than kazoo's read timeout -- a frozen or cut-off process is told of
+      its expiry only when it reconnects), the ones running finish and come back
+      as "lost" -- the documented at-least-once duplicates. ``zk.suspended``, ``zk.lost`` and
+      ``zk.reconnected`` (with ``away_s``) are logged as the connection goes and comes back.
+    * **Pause**: no request starts more than a moment after the pause is seen -- the pool
+      threads check it before robots.txt, again before the first request, and every later
+      request of a fetch (a redirect hop, robots.txt of another host) waits at the host gate
+      while paused (:meth:`~zkcrawl.politeness.gate.HostGate.hold_while`).
+    * **Probes**: :meth:`Worker.liveness` (the claim loop ticks: never a ZooKeeper question) and
+      :meth:`Worker.readiness` (connected and claiming, or paused) for ``consumer.metrics``.
+    """
 
     def __init__(self, settings: ConsumerSettings, zk: ZkClient, queue: WorkerQueue,
-                 pipeline: Pipeline, sink: ResultSink, metrics: Metrics, consumer_id: str,
+                 item_handler: ItemHandler, sink: ResultSink, metrics: Metrics, consumer_id: str,
                  results: ResultChain | None = None, ownership: Ownership | None = None
                  ) -> None:
         self.s = settings
-        self.zk, self.queue, self.pipeline, self.sink = zk, queue, pipeline, sink
+        self.zk, self.queue, self.item_handler, self.sink = zk, queue, item_handler, sink
         self.metrics, self.results = metrics, results
         self.id = consumer_id
         self.timings = Timings()
         self.console = progress.Console(
             consumer_id, self.timings, settings.stats_interval,
             progress.wants_line(settings.log_format, settings.out), report,
-            time.monotonic(), checks=(pipeline.field_watch.check,))
+            time.monotonic(), checks=(item_handler.field_watch.check,))
         self.state: ConsumerState = ConsumerState.STARTING
         self.stopping = Stopping()  # request_stop/fail set plain flags: signal-safe
-        self.backlog = Backlog(settings.capacity)
-        self.backlog.withdraw = pipeline.gate.withdraw  # an admitted item that never started
+        self.backlog = Backlog(settings.capacity, mark_ahead=settings.threads)
+        self.backlog.withdraw = item_handler.gate.withdraw  # an admitted item that never started
         queue.on_marked = self.backlog.marked
         self.backlog.starved = queue.mark_soon  # an idle pool thread: marks go now
         self.ownership = ownership  # --politeness owner: only the owner fetches a host
@@ -314,11 +319,11 @@ class Worker:
         if task.host and self.ownership is not None and not self._owner_ready(task):
             return False
         if task.host and (task.slot is not None
-                          or self.pipeline.prepare(task.claimed.url or "", task.host)):
+                          or self.item_handler.prepare(task.claimed.url or "", task.host)):
             # robots.txt may have taken seconds: the world may have changed meanwhile.
             if not self._may_start(task):
                 return False
-            start, due = self.pipeline.gate.admit(task.host, task.slot)
+            start, due = self.item_handler.gate.admit(task.host, task.slot)
             if due is not None:
                 task.slot = start
                 self.backlog.cool(task, due - LEAD)
@@ -355,7 +360,7 @@ class Worker:
                          reason="session lost before it started")
             if task.gated:
                 task.gated = False
-                self.pipeline.gate.withdraw(task.host)
+                self.item_handler.gate.withdraw(task.host)
             return
         if (session is not None and self.session.silent_for() > self._silence_limit) \
                 or self.control.paused:
@@ -403,9 +408,9 @@ class Worker:
     def perform(self, task: Task) -> None:
         """Fetch, extract, build the record; record and outcome go to the committer."""
         if task.gated:
-            self.pipeline.gate.pay(task.host)  # this thread makes the admitted request
+            self.item_handler.gate.pay(task.host)  # this thread makes the admitted request
         task.timing.started = time.monotonic()
-        outcome = self.pipeline.process(task.claimed, task.timing,
+        outcome = self.item_handler.process(task.claimed, task.timing,
                                         task.host if task.gated else "")
         if task.timing.finished is None:
             task.timing.finished = time.monotonic()

@@ -1,26 +1,15 @@
-"""``--follow``: drain ``<root>/discovered/`` into offers (SPEC §2, §4; issue #17).
+"""``--follow``: drain ``<root>/discovered/`` into offers (SPEC §2, §4). Links the consumers'
+page processors found pass the producer's normalization and filters (``--allow``,
+``--deny``, ``--same-host``, ``--strip-param``, ``--max-link-depth``), then the
+:class:`~producer.offerer.Offerer`, with the depth in the new item's ``meta.depth``.
 
-Consumers' page processors find links; only a producer holds the seen state, so they come
-back through here: each node's links pass the producer's normalization and filters
-(``--allow``, ``--deny``, ``--same-host`` against the page that linked, ``--strip-param``),
-``--max-link-depth`` (a link deeper is dropped, counted as ``depth``), then the
-:class:`~producer.offerer.Offerer` -- seen state, batches, back-pressure -- with the depth
-in the new item's ``meta.depth``.
-
-Guarantees:
-
-* **no link lost**: a node is deleted only after every link it gave is committed
-  (``Offerer.flush``, then none of them still on its way: a link held back for a full
-  partition keeps its node, the other nodes go, and the next rounds read new nodes
-  meanwhile); a crash before the delete drains them again (duplicates, dropped by the seen
-  state). A malformed node is one warning (:mod:`zkcrawl.queue.discovered`) and is
-  deleted with the batch: it can never be drained.
-* **bounded**: at most :data:`NODES_PER_ROUND` nodes (64 KiB each) are read at a time.
-* **ends when the crawl does**: after a round that found no node, the queue is empty (leased
-  items included) and ``discovered/`` is still empty, in that order. Consumers write the
-  links of an item before completing it, so an empty queue means every link found so far
-  is in ``discovered/``; reading it afterwards misses none. A paused or stalled cluster
-  keeps the producer waiting (SIGTERM stops it: what was drained and offered is kept).
+* **No link lost**: a node is deleted only after every link it gave is committed; a crash
+  before the delete drains it again (duplicates the seen state drops); a malformed node is
+  one warning and is deleted.
+* **Bounded**: at most :data:`NODES_PER_ROUND` nodes are read at a time.
+* **Ends when the crawl does**: after a round with no node, the queue is empty and
+  ``discovered/`` still empty, in that order (consumers write links before completing the
+  item that found them).
 """
 
 from __future__ import annotations

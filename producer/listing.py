@@ -1,27 +1,16 @@
-"""Where URLs come from: the walk over listing pages (``--start`` + ``--next``, or
-``--pages`` + ``--page-range``), or a URL list (``--from-file``), read without fetching.
+"""Where URLs come from: the walk over listing pages (``--start`` + ``--next``, or ``--pages`` +
+``--page-range``), or a URL list (``--from-file``), read without fetching. Pure apart from
+fetching through :class:`zkcrawl.web.fetch.Fetcher`; the caller filters, de-duplicates and
+offers.
 
-Pure apart from fetching through :class:`zkcrawl.web.fetch.Fetcher`. The walk yields one
-:class:`ListingPage` per listing URL it tried; the caller filters, de-duplicates and
-offers the links. Guarantees of the walk:
-
-* a listing URL is read at most once per run (compared normalized, and after redirects
-  too), so a "next" link pointing back -- a loop -- ends that walk instead of spinning;
-* at most ``max_pages`` pages are fetched in the run (0: no limit);
-* nothing here raises for network or HTTP trouble: a page that could not be read comes back
-  with ``error`` set (``failed``: the operator must hear about it, exit 1) or ``skipped``
-  (robots.txt disallow, not HTML: a warning);
-* a set ``stop`` event ends the walk before the next fetch;
-* a listing page gives at most :data:`MAX_PAGE_LINKS` links (in document order; the rest
-  are dropped with one ``listing.links_capped`` warning naming the page and the count):
-  a 10 MB page of anchors made the producer hold 404k links in 356 MB (issue #27).
-* each page read carries how many ``<a>`` elements it has and their most common classes
-  (:func:`anchor_stats`), so a selector that selects nothing can be told what there is.
-
-A URL list is read by a reader thread in chunks of lines; each chunk is decoded,
-normalized and filtered by :func:`check_chunk`, in worker processes once the list is
-long enough to pay for starting them (normalization is pure Python and is most of the
-CPU per URL; the producer process keeps de-duplication and the ZooKeeper transactions).
+* The walk reads a listing URL at most once per run (normalized, after redirects too), so a
+  loop ends; at most ``max_pages`` pages; a set ``stop`` ends it before the next fetch.
+* Nothing raises for network or HTTP trouble: a page comes back ``failed`` (exit 1) or
+  ``skipped`` (robots.txt, not HTML).
+* A listing page gives at most :data:`MAX_PAGE_LINKS` links (one ``listing.links_capped``
+  warning beyond) and its ``<a>`` statistics (:func:`anchor_stats`).
+* A URL list is read in chunks by a reader thread and checked by :func:`check_chunk`, in
+  worker processes once the list is long enough to pay for them.
 """
 
 from __future__ import annotations

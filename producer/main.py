@@ -1,24 +1,17 @@
 """``zkcrawl-producer``: listing pages and sitemaps (or a URL list) to normalized,
-de-duplicated, batched offers with back-pressure (SPEC §4); with ``--watch``, again every
-INTERVAL until a signal (:mod:`producer.watch`, :mod:`producer.sitemaps`).
+de-duplicated, batched offers with back-pressure into the root's partitions (SPEC §4;
+:mod:`producer.partition_offerer`); with ``--watch``, again every INTERVAL until a signal
+(:mod:`producer.watch`).
 
-Offers go into the root's partitions (:mod:`producer.partition_offerer`: batches per
-partition, back-pressure per partition); a new root gets its P recorded by the first producer
-or consumer (``--partitions``, SPEC §2).
+``main(argv, env) -> ExitStatus`` runs in-process (tests); :func:`run` is the console entry.
+Exit status, always with one line on stderr: 0 done or stopped by a signal (the summary says
+how to continue; ``--watch`` too); 1 a listing page or sitemap could not be read, pages were
+read and nothing offered (naming the selector), or the queue failed mid-run; 2 bad usage;
+75 ZooKeeper unreachable.
 
-``main(argv, env) -> ExitStatus`` runs in-process (tests call it); :func:`run` is the console
-entry. Exit status: 0 done (or stopped by SIGINT/SIGTERM: the summary says so and how to
-continue), 1 a listing page could not be read (reported in the summary), listing pages were
-read and nothing was offered (one line naming the selector) or the queue failed mid-run,
-2 bad usage (bad XPath/CSS/regex/template/range, nothing to read), 75 ZooKeeper unreachable
--- always one line on stderr. A sitemap that could not be read counts as a failed listing
-page. ``--watch`` ends with 0 when stopped by a signal: each pass logged its own failures.
-
-The work runs in one producer thread; the main thread only waits and turns SIGINT/SIGTERM
-into "stop reading": the producer then offers what it already extracted, the seen state is
-saved, and the process exits 0. A second signal has its default action (SIGINT: interrupted,
-exit 1; SIGTERM: the process ends). Signal handling is :mod:`zkcrawl.signals`'s, set up here
-and nowhere else.
+The work runs in one producer thread; the main thread turns the first SIGINT/SIGTERM into
+"stop reading" (what was extracted is offered, the seen state saved, exit 0); a second one
+has its default action. Signal handling is :mod:`zkcrawl.signals`'s, set up here only.
 """
 
 from __future__ import annotations
@@ -51,8 +44,8 @@ from zkcrawl.errors import ExitStatus, UsageError, ZkCrawlError, ZkUnavailable
 from zkcrawl.politeness.local import LocalPoliteness
 from zkcrawl.queue.discovered import DiscoveredReader
 from zkcrawl.queue.fetched import FetchedReader
+from zkcrawl.queue.ingress import IngressQueue
 from zkcrawl.queue.layout import Layout
-from zkcrawl.queue.leases import LeaseQueue
 from zkcrawl.queue.partition_offers import PartitionOffers, recorded_partitions
 from zkcrawl.queue.registry import Registration, default_id
 from zkcrawl.seen import SeenSet
@@ -387,7 +380,7 @@ def _run_thread(target: Callable[[], object], signals: StopSignals,
     return failure[0] if failure else None
 
 
-class _Run:
+class _ProducerRun:
     """The parts of one run that need starting and, whatever happens, stopping."""
 
     def __init__(self, plan: Plan, seen: SeenSet, zk: ZkClient, stop: threading.Event,
@@ -421,7 +414,7 @@ class _Run:
 
     def start(self) -> None:
         s, plan = self.settings, self.plan
-        q = LeaseQueue(self.zk, s.root, plan.producer_id, offer_batch=s.batch)
+        q = IngressQueue(self.zk, s.root, batch=s.batch)
         common: dict[str, Any] = dict(producer_id=plan.producer_id, batch=s.batch,
                                       max_depth=s.max_depth, stop=self.stop,
                                       on_state=self.set_state, **_recrawl_offers(self.recrawl))
@@ -520,7 +513,8 @@ def execute(plan: Plan, stop: threading.Event | None = None,
     s = plan.settings
     seen = SeenSet.open(s.seen, s.expected, s.fp_rate)
     store = _open_recrawl(s)  # a bad store: exit 2 before any connection
-    run = _Run(plan, seen, runner.connect(s, writes=True), stop or threading.Event(), progress_to)
+    run = _ProducerRun(plan, seen, runner.connect(s, writes=True), stop or threading.Event(),
+                       progress_to)
     run.recrawl = store
     # The handlers stay ours through the wind-down: a SIGTERM that comes just after the work
     # ended by itself (ZooKeeper killed under it, say) must not get the default action while

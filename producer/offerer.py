@@ -1,33 +1,16 @@
-"""De-duplicated, batched offers with back-pressure.
+"""De-duplicated, batched offers with back-pressure: :class:`Offerer` takes normalized URLs,
+skips the ones seen before (this run, or earlier runs with ``--seen``) and offers the rest
+into the ingress ``<root>/queue`` in transactions of ``batch`` items
+(:class:`producer.partition_offerer.PartitionOfferer` offers into partitions instead).
 
-Into the ingress ``<root>/queue`` (this module), or straight into the root's partitions with
-back-pressure per partition (:class:`producer.partition_offerer.PartitionOfferer`, a subclass:
-when the root records P or ``--partitions`` is given).
-
-:class:`Offerer` takes normalized URLs, skips the ones seen before (in this run or, with
-``--seen``, in earlier runs), and offers the rest through
-:meth:`zkcrawl.queue.leases.LeaseQueue.offer_many` in transactions of ``batch`` items.
-
-Pipelining: one committer thread offers the batches while the caller goes on normalizing
-the next ones, so the ZooKeeper round trips overlap the CPU work; the transactions
-themselves are pipelined in one place, :class:`zkcrawl.queue.offers.OfferWindow` (two in
-flight; the server's log fsync is shared by transactions that arrive together), and the
-committer settles a batch -- seen state, counts -- when its transaction committed. At most
-``_IN_FLIGHT`` batches wait for the committer; a caller that gets ahead blocks, which
-carries back-pressure all the way to the reader. The queue keeps the batches' order.
-
-Back-pressure: the queue never grows past ``max_depth`` because of this producer. A
-transaction carries at most ``max_depth - depth`` items; when the queue is full the
-committer blocks in :meth:`LeaseQueue.wait_depth_below` (a ZooKeeper watch, no polling)
-until the depth falls below the low-water mark (90 % of ``max_depth``), so it resumes
-in chunks rather than one item per deletion. Several producers may overshoot by up to
-one transaction each: depth is read, then written, without a lock.
-
-Why a URL enters the seen state only *after* its offer committed: the state then never
-names a URL that is not in the queue. A crash, a lost ZooKeeper, or a stop while the
-queue is full leaves URLs un-offered (logged and counted), and the next run offers them.
-The price is the opposite case: a crash between a commit and the next save of the state
-makes the next run offer that tail again -- duplicates, never losses (at-least-once).
+* One committer thread offers while the caller normalizes the next URLs; at most
+  ``_IN_FLIGHT`` batches wait, so a caller that gets ahead blocks (back-pressure to the
+  reader), and the batches keep their order.
+* The queue never grows past ``max_depth`` because of this producer: a full queue is waited
+  on with a watch down to 90 % (several producers may overshoot by a transaction each).
+* A URL enters the seen state only *after* its offer committed: a crash or stop leaves URLs
+  un-offered (counted) for the next run, and at worst offers a tail twice -- duplicates,
+  never losses (at-least-once).
 """
 
 from __future__ import annotations
@@ -42,8 +25,8 @@ import structlog
 
 from producer.summary import Counts
 from zkcrawl.errors import UsageError
+from zkcrawl.queue.ingress import IngressQueue
 from zkcrawl.queue.items import Item
-from zkcrawl.queue.leases import LeaseQueue
 from zkcrawl.queue.untrusted import URL_LIMIT
 from zkcrawl.seen import SeenSet
 
@@ -79,7 +62,7 @@ class Offerer:
     be called at the end, it stops the committer thread.
     """
 
-    def __init__(self, queue: LeaseQueue, seen: SeenSet, counts: Counts, *,
+    def __init__(self, queue: IngressQueue, seen: SeenSet, counts: Counts, *,
                  producer_id: str, batch: int, max_depth: int, stop: threading.Event,
                  on_state: Callable[[str], None] | None = None,
                  meta: dict[str, object] | None = None,
@@ -161,7 +144,7 @@ class Offerer:
             self._checkpointer.join()
         self._abandon(list(self._pending.items()))
         self._pending.clear()
-        self.queue.settle_offer_markers()  # a marker delete lost with a connection: again
+        self.queue.settle_markers()  # a marker delete lost with a connection: again
 
     def _hand_over(self) -> None:
         batch = list(self._pending.items())

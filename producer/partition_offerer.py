@@ -1,35 +1,16 @@
-"""Offers straight into partitions, with back-pressure per partition (issue #22, item 6).
+"""Offers straight into partitions, with back-pressure per partition: :class:`PartitionOfferer`
+is an :class:`~producer.offerer.Offerer` whose committer groups items by partition and
+commits them as batches (:class:`zkcrawl.queue.partition_offers.PartitionOffers`: protected
+transactions, a lost answer never doubled). Back-pressure: docs/guide/producer.md.
 
-:class:`PartitionOfferer` is an :class:`~producer.offerer.Offerer` (the same ``add``,
-``flush``, seen state, checkpoints, counts) whose committer thread, instead of writing one
-ingress node per item, groups the items by partition (:func:`zkcrawl.queue.partitions.
-partition_of` of the host) and commits them as batches of at most 64 KiB into
-``<root>/partitions/<p>/`` (:class:`zkcrawl.queue.partition_offers.PartitionOffers`: protected
-transactions, a lost answer never doubled). Used when the root records P or ``--partitions``
-is given (``producer.main.use_partitions``).
-
-Back-pressure (docs/guide/producer.md, "Back-pressure"):
-
-* ``--max-depth N`` bounds the total queued -- the ingress plus every partition, in items
-  -- as before: no commit takes it past N;
-* ``--max-partition-depth M`` bounds one partition (default: a quarter of N, at least
-  2 N / P, at most N), so one big host never fills N for everyone;
-* items of a partition without room wait in a buffer in memory, per partition, while the
-  items of the other partitions go on; they are offered as soon as their partition has
-  room again (a children watch on it: no polling). Only when that buffer holds more than
-  ``--max-held`` items does the producer wait (state ``waiting`` on its status node, as at
-  ``--max-depth``), until it falls below again;
-* a held item is not in the seen state (a URL enters it only after its commit), so a
-  producer stopped or killed while holding items offers them again on its next run --
-  never lost, never doubled by the restart itself. A stop (SIGTERM) counts them as
-  ``unoffered``; the end of the input waits for them (:meth:`drain`, state ``waiting``);
-* the status node and ``zkcrawl status`` show what is held back: ``held_back`` =
-  ``{"items", "partitions", "top": [{"partition", "items"}, ...]}`` (the five fullest).
-
-Depths are counted from above (a batch's done items count until it is deleted; see
-:mod:`zkcrawl.queue.partition_offers`) and listed again only when an offer would pass a
-bound by what is known, so a producer far from its bounds lists nothing. Several producers
-may overshoot a bound by one transaction each, as at ``--max-depth``.
+* ``--max-depth N`` bounds everything queued; ``--max-partition-depth M`` bounds one
+  partition, so one big host never fills N for everyone.
+* Items of a full partition wait in memory while the others go on, offered again on a
+  children watch; only past ``--max-held`` does the producer wait (state ``waiting``).
+* A held item is not in the seen state: a stopped producer offers it again next run --
+  never lost, never doubled by the restart. ``held_back`` shows what is held.
+* Depths are listed only when an offer might pass a bound; several producers may overshoot
+  by one transaction each.
 """
 
 from __future__ import annotations
@@ -47,8 +28,8 @@ import structlog
 from producer.offerer import _WAIT_SLICE, Batch, Offerer, Origin
 from producer.summary import Counts
 from zkcrawl.queue import partition_batch as pb
+from zkcrawl.queue.ingress import IngressQueue
 from zkcrawl.queue.items import Item
-from zkcrawl.queue.leases import LeaseQueue
 from zkcrawl.queue.partition_offers import PartitionOffers
 from zkcrawl.seen import SeenSet
 
@@ -79,7 +60,7 @@ def held_bound(max_depth: int, batch: int, wanted: int = 0) -> int:
 class PartitionOfferer(Offerer):
     """An :class:`Offerer` into partitions, with a held-back buffer (module docstring)."""
 
-    def __init__(self, queue: LeaseQueue, feed: PartitionOffers, seen: SeenSet,
+    def __init__(self, queue: IngressQueue, feed: PartitionOffers, seen: SeenSet,
                  counts: Counts, *, max_partition_depth: int, max_held: int,
                  **kwargs: Any) -> None:
         self.feed = feed

@@ -1,38 +1,16 @@
-"""``--recrawl``: the producer's durable per-URL re-crawl schedule (issue #23, SPEC §4).
+"""``--recrawl``: the producer's durable per-URL re-crawl schedule (SPEC §4), in SQLite next to
+``--seen`` (``<seen>.recrawl`` unless ``--recrawl-store``). It learns from the consumers'
+``<root>/fetched/`` reports (:mod:`zkcrawl.queue.fetched`) and re-offers each URL when due,
+with its validators in ``meta.recrawl`` so the fetch is conditional.
 
-The producer owns the frontier, so it keeps, per URL it offered, the next fetch time, the
-interval, the validators of the last answer (ETag, Last-Modified, content signature), the
-errors and "gone" answers in a row -- in SQLite (standard library), one file next to
-``--seen`` (``<seen>.recrawl`` unless ``--recrawl-store`` names another). It learns from the
-consumers' ``<root>/fetched/`` reports (:mod:`zkcrawl.queue.fetched`) and re-offers each URL
-as it comes due, with ``meta.recrawl`` holding its validators, so the consumer asks
-conditionally and reports ``changed``.
-
-Schedule (:func:`next_interval`, Nutch's adaptive schedule with the issue's rates): unchanged
-(a 304, or the same signature) -> interval x 1.4; changed -> x 0.8; a first fetch or a
-failure keeps it; always within [``--recrawl-min``, ``--recrawl-max``]; the next fetch is at
-the outcome's time + interval x (1 +- 10 % jitter), so URLs learnt together spread out. A
-404/410 twice in a row retires the URL (never offered again); any other answer resets that
-count. A new URL starts at ``--recrawl-min``.
-
-Guarantees:
-
-* **durable, never reset silently**: a file that is not such a store (another SQLite
-  database, garbage, a damaged one) or one written by a newer version is one line and exit 2
-  (:class:`~zkcrawl.errors.UsageError`); so is a database error met later (corruption).
-* **a report for a URL nobody offered** (not in the store: a forged node, another crawl's
-  producer) is counted as ``unknown`` and changes nothing.
-* **at-least-once re-offers**: a due URL's next time moves on only after its offer committed;
-  a crash in between offers it again next run (a duplicate fetch, conditional: cheap). An
-  offered URL is not offered again before its interval has passed, even if no report comes.
-* **bounded**: due URLs are read in pages of at most one offer batch, through an index on
-  the due time (only URLs not retired are in it), so a 10-million-URL store costs one index
-  seek per page, not a scan.
-
-Rows are keyed by a 63-bit BLAKE2b hash of the URL (the table's rowid: no second copy of
-the URL in an index); the URL itself is kept to be offered again and compared on a lookup,
-so a hash collision (odds ~1e-6 at 10 million URLs) makes the second URL unscheduled, never
-another URL's state.
+* Schedule (:func:`next_interval`): unchanged x 1.4, changed x 0.8, within
+  [``--recrawl-min``, ``--recrawl-max``], jittered; a 404/410 twice in a row retires a URL.
+* **Durable, never reset silently**: a file that is not such a store, or a database error,
+  is one line and exit 2.
+* A report for a URL not in the store is counted as ``unknown`` and changes nothing.
+* **At-least-once re-offers**: a URL's next time moves on only after its offer committed.
+* **Bounded**: due URLs are read page by page through an index. Rows are keyed by a 63-bit
+  hash of the URL, and the URL is compared on lookup: a collision unschedules, never mixes.
 """
 
 from __future__ import annotations
@@ -54,8 +32,8 @@ import structlog
 
 from zkcrawl.errors import UsageError
 from zkcrawl.queue.fetched import Fetched, FetchedReader
+from zkcrawl.queue.ingress import IngressQueue
 from zkcrawl.queue.items import Item
-from zkcrawl.queue.leases import LeaseQueue
 from zkcrawl.web.validators import Validators
 
 __all__ = ["APPLICATION_ID", "GROW", "JITTER", "SHRINK", "VERSION", "Due", "Learnt",
@@ -361,10 +339,10 @@ class Recrawler:
     """Drain ``<root>/fetched/`` into the store, then offer what is due; one thread.
 
     ``reader``: a :class:`~zkcrawl.queue.fetched.FetchedReader`; ``queue``: the producer's
-    :class:`~zkcrawl.queue.leases.LeaseQueue` (offers go in transactions of ``batch``, and
+    :class:`~zkcrawl.queue.ingress.IngressQueue` (offers go in transactions of ``batch``, and
     never past ``max_depth`` queued items: the pass waits on a watch, or stops)."""
 
-    def __init__(self, store: RecrawlStore, reader: FetchedReader, queue: LeaseQueue, *,
+    def __init__(self, store: RecrawlStore, reader: FetchedReader, queue: IngressQueue, *,
                  producer_id: str, batch: int, max_depth: int,
                  stop: threading.Event, offerer: ItemOfferer | None = None) -> None:
         self.store, self.reader, self.queue = store, reader, queue

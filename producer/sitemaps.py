@@ -1,34 +1,17 @@
 """Sitemaps as a producer source (SPEC §4 ``--sitemap``, ``--sitemaps-from-robots``,
-``--since``): the decoder of one sitemap file and the walk over sitemap indexes.
+``--since``): :func:`decode` reads one sitemap file, :class:`SitemapWalk` walks indexes.
 
-A sitemap is hostile input like any page. Guarantees of :func:`decode` (property-tested):
-
-* it never raises, whatever the bytes: a body it cannot read ends with ``error`` set
-  (``xml-error``, ``bad-gzip``, ``not-a-sitemap``, ``not-utf8``) and the entries read before
-  the fault are kept;
-* memory and time are bounded by the input caps, not by the input: a gzip body is inflated
-  in slices and never beyond :data:`MAX_DECODED` bytes (a gzip bomb ends as ``too-large``),
-  XML is parsed incrementally (:class:`lxml.etree.XMLPullParser`) with entities never
-  substituted, no DTD loaded and no network, and each ``<url>`` element is freed once read;
-* at most :data:`MAX_ENTRIES` entries per file (the protocol's 50,000): the rest is cut,
-  with the problem ``too-many-urls``;
-* a ``<loc>`` longer than 8 KiB, holding an unresolved entity, or empty is not an entry
-  (problems ``too-long``, ``entity``, ``no-loc``);
-* a ``<lastmod>`` that is not a W3C datetime (``lastmod-invalid``) or lies more than
-  :data:`FUTURE_SLACK` seconds in the future -- the year 9999 -- (``lastmod-future``) is
-  ignored: the entry is kept as if it had none.
-
-Formats: ``<urlset>`` and ``<sitemapindex>`` (any namespace, real sitemaps get it wrong),
-gzip (recognised by its magic bytes, whatever the name or Content-Type says), and the
-protocol's plain-text form (one URL per line, UTF-8).
-
-:class:`SitemapWalk` fetches through the producer's own :class:`~zkcrawl.web.fetch.Fetcher`
-(address guard, robots.txt, politeness, ``--timeout``, a compressed-size cap) and follows
-indexes depth first with a visited set (indexes that point at each other are read once) and
-a depth cap (:data:`MAX_INDEX_DEPTH`); at most :data:`MAX_FILES` files per pass. With
-``since``, entries whose ``<lastmod>`` is before it are counted ``older`` and skipped, and
-so are child sitemaps an index dates before it; an entry without a usable ``<lastmod>`` is
-kept (nothing says it is old). Its URLs are the caller's to normalize and filter.
+* A sitemap is hostile input: :func:`decode` never raises (a fault ends with ``error`` set,
+  the entries before it kept) and is bounded by the caps, not the input -- gzip inflated to
+  at most :data:`MAX_DECODED` bytes, XML parsed incrementally with no entity substituted,
+  no DTD and no network, at most :data:`MAX_ENTRIES` entries; a bad ``<loc>`` is no entry,
+  a bad or far-future ``<lastmod>`` is ignored.
+* Formats: ``<urlset>``, ``<sitemapindex>`` (any namespace), gzip (by its magic bytes) and
+  plain text.
+* :class:`SitemapWalk` fetches through the producer's :class:`~zkcrawl.web.fetch.Fetcher`
+  (guard, robots.txt, politeness), follows indexes depth first, each once, at most
+  :data:`MAX_INDEX_DEPTH` deep and :data:`MAX_FILES` files a pass; with ``since``, entries
+  and child sitemaps dated before it are skipped (undated ones kept).
 """
 
 from __future__ import annotations
@@ -77,7 +60,7 @@ _TAGS = ("{*}urlset", "{*}sitemapindex", "{*}url", "{*}sitemap")
 
 
 @dataclass(frozen=True)
-class Entry:
+class SitemapEntry:
     """One ``<url>`` (or ``<sitemap>`` of an index): its ``<loc>`` as written (stripped) and
     its ``<lastmod>`` as a Unix time, ``None`` when absent or unusable."""
 
@@ -173,7 +156,7 @@ def _inflate(body: bytes, out: Decoded) -> Iterator[bytes]:
     out.error = "bad-gzip"  # the stream ended before gzip's end: a cut body
 
 
-def decode(body: bytes, now: float, out: Decoded) -> Iterator[Entry]:
+def decode(body: bytes, now: float, out: Decoded) -> Iterator[SitemapEntry]:
     """The entries of one sitemap file, in order; see the module docstring. ``out`` receives
     the kind, the error and the problems. Never raises."""
     slices = _inflate(body, out)
@@ -193,7 +176,7 @@ def decode(body: bytes, now: float, out: Decoded) -> Iterator[Entry]:
         out.error = out.error or "not-a-sitemap"
 
 
-def _decode_text(first: bytes, slices: Iterator[bytes], out: Decoded) -> Iterator[Entry]:
+def _decode_text(first: bytes, slices: Iterator[bytes], out: Decoded) -> Iterator[SitemapEntry]:
     out.kind = "text"
     rest = b""
     first = first.removeprefix(b"\xef\xbb\xbf")
@@ -210,10 +193,10 @@ def _decode_text(first: bytes, slices: Iterator[bytes], out: Decoded) -> Iterato
                 out.problems["too-many-urls"] += 1
                 return
             out.entries += 1
-            yield Entry(raw.strip().decode("utf-8"))
+            yield SitemapEntry(raw.strip().decode("utf-8"))
     if _text_entry(rest, out) and out.entries < MAX_ENTRIES:
         out.entries += 1
-        yield Entry(rest.strip().decode("utf-8"))
+        yield SitemapEntry(rest.strip().decode("utf-8"))
 
 
 def _text_entry(raw: bytes, out: Decoded) -> bool:
@@ -247,7 +230,7 @@ def _parser() -> lxml.etree.XMLPullParser:
 
 
 def _decode_xml(first: bytes, slices: Iterator[bytes], now: float, out: Decoded
-                ) -> Iterator[Entry]:
+                ) -> Iterator[SitemapEntry]:
     parser = _parser()
     try:
         for piece in _chain(first, slices):
@@ -276,7 +259,7 @@ def _localname(el: lxml.etree._Element) -> str:
     return tag.rsplit("}", 1)[-1] if isinstance(tag, str) else ""
 
 
-def _events(parser: lxml.etree.XMLPullParser, now: float, out: Decoded) -> Iterator[Entry]:
+def _events(parser: lxml.etree.XMLPullParser, now: float, out: Decoded) -> Iterator[SitemapEntry]:
     for event, el in parser.read_events():
         if event == "start":
             if out.kind is None:  # the root element
@@ -293,7 +276,7 @@ def _events(parser: lxml.etree.XMLPullParser, now: float, out: Decoded) -> Itera
             yield entry
 
 
-def _entry(el: lxml.etree._Element, now: float, out: Decoded) -> Entry | None:
+def _entry(el: lxml.etree._Element, now: float, out: Decoded) -> SitemapEntry | None:
     loc_el = el.find("{*}loc")
     if loc_el is not None and len(loc_el):  # holds an entity reference left unsubstituted
         out.problems["entity"] += 1
@@ -308,7 +291,7 @@ def _entry(el: lxml.etree._Element, now: float, out: Decoded) -> Entry | None:
     stamp, problem = parse_lastmod(el.findtext("{*}lastmod"), now)
     if problem:
         out.problems[problem] += 1
-    return Entry(loc, stamp)
+    return SitemapEntry(loc, stamp)
 
 
 def _free(el: lxml.etree._Element) -> None:
@@ -332,7 +315,7 @@ class SitemapFile:
     status: int | None = None
     error: str | None = None  # fetch error (http-404, connection...) or decode error
     kind: str | None = None
-    urls: list[Entry] = field(default_factory=list)  # page entries kept (after --since)
+    urls: list[SitemapEntry] = field(default_factory=list)  # page entries kept (after --since)
     children: int = 0  # sitemaps an index named that are followed
     older: int = 0  # entries (and child sitemaps) dated before --since
     problems: Counter[str] = field(default_factory=Counter)

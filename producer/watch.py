@@ -1,23 +1,16 @@
 """``zkcrawl-producer --watch INTERVAL``: a producer that keeps a site's new articles coming
-(SPEC §4).
+(SPEC §4). Passes start ``INTERVAL`` apart (an overrunning pass is followed at once).
 
-Passes start ``INTERVAL`` apart (start to start; a pass that overruns is followed at once).
-The first pass is an ordinary run: the whole listing walk (``--max-pages``) and every
-sitemap. Each later pass re-reads, for each ``--start`` walk (and the ``--pages`` list),
-at most ``--watch-depth`` pages, and stops that walk at the first page that brings no new
-URL: a blog publishing nothing costs one listing fetch per walk per pass. Sitemaps are read
-again each pass; a child sitemap its index dates as at the previous pass is not fetched
-again. What was offered before (this process, or ``--seen``) is never offered again.
+* The first pass is an ordinary run; each later one re-reads at most ``--watch-depth``
+  listing pages per walk and stops a walk at the first page with no new URL (a quiet blog
+  costs one fetch per walk per pass); sitemaps are read again, child sitemaps dated as at
+  the previous pass are not. Nothing offered before is offered again.
+* A signal ends the wait between passes at once and cuts a pass short at its next fetch
+  (what it extracted is still offered).
+* The last pass is published under ``watch`` in the status node (:func:`last_pass` decodes
+  it, untrusted) and logged as ``watch.pass``.
 
-Guarantees: SIGTERM/SIGINT ends the wait between passes at once and cuts a pass short at
-its next fetch (what it extracted is still offered); every wait is on the stop event. The
-last pass -- when, listing pages and sitemap files read, new URLs -- is published in the
-status node ``<root>/producers/<id>`` under ``watch`` (:func:`last_pass` decodes it for
-``zkcrawl status`` and the exporter: a node anyone may have written) and logged as
-``watch.pass``.
-
-Also here: :func:`parse_duration` (``30s``, ``10m``, ``1h``, ``2d``, plain seconds) and
-:func:`parse_since` (``--since``: an ISO 8601 date or datetime, or an age such as ``7d``).
+Also :func:`parse_duration` and :func:`parse_since` (``--since``: a date or an age).
 """
 
 from __future__ import annotations

@@ -96,15 +96,15 @@ PY
     >/dev/null
   PYTHONPATH="$dir/lowest" "$venv/bin/python" -m pytest -q -p no:cacheprovider \
     tests/test_fetch.py tests/test_ssrf.py tests/test_decode.py tests/test_extract.py \
-    tests/test_robots.py tests/test_urls.py tests/test_zk.py tests/test_queue.py \
-    tests/test_claimlog.py tests/test_consumer_pipeline.py tests/test_seen.py
+    tests/test_robots.py tests/test_urls.py tests/test_zk.py tests/test_ingress.py \
+    tests/test_owned_queue.py tests/test_consumer_pipeline.py tests/test_seen.py
   PYTHONPATH="$dir/lowest" "$venv/bin/python" -m pytest -q -p no:cacheprovider \
     tests/test_sink_postgres.py -m "not slow"  # the lowest psycopg against a real server
   "$venv/bin/python" -m pip install -q --no-deps --upgrade --target "$dir/newest" kazoo \
     >/dev/null
   say "zookeeper adapter against $(ls "$dir/newest" | grep -m1 '^kazoo-.*dist-info')"
   PYTHONPATH="$dir/newest" "$venv/bin/python" -m pytest -q -p no:cacheprovider \
-    tests/test_zk.py tests/test_queue.py tests/test_claimlog.py tests/faults/test_silence.py
+    tests/test_zk.py tests/test_ingress.py tests/test_owned_queue.py tests/faults/test_silence.py
   rm -rf "$dir"
 }
 

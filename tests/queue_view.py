@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from zkcrawl.queue import items as wire
+from zkcrawl.queue import items as item_codec
 from zkcrawl.queue import partition_batch as pb
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.layout import Layout
@@ -27,7 +27,7 @@ def queued_urls(zk: ZkClient, root: str) -> list[str]:
     out: list[str] = []
     for name in _children(zk, layout.queue):
         try:
-            decoded = wire.decode(zk.get(f"{layout.queue}/{name}")[0])
+            decoded = item_codec.decode(zk.get(f"{layout.queue}/{name}")[0])
         except NoNodeError:
             continue
         if decoded.item is not None:
@@ -50,7 +50,7 @@ def _batches(zk: ZkClient, layout: Layout) -> list[tuple[str, pb.Batch]]:
     for p in _children(zk, layout.partitions):
         path = f"{layout.partitions}/{p}"
         for name in _children(zk, path):
-            if not name.startswith(wire.PREFIX):
+            if not name.startswith(item_codec.PREFIX):
                 continue
             try:
                 batch, _ = pb.decode(zk.get(f"{path}/{name}")[0])
@@ -74,11 +74,11 @@ def queued_items(zk: ZkClient, root: str) -> list[Item]:
     layout = Layout.of(root)
     out: list[Item] = []
     for data in _read_all(zk, [f"{layout.queue}/{n}" for n in _children(zk, layout.queue)]):
-        decoded = wire.decode(data)
+        decoded = item_codec.decode(data)
         if decoded.item is not None:
             out.append(decoded.item)
     paths = [f"{layout.partitions}/{p}/{n}" for p in _children(zk, layout.partitions)
-             for n in _children(zk, f"{layout.partitions}/{p}") if n.startswith(wire.PREFIX)]
+             for n in _children(zk, f"{layout.partitions}/{p}") if n.startswith(item_codec.PREFIX)]
     for data in _read_all(zk, paths):
         batch, _ = pb.decode(data)
         if batch is not None:

@@ -13,13 +13,15 @@ from pathlib import Path
 
 import pytest
 
+from tests import old_layout
 from tests.conftest import wait_for
+from tests.owned import claim, owned_queue
 from zkcrawl.admin.localzk import free_port
 from zkcrawl.cli import main
 from zkcrawl.errors import ExitStatus
 from zkcrawl.queue.control import ControlWatch, read_state
+from zkcrawl.queue.ingress import IngressQueue
 from zkcrawl.queue.items import Item
-from zkcrawl.queue.leases import LeaseQueue
 from zkcrawl.queue.registry import Registration
 
 
@@ -73,11 +75,11 @@ class ControlledStatus:
 
 def test_status_json_has_every_documented_field(zk_factory, zk_hosts, zk_root, capsys):
     worker, other = zk_factory(), zk_factory()
-    q = LeaseQueue(worker, zk_root, "c1")
-    q.offer_many([Item(url=f"http://127.0.0.1/a/{i}", producer="p1") for i in range(6)])
-    held = q.claim(2, timeout=5)
-    assert len(held) == 2
-    q.dead_letter(q.claim(1, timeout=5)[0], "http-503")
+    IngressQueue(worker, zk_root).offer_many(
+        [Item(url=f"http://127.0.0.1/a/{i}", producer="p1") for i in range(6)])
+    first, *held = old_layout.oldest(worker, zk_root, 3)
+    old_layout.hold(worker, zk_root, held, "c1")  # a root of the previous layout
+    old_layout.dead_letter(worker, zk_root, first, "http-503")
     register(worker, zk_root, "c1", {"id": "c1", "pid": 42, "state": "running", "processed": 7,
                                      "failed": 1, "in_flight": 2, "backlog": 0,
                                      "items_per_s": 3.5, "control": "running"})
@@ -142,9 +144,9 @@ def test_status_of_an_empty_root_and_orphan_leases(zk_factory, zk_hosts, zk_root
     doc = json.loads(out)
     assert rc == 0 and doc["exists"] is False and doc["queue"]["depth"] == 0
     assert doc["queue"]["oldest_age_s"] is None and doc["consumers"] == []
-    q = LeaseQueue(zk_factory(), zk_root, "ghost")  # holds a lease, never registered
-    q.offer("http://127.0.0.1/x")
-    q.claim(1, timeout=5)
+    ghost = zk_factory()
+    IngressQueue(ghost, zk_root).offer("http://127.0.0.1/x")
+    old_layout.hold(ghost, zk_root, old_layout.oldest(ghost, zk_root, 1), "ghost")  # unregistered
     rc, out, _ = run(capsys, "status", *common(zk_hosts, zk_root))
     assert "leases held by unregistered clients: ghost=1" in out
 
@@ -202,12 +204,12 @@ def test_pause_wait_names_the_consumer_that_did_not_acknowledge(zk_factory, zk_h
 @pytest.fixture
 def dead_letters(zk, zk_root) -> dict[str, str]:
     """Three dead letters: url -> id, plus the malformed item under key 'malformed'."""
-    q = LeaseQueue(zk, zk_root, "c")
-    q.offer_many([Item(url="http://127.0.0.1/a", attempt=2, producer="p9", meta={"k": "v"}),
-                  Item(url="http://127.0.0.1/b", attempt=2)])
+    IngressQueue(zk, zk_root).offer_many(
+        [Item(url="http://127.0.0.1/a", attempt=2, producer="p9", meta={"k": "v"}),
+         Item(url="http://127.0.0.1/b", attempt=2)])
     zk.create(f"{zk_root}/queue/qn-", b"\xff not an item", sequence=True)
-    for c in q.claim(3, timeout=5):
-        q.dead_letter(c, c.error or "http-503")
+    for name in old_layout.oldest(zk, zk_root, 3):
+        old_layout.dead_letter(zk, zk_root, name, "http-503")
     names = sorted(zk.get_children(f"{zk_root}/dead"))
     by = {}
     for n in names:
@@ -236,7 +238,8 @@ def test_dead_list_requeue_and_purge(zk, zk_hosts, zk_root, dead_letters, capsys
     assert item["meta"]["requeued_from"] == dead_letters["http://127.0.0.1/a"]
     assert item["meta"]["last_error"] == "http-503"
     assert len(zk.get_children(f"{zk_root}/dead")) == 2
-    claimed = LeaseQueue(zk, zk_root, "c2").claim(1, timeout=5)  # claimable again
+    with owned_queue(zk, zk_root, "c2") as q:  # a consumer takes it again
+        claimed = claim(q, 1)
     assert [c.url for c in claimed] == ["http://127.0.0.1/a"] and claimed[0].attempt == 0
 
     rc, out, err = run(capsys, "dead", "requeue", "--all", *args)
@@ -275,9 +278,8 @@ def test_dead_bad_usage_is_one_line_exit_2(zk_hosts, zk_root, dead_letters, caps
 
 def test_queue_list_and_purge(zk_factory, zk_hosts, zk_root, capsys):
     zk = zk_factory()
-    q = LeaseQueue(zk, zk_root, "holder")
-    q.offer_many([Item(url=f"http://127.0.0.1/q/{i}") for i in range(10)])
-    q.claim(1, timeout=5)
+    IngressQueue(zk, zk_root).offer_many([Item(url=f"http://127.0.0.1/q/{i}") for i in range(10)])
+    old_layout.hold(zk, zk_root, old_layout.oldest(zk, zk_root, 1), "holder")
     args = common(zk_hosts, zk_root)
     rc, out, _ = run(capsys, "queue", "list", "--limit", "3", "--json", *args)
     rows = json.loads(out)

@@ -11,25 +11,26 @@ from types import SimpleNamespace
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.owned import claim, owned_queue
 from zkcrawl.admin.cluster import _decode_dead, list_dead
 from zkcrawl.admin.report import render_text, summarize
 from zkcrawl.cli import main
-from zkcrawl.queue import items as wire
+from zkcrawl.queue import items as item_codec
 from zkcrawl.queue.claims import attempts_text
+from zkcrawl.queue.ingress import IngressQueue
 from zkcrawl.queue.items import Item
-from zkcrawl.queue.leases import LeaseQueue
 
 
 def test_a_dead_letter_says_how_many_of_its_attempts_were_holders_that_died(
         zk, zk_root, capsys):
-    q = LeaseQueue(zk, zk_root, "c")
     # the item's second failed fetch after one holder died: attempt 2, one death so far
-    q.offer_many([Item(url="http://shop.example/a", attempt=2,
-                       meta={"holder_deaths": 1})])
-    (c,) = q.claim(1, timeout=5)
-    assert c.holder_deaths == 1
-    assert q.dead_letter(c, "http-503").done == [c]
-    (d,) = list_dead(zk, zk_root)
+    IngressQueue(zk, zk_root).offer_many([Item(url="http://shop.example/a", attempt=2,
+                                               meta={"holder_deaths": 1})])
+    with owned_queue(zk, zk_root, "c") as q:
+        (c,) = claim(q, 1)
+        assert c.holder_deaths == 1
+        assert q.dead_letter(c, "http-503").done == [c]
+    (d,) = list_dead(zk, zk_root)  # written by the queue's last checkpoint at the latest
     assert (d.attempts, d.holder_deaths) == (3, 1)
     assert d.to_json()["fetches"] == 2
     assert main(["dead", "list", "--zk", zk.hosts, "--root", zk_root], {}) == 0
@@ -61,7 +62,7 @@ def test_attempts_text_counts_fetches_and_deaths_that_add_up(attempts, deaths):
 
 
 def test_the_queue_writes_the_deaths_into_the_dead_letter():
-    body = json.loads(wire.dead_letter("qn-1", "http://h/", "abandoned", 3, b"x", 9))
+    body = json.loads(item_codec.encode_dead_letter("qn-1", "http://h/", "abandoned", 3, b"x", 9))
     assert body["holder_deaths"] == 3 and body["attempts"] == 3  # clamped to the attempts
 
 

@@ -20,12 +20,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from consumer.sink import Sink
+from tests import old_layout
 from tests.test_admin_cli import common, run
 from zkcrawl import logs
 from zkcrawl.admin.report import load_records, parse_line, render_html, render_text, summarize
 from zkcrawl.jsonclean import json_clean
+from zkcrawl.queue.ingress import IngressQueue
 from zkcrawl.queue.items import Item
-from zkcrawl.queue.leases import LeaseQueue
 from zkcrawl.textsafe import printable, scrub
 
 ZKCRAWL = str(Path(sys.executable).with_name("zkcrawl"))
@@ -299,13 +300,12 @@ def test_log_writer_scrubs_a_line_a_strict_stream_refuses() -> None:
 
 
 def test_dead_list_and_queue_list_escape_hostile_urls(zk, zk_hosts, zk_root, capsys) -> None:
-    q = LeaseQueue(zk, zk_root, "c")
-    q.offer_many([Item(url="http://127.0.0.1/\x1b]0;pwned\x07"),
-                  Item(url="http://127.0.0.1/\x1b[31mred\u202e"),
-                  Item(url="http://127.0.0.1/leased")])
-    [dead] = q.claim(1, timeout=5)
-    q.dead_letter(dead, "\x1b[2Jhttp-503")
-    LeaseQueue(zk, zk_root, "\x1b[31mevil").claim(2, timeout=5)  # a hostile lease holder
+    IngressQueue(zk, zk_root).offer_many([Item(url="http://127.0.0.1/\x1b]0;pwned\x07"),
+                                          Item(url="http://127.0.0.1/\x1b[31mred\u202e"),
+                                          Item(url="http://127.0.0.1/leased")])
+    dead, *held = old_layout.oldest(zk, zk_root, 3)
+    old_layout.dead_letter(zk, zk_root, dead, "\x1b[2Jhttp-503")
+    old_layout.hold(zk, zk_root, held, "\x1b[31mevil")  # a hostile lease holder
     args = common(zk_hosts, zk_root)
 
     rc, out, err = run(capsys, "dead", "list", *args)

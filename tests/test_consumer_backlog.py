@@ -18,14 +18,14 @@ from consumer.backlog import (
     TaskState,
 )
 from consumer.timing import ItemTiming
-from zkcrawl.queue import items as wire
-from zkcrawl.queue.leases import Claimed
+from zkcrawl.queue import items as item_codec
+from zkcrawl.queue.claims import Claimed
 
 
 def task(i: int, host: str = "h:1") -> Task:
-    data = wire.Item(url=f"http://{host}/{i}").encode()
-    c = Claimed(name=f"qn-{i:010d}", seq=i, data=data, item=wire.decode(data).item, error=None,
-                ctime=time.time())
+    data = item_codec.Item(url=f"http://{host}/{i}").encode()
+    c = Claimed(name=f"qn-{i:010d}", seq=i, data=data, item=item_codec.decode(data).item,
+                error=None, ctime=time.time())
     return Task(c, ItemTiming(c.claimed_mono, 0.0), host)
 
 
@@ -287,6 +287,41 @@ def test_an_idle_pool_thread_asks_for_the_marks_it_waits_for_and_only_then():
     b.drop_unstarted([three.claimed])  # its partition lost
     asked.clear()
     assert b.take(0.01) is None and asked == []  # every MARKING task left: no more asking
+
+
+def test_no_more_tasks_are_marked_ahead_than_mark_ahead():
+    """A death is charged to every marked item: with ``mark_ahead`` 2 a pool thread takes no
+    fresh task while two wait MARKING or marked; a marked one is still taken, and each one
+    that goes on a thread (or leaves) lets one fresh task through again."""
+    b = Backlog(8, mark_ahead=2)
+    ts = [task(i) for i in range(5)]
+    b.put(ts)
+    one, two = b.take(0.1), b.take(0.1)
+    assert one is ts[0] and two is ts[1]
+    assert b.await_mark(one) and b.await_mark(two)  # two MARKING: the cap
+    assert b.take(0.05) is None  # fresh ones wait, though three are READY
+    b.marked([one.claimed])
+    assert b.take(0.05) is one and one.marked  # a marked one goes on a thread ...
+    three = b.take(0.05)
+    assert three is ts[2]  # ... and one fresh task may be taken again
+    assert b.await_mark(three)
+    assert b.take(0.05) is None
+    b.forget([two])  # a MARKING task that leaves frees its place too
+    assert b.take(0.05) is ts[3]
+
+
+def test_a_marked_task_cooled_and_due_again_goes_in_front_of_fresh_ones():
+    b = Backlog(8, mark_ahead=1)
+    ts = [task(i) for i in range(3)]
+    b.put(ts)
+    t = b.take(0.1)
+    assert t is ts[0] and b.await_mark(t)
+    b.marked([t.claimed])
+    assert b.take(0.1) is t
+    b.cool(t, time.monotonic())  # paused after its mark: back to the heap, still marked
+    b.release_due(never, 0.01)
+    assert b.take(0.1) is t  # at the cap, the marked one is found in front
+    assert b.take(0.1) is ts[1]
 
 
 def test_the_backlog_count_follows_every_state_change():

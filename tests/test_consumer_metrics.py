@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from consumer.metrics import MAX_REASONS, Metrics, outcome_label, reason_label
 from tests.conftest import wait_for
 from tests.httpd import TestServer, delayed
-from tests.test_consumer_support import Running, offer, records, settings_for
+from tests.test_consumer_support import Running, left, offer, records, settings_for
 from zkcrawl.admin.localzk import ZkServer, free_port
 from zkcrawl.zk.client import ZkClient
 
@@ -90,7 +90,7 @@ def test_metrics_and_healthz_follow_zookeeper_and_the_run_state(own_zk, tmp_path
             zk = ZkClient(zk_server.hosts, zk_timeout=15).connect()
             wait_for(lambda: zk.get_children("/m/queue") == [], timeout=20,
                      what="the held completion")
-            assert zk.get_children("/m/leases") == []
+            wait_for(lambda: left(zk, "/m") == [], timeout=20, what="its batch settled")
         finally:
             run.stop()
             zk.close()

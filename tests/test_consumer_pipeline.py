@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from consumer.pipeline import COMPLETE, DEAD, RETRY, Pipeline
+from consumer.pipeline import COMPLETE, DEAD, RETRY, ItemHandler
 from consumer.settings import CRAWL_DELAY_CAP, ConsumerSettings
 from consumer.sink import Sink
 from consumer.timing import ItemTiming, Timings, percentile
@@ -17,8 +17,8 @@ from tests.httpd import TestServer, delayed, gzip_bomb, gzipped, html, redirect,
 from zkcrawl.errors import SinkError, UsageError
 from zkcrawl.politeness.gate import HostGate
 from zkcrawl.politeness.local import LocalPoliteness
-from zkcrawl.queue import items as wire
-from zkcrawl.queue.leases import Claimed
+from zkcrawl.queue import items as item_codec
+from zkcrawl.queue.claims import Claimed
 from zkcrawl.web.extract import parse_field_specs
 from zkcrawl.web.fetch import Fetcher
 from zkcrawl.web.urls import host_of
@@ -29,26 +29,26 @@ RECORD_KEYS = {"url", "final_url", "status", "title", "fields", "bytes", "item",
                "process_ms", "error"}
 
 
-def make(**kw: object) -> Pipeline:
+def make(**kw: object) -> ItemHandler:
     kw.setdefault("domain_delay", 0.0)
     kw.setdefault("robots", False)
     kw.setdefault("allow_private_addresses", True)
     s = ConsumerSettings(**kw)  # type: ignore[arg-type]
     gate = HostGate(LocalPoliteness(s.domain_delay), s.domain_delay, CRAWL_DELAY_CAP)
-    return Pipeline(Fetcher(s.fetch_settings(), politeness=gate), gate,
+    return ItemHandler(Fetcher(s.fetch_settings(), politeness=gate), gate,
                     parse_field_specs(s.field), "c-test", s.max_attempts)
 
 
 def claimed(url: str | None = None, *, data: bytes | None = None, attempt: int = 0,
             name: str = "qn-0000000007") -> Claimed:
     if data is None:
-        data = wire.Item(url=url or "", attempt=attempt).encode()
-    dec = wire.decode(data)
+        data = item_codec.Item(url=url or "", attempt=attempt).encode()
+    dec = item_codec.decode(data)
     return Claimed(name=name, seq=7, data=data, item=dec.item, error=dec.error,
                    ctime=time.time() - 0.25, bare=dec.bare)
 
 
-def run(p: Pipeline, c: Claimed):  # type: ignore[no-untyped-def]
+def run(p: ItemHandler, c: Claimed):  # type: ignore[no-untyped-def]
     t = ItemTiming(time.monotonic(), c.queue_ms)
     t.submitted = t.started = time.monotonic()
     return p.process(c, t)

@@ -16,7 +16,7 @@ from consumer.main import main
 from tests.conftest import wait_for
 from tests.httpd import TestServer, delayed
 from tests.queue_view import held, queued_urls
-from tests.test_consumer_support import Running, offer, records, settings_for, spawn
+from tests.test_consumer_support import Running, offer, records, settings_for, spawn, stats_held
 from zkcrawl.signals import StopSignals
 
 
@@ -41,9 +41,9 @@ def test_sigterm_finishes_running_fetches_releases_the_rest_and_exits_0(zk, zk_h
         offer(zk, zk_root, urls)
         out, err = tmp_path / "o.jsonl", tmp_path / "err.log"
         proc = spawn(args(zk_hosts, zk_root, out, "--threads", "2", "--backlog", "4",
-                          "--grace", "10"), err)
+                          "--grace", "10", "--stats-interval", "0.2"), err)
         srv.wait_for_requests(2, timeout=20)
-        wait_for(lambda: len(held(zk, zk_root)) == 6, what="6 items held")
+        wait_for(lambda: stats_held(err) == 6, what="6 items held: 2 running, 4 waiting")
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=15) == 0

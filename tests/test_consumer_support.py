@@ -16,8 +16,9 @@ from consumer.main import build_parser, open_consumer
 from consumer.settings import ConsumerSettings
 from consumer.sink import Sink
 from consumer.worker import Worker
+from zkcrawl.queue.ingress import IngressQueue
 from zkcrawl.queue.items import Item
-from zkcrawl.queue.leases import LeaseQueue
+from zkcrawl.queue.layout import Layout
 from zkcrawl.settings import parse
 from zkcrawl.zk.client import ZkClient
 
@@ -67,7 +68,18 @@ class Running:
 
 
 def offer(zk: ZkClient, root: str, urls: Sequence[str]) -> list[str]:
-    return LeaseQueue(zk, root, "test-producer").offer_many(Item(url=u) for u in urls)
+    return IngressQueue(zk, root).offer_many(Item(url=u) for u in urls)
+
+
+def left(zk: ZkClient, root: str) -> list[str]:
+    """What is still queued: ingress items, and batch nodes of the partitions (a batch goes
+    once every item of it is settled)."""
+    layout = Layout.of(root)
+    out = zk.get_children(layout.queue) if zk.exists(layout.queue) else []
+    if zk.exists(layout.partitions):
+        out += [f"{p}/{n}" for p in zk.get_children(layout.partitions)
+                for n in zk.get_children(layout.partition(int(p))) if n.startswith("qn-")]
+    return out
 
 
 def records(*paths: Path, strict: bool = True) -> list[dict[str, Any]]:
@@ -96,3 +108,17 @@ def spawn(args: Sequence[str], stderr: Path | int, **kw: Any) -> subprocess.Pope
     with open(stderr, "wb") as err:
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
                                 stderr=err, **kw)
+
+
+def stats_held(err: Path) -> int:
+    """Items a consumer held -- running, marked or waiting in its backlog -- in the last
+    ``consumer.stats`` line of its JSON stderr (run it with a short ``--stats-interval``);
+    0 before the first. (ZooKeeper shows only the items marked started.)"""
+    held = 0
+    for line in err.read_text(errors="replace").splitlines():
+        if '"consumer.stats"' in line:
+            try:
+                held = int(json.loads(line).get("leases", 0))
+            except ValueError:
+                continue  # a line being written
+    return held

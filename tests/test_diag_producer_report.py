@@ -18,10 +18,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.httpd import TestServer, html, sequence, static
+from tests.owned import claim, owned_queue
 from tests.test_report import CHROMIUM, _chromium
 from zkcrawl.admin import report
 from zkcrawl.admin.cluster import DeadLetter
-from zkcrawl.queue.leases import LeaseQueue
+from zkcrawl.queue.ingress import IngressQueue
 
 ROOT = Path(__file__).resolve().parent.parent
 SHOT = os.environ.get("ZKCRAWL_TEST_SCREENSHOT")  # keep the screenshot there, to look at
@@ -51,11 +52,12 @@ def test_the_report_of_a_crawl_says_what_broke(zk, zk_hosts, zk_root, tmp_path):
                                  html("<title>back</title>"))}
     out, page = tmp_path / "results.jsonl", tmp_path / "report.html"
     with TestServer(routes) as srv:
-        queue = LeaseQueue(zk, zk_root, "test")
+        queue = IngressQueue(zk, zk_root)
         # A dead letter without a record, as when the sink refuses one: claimed and given up.
         queue.offer(srv.url("/refused"))
-        [held] = queue.claim(1, timeout=10)
-        queue.dead_letter(held, "sink refused: value too long")
+        with owned_queue(zk, zk_root) as owned:
+            [held] = claim(owned, 1)
+            owned.dead_letter(held, "sink refused: value too long")
         for path in routes:
             queue.offer(srv.url(path))
         crawl(zk_hosts, zk_root, out, "c1")  # /flaky: 503 twice, a dead letter

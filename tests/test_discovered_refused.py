@@ -21,16 +21,19 @@ import pytest
 import structlog.testing
 
 from consumer.committer import GroupCommit, Settle
+from consumer.owned_queue import OwnedQueue
 from consumer.pipeline import COMPLETE, DEAD, RETRY
 from consumer.sink import Sink
+from tests.conftest import wait_for
 from tests.httpd import TestServer, html
-from tests.test_consumer_support import offer, records, spawn
+from tests.owned import claim, owned_queue
+from tests.test_consumer_support import left, offer, records, spawn
 from tests.test_producer import forget_cached_loggers
 from zkcrawl.admin.cluster import list_dead
 from zkcrawl.queue.claims import Claimed
 from zkcrawl.queue.discovered import DiscoveredWriter, Link
+from zkcrawl.queue.ingress import IngressQueue
 from zkcrawl.queue.items import Item
-from zkcrawl.queue.leases import LeaseQueue
 from zkcrawl.zk import NoAuthError
 from zkcrawl.zk.client import ZkClient
 from zkcrawl.zk.security import parse_auth
@@ -83,8 +86,8 @@ def test_refused_links_end_in_dead_letters_after_max_attempts(
     assert all(fetches[f"/l/{i}"] == 3 for i in range(LINKED)), fetches
     # ... the others completed at the first try; nothing left in the queue or leased.
     assert all(fetches[f"/p/{i}"] == 1 for i in range(PLAIN)), fetches
-    for part in ("queue", "leases", "discovered"):
-        assert zk.get_children(f"{locked_root}/{part}") == [], part
+    assert left(zk, locked_root) == []
+    assert zk.get_children(f"{locked_root}/discovered") == []
     # Each try stored its record (records before links): 3 per linked page, bounded.
     stored = Counter(r["url"] for r in records(out))
     assert stored == Counter({**{u: 3 for u in linked}, **{u: 1 for u in plain}})
@@ -99,13 +102,19 @@ def test_refused_links_end_in_dead_letters_after_max_attempts(
 
 def test_one_warning_per_group_and_the_rest_of_the_group_completes(
         zk: ZkClient, locked_root: str, tmp_path: Path):
-    """The committer alone, with what the consumer gives it: a real queue, a real JSON
-    Lines sink, links written by a real DiscoveredWriter. One group of 6: 3 with links
-    (one of them on its last try), 3 without."""
-    queue = LeaseQueue(zk, locked_root, "c-test")
+    """The committer alone, with what the consumer gives it: a real queue (the partitions
+    one consumer owns), a real JSON Lines sink, links written by a real DiscoveredWriter.
+    One group of 6: 3 with links (one of them on its last try), 3 without."""
     urls = [f"http://127.0.0.1:9/{i}" for i in range(6)]
-    queue.offer_many(Item(url=u, attempt=2 if i == 2 else 0) for i, u in enumerate(urls))
-    claimed = sorted(queue.claim(6, timeout=5), key=lambda c: c.url or "")
+    IngressQueue(zk, locked_root).offer_many(
+        Item(url=u, attempt=2 if i == 2 else 0) for i, u in enumerate(urls))
+    with owned_queue(zk, locked_root, "c-test") as queue:
+        _one_group(zk, locked_root, queue, urls, tmp_path)
+
+
+def _one_group(zk: ZkClient, locked_root: str, queue: OwnedQueue, urls: list[str],
+               tmp_path: Path) -> None:
+    claimed = sorted(claim(queue, 6), key=lambda c: c.url or "")
     assert [c.url for c in claimed] == urls
     writer = DiscoveredWriter(zk, locked_root, "c-test")
     links = {c.name: [Link(f"{c.url}/next", c.url or "", 1)] if i < 3 else []
@@ -143,9 +152,10 @@ def test_one_warning_per_group_and_the_rest_of_the_group_completes(
     assert len(records(tmp_path / "o.jsonl")) == 6  # records before links: all stored
     # The queue's books: 2 back at the tail with attempt 1 and the reason, 1 dead letter
     # (3 tries), 3 completed; no link got in.
-    again = queue.claim(10, timeout=5)
+    again = claim(queue, 2)
     assert sorted(c.url or "" for c in again) == urls[:2]
     assert {(c.attempt, c.item.meta["last_error"]) for c in again if c.item} == {(1, REASON)}
+    wait_for(lambda: list_dead(zk, locked_root), 10, "the dead letter checkpointed")
     assert [(d.url, d.error, d.attempts) for d in list_dead(zk, locked_root)] == [
         (urls[2], REASON, 3)]
     assert zk.get_children(f"{locked_root}/discovered") == []

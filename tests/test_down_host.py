@@ -13,7 +13,7 @@ import time
 import pytest
 
 from tests.httpd import TestServer, html
-from tests.test_consumer_support import Running, offer, records, settings_for
+from tests.test_consumer_support import Running, left, offer, records, settings_for
 from zkcrawl.admin.localzk import free_port
 from zkcrawl.web.fetch import Fetcher, FetchSettings
 from zkcrawl.web.urls import host_of
@@ -52,8 +52,8 @@ def test_a_down_host_backs_off_shared_then_dead_letters_as_connection(zk, zk_hos
             for n in zk.get_children(f"{zk_root}/dead")]
     assert sorted(d["url"] for d in dead) == sorted(down)
     assert {d["error"] for d in dead} == {"connection"}
-    assert zk.get_children(f"{zk_root}/queue") == [] == zk.get_children(f"{zk_root}/leases")
+    assert left(zk, zk_root) == []
     # Four tries of one host, one at a time, each after the back-off of the failures before
     # it (1 s, 2 s, 4 s): not four tries in the first second.
     assert elapsed >= 1 + 2 + 4 - 0.5
-    assert run.worker.pipeline.gate.table.unreachable(host_of(down[0])) == 5  # 4 in a row + 1
+    assert run.worker.item_handler.gate.table.unreachable(host_of(down[0])) == 5  # 4 in a row + 1

@@ -35,7 +35,7 @@ from zkcrawl.politeness.local import LocalPoliteness
 from zkcrawl.settings import parse
 from zkcrawl.web.extract import extract_record
 from zkcrawl.web.fetch import Fetcher, FetchResult, FetchSettings, parse_retry_after
-from zkcrawl.web.transfer import TRANSPORTS, parse_head, wire_url
+from zkcrawl.web.transfer import TRANSPORTS, ascii_url, parse_head
 from zkcrawl.web.urls import host_of
 
 PAGE = "<html><head><title>Hello</title></head><body>hi</body></html>"
@@ -392,11 +392,11 @@ def test_https_is_verified_and_a_ca_bundle_can_be_named(tls_cert: tuple[str, str
         assert (res.status, res.error, res.body) == (200, None, PAGE.encode())
 
 
-def test_wire_url_and_parse_head() -> None:
-    assert wire_url("http://example.com/a?b=c") == "http://example.com/a?b=c"  # as is
-    assert wire_url("http://bücher.example/päth q?x=ü#frag") == \
+def test_ascii_url_and_parse_head() -> None:
+    assert ascii_url("http://example.com/a?b=c") == "http://example.com/a?b=c"  # as is
+    assert ascii_url("http://bücher.example/päth q?x=ü#frag") == \
         "http://xn--bcher-kva.example/p%C3%A4th%20q?x=%C3%BC"
-    assert wire_url("http://127.0.0.1:8080/ä") == "http://127.0.0.1:8080/%C3%A4"
+    assert ascii_url("http://127.0.0.1:8080/ä") == "http://127.0.0.1:8080/%C3%A4"
     head = [b"HTTP/1.1 200 Connection established\r\n", b"\r\n",
             b"HTTP/1.1 404 Not Found\r\n", b"Content-Type: text/html\r\n",
             b"X-Long:  a: b \r\n", b"\r\n"]
@@ -493,14 +493,14 @@ def test_unknown_transport_is_refused() -> None:
 
 def test_requests_transport_takes_a_session_of_your_own(srv: TestServer) -> None:
     # requests-only by nature: what the requests transport is for (auth plugins, adapters).
-    from zkcrawl.web.transfer_requests import SessionWire
+    from zkcrawl.web.transfer_requests import RequestsTransport
 
-    def wire(user_agent: str) -> SessionWire:
+    def transport(user_agent: str) -> RequestsTransport:
         session = requests.Session()
         session.auth = ("crawler", "secret")
-        return SessionWire(user_agent, session=session)
+        return RequestsTransport(user_agent, session=session)
 
-    with Fetcher(FAST, http=wire) as fetcher:
+    with Fetcher(FAST, http=transport) as fetcher:
         assert fetcher.fetch(srv.url("/")).ok
     (req,) = srv.requests_for("/")
     assert req.headers["Authorization"].startswith("Basic ")
@@ -534,16 +534,16 @@ def test_curl_handle_takes_each_gets_limits_though_it_sets_them_only_on_a_change
     """The libcurl handle keeps its timeouts between GETs (set only when they change): a
     GET with a short budget after one with a long budget is cut at the short one, and the
     next long one is not cut at it."""
-    from zkcrawl.web.transports.curl import Wire
+    from zkcrawl.web.transports.curl import CurlTransport
     srv.route("/slow", delayed(0.6, html(PAGE)))
-    wire = Wire("t", guard=None)
+    transport = CurlTransport("t", guard=None)
     try:
         def get(budget: float) -> tuple[str | None, int | None]:
-            res = wire.get(srv.url("/slow"), connect=budget, idle=budget, budget=budget,
+            res = transport.get(srv.url("/slow"), connect=budget, idle=budget, budget=budget,
                            limit=10_000, accept=())
             return res.error, res.status
         assert get(10.0) == (None, 200)
         assert get(0.2) == ("timeout", None)  # its own budget (the first's: a 200)
         assert get(10.0) == (None, 200)  # and not the short one
     finally:
-        wire.close()
+        transport.close()

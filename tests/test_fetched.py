@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from consumer.pipeline import COMPLETE
 from tests.httpd import TestServer
 from tests.test_consumer_pipeline import claimed, make, run
-from zkcrawl.queue import items as wire
+from zkcrawl.queue import items as item_codec
 from zkcrawl.queue.fetched import (
     NODE_BYTES,
     Fetched,
@@ -126,7 +126,7 @@ def _etag_site(h: BaseHTTPRequestHandler) -> tuple[int, dict[str, str], bytes]:
 
 def _item(url: str, recrawl: dict[str, Any] | None) -> Any:
     meta = {} if recrawl is None else {"recrawl": recrawl}
-    return claimed(data=wire.Item(url=url, meta=meta).encode())
+    return claimed(data=item_codec.Item(url=url, meta=meta).encode())
 
 
 def test_pipeline_first_fetch_then_304_then_same_signature() -> None:

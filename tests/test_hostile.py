@@ -16,7 +16,7 @@ from tests.httpd import TestServer, delayed, html
 from tests.queue_view import held, queued_urls
 from tests.test_consumer_support import offer, records, spawn
 from zkcrawl.cli import main as admin_main
-from zkcrawl.queue import items as wire
+from zkcrawl.queue import items as item_codec
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.untrusted import ITEM_LIMIT, load_json
 
@@ -85,7 +85,7 @@ def plant_poison(zk, root: str) -> None:  # type: ignore[no-untyped-def]
     zk.create(f"{root}/control", poison, makepath=True)
     zk.create(f"{root}/consumers/evil", poison, ephemeral=True, makepath=True)
     zk.create(f"{root}/producers/evil", poison, ephemeral=True, makepath=True)
-    zk.create(f"{root}/dead/{wire.DEAD_PREFIX}", poison, sequence=True, makepath=True)
+    zk.create(f"{root}/dead/{item_codec.DEAD_PREFIX}", poison, sequence=True, makepath=True)
     zk.create(f"{root}/hosts/127.0.0.1", b"1e300", makepath=True)
 
 
@@ -95,7 +95,7 @@ def test_poison_items_and_nodes_do_not_take_the_cluster_down(zk, zk_hosts, zk_ro
             TestServer({"/503": html("busy", status=503)}) as failing:
         urls = [ok.url(f"/ok/{i}") for i in range(40)]
         offer(zk, zk_root, urls[:20])
-        hostile = {zk.create(f"{zk_root}/queue/{wire.PREFIX}", data, sequence=True
+        hostile = {zk.create(f"{zk_root}/queue/{item_codec.PREFIX}", data, sequence=True
                              ).rsplit("/", 1)[1]: what
                    for what, data in hostile_items(ok, failing).items()}
         offer(zk, zk_root, urls[20:])

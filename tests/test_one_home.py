@@ -1,6 +1,6 @@
 """One home for each rule (issue #22, item 9): the back-off formula (zkcrawl/backoff.py), the
 retry-or-dead decision (Claimed.may_retry), the retried item (claims.retry_item), the output
-record (pipeline.output_record) and JSON cleaning (zkcrawl/jsonclean.py) are each written
+record (consumer.pipeline.output_record) and JSON cleaning (zkcrawl/jsonclean.py) are each written
 once -- cheap AST scans fail when a copy comes back --; a "try later" answer backs its host
 off once and robots.txt is read once per item (real HTTP servers on 127.0.0.1, calls counted
 by wrappers); property tests of the back-off and of the JSON cleaning."""
@@ -18,7 +18,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumer.pipeline import RETRY, Pipeline
+from consumer.pipeline import RETRY, ItemHandler
 from consumer.settings import CRAWL_DELAY_CAP, ConsumerSettings
 from consumer.timing import ItemTiming
 from tests.httpd import TestServer, html
@@ -26,7 +26,7 @@ from zkcrawl.backoff import HOST_DOWN, HOST_RETRY, MAX_EXPONENT, RECONNECT, Back
 from zkcrawl.jsonclean import json_clean
 from zkcrawl.politeness.gate import HostGate
 from zkcrawl.politeness.local import LocalPoliteness
-from zkcrawl.queue import items as wire
+from zkcrawl.queue import items as item_codec
 from zkcrawl.queue.claims import Claimed
 from zkcrawl.web.fetch import Fetcher
 from zkcrawl.web.robots import RobotsCache, RobotsDecision
@@ -213,16 +213,16 @@ def _get(url: str) -> tuple[int, bytes]:
         return exc.code, b""
 
 
-def _pipeline(gate: CountingGate, robots: RobotsCache | None = None) -> Pipeline:
+def _item_handler(gate: CountingGate, robots: RobotsCache | None = None) -> ItemHandler:
     s = ConsumerSettings(domain_delay=0.0, robots=robots is not None,
                          allow_private_addresses=True)
-    return Pipeline(Fetcher(s.fetch_settings(), gate, robots=robots), gate, {}, "c-test",
+    return ItemHandler(Fetcher(s.fetch_settings(), gate, robots=robots), gate, {}, "c-test",
                     s.max_attempts)
 
 
 def _claimed(url: str, attempt: int = 0) -> Claimed:
-    data = wire.Item(url=url, attempt=attempt).encode()
-    dec = wire.decode(data)
+    data = item_codec.Item(url=url, attempt=attempt).encode()
+    dec = item_codec.decode(data)
     return Claimed(name="qn-0000000001", seq=1, data=data, item=dec.item, error=dec.error,
                    ctime=time.time())
 
@@ -237,7 +237,7 @@ def test_a_429_backs_its_host_off_once_for_its_retry_after() -> None:
     with TestServer({"/busy": (429, {"Retry-After": "3"}, b"slow down"),
                      "/down": (503, {}, b"later")}) as srv:
         gate = CountingGate()
-        p = _pipeline(gate)
+        p = _item_handler(gate)
         host = host_of(srv.url("/"))
         out = p.process(_claimed(srv.url("/busy")), _timing())
         asked = time.monotonic()
@@ -245,7 +245,7 @@ def test_a_429_backs_its_host_off_once_for_its_retry_after() -> None:
         assert gate.back_offs == [(host, 3.0)]  # once, not once per layer
         assert gate.table.reserve(host) >= asked + 2.5  # the next request waits for it
         gate = CountingGate()  # a fresh host table: no wait for the 3 s above
-        out = _pipeline(gate).process(_claimed(srv.url("/down"), attempt=1), _timing())
+        out = _item_handler(gate).process(_claimed(srv.url("/down"), attempt=1), _timing())
         assert out.kind == RETRY and gate.back_offs == [(host, HOST_RETRY.delay(1))]
 
 
@@ -254,7 +254,7 @@ def test_robots_txt_and_crawl_delay_are_read_once_per_item() -> None:
     with TestServer({"/robots.txt": (200, {"Content-Type": "text/plain"}, robots_txt),
                      "/a/*": html("<title>a</title>")}) as srv:
         gate, robots = CountingGate(), CountingRobots()
-        p = _pipeline(gate, robots)
+        p = _item_handler(gate, robots)
         host = host_of(srv.url("/"))
         for i in range(3):  # as the worker does: prepare (admission), then process
             url = srv.url(f"/a/{i}")

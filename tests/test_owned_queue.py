@@ -13,9 +13,9 @@ from consumer.owned_queue import OwnedQueue
 from consumer.ownership import Ownership
 from tests.conftest import expire_session, wait_for
 from zkcrawl.queue import partition_batch as pb
+from zkcrawl.queue.ingress import IngressQueue
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.layout import Layout
-from zkcrawl.queue.leases import LeaseQueue
 from zkcrawl.zk import ConnectionLoss
 from zkcrawl.zk.client import ZkClient
 
@@ -62,7 +62,7 @@ def _mark_all(q: OwnedQueue, claimed: list) -> list:
 def test_claims_are_unmarked_until_started_and_settles_checkpointed(
         zk_factory: Callable[..., ZkClient], zk_root: str) -> None:
     zk = zk_factory()
-    LeaseQueue(zk, zk_root, "p").offer_many(
+    IngressQueue(zk, zk_root).offer_many(
         [Item(url=f"http://h{i % 5}.test/{i}") for i in range(30)])  # the ingress
     q = OwnedQueue(zk, zk_root, "a", _member(zk, zk_root, "a"))
     try:
@@ -90,7 +90,7 @@ def test_claims_are_unmarked_until_started_and_settles_checkpointed(
 def test_a_partition_taken_over_is_fenced_and_a_clean_close_hands_over(
         zk_factory: Callable[..., ZkClient], zk_root: str) -> None:
     a_zk = zk_factory(session_timeout=4.0)
-    LeaseQueue(a_zk, zk_root, "p").offer_many(
+    IngressQueue(a_zk, zk_root).offer_many(
         [Item(url=f"http://h{i % 3}.test/{i}") for i in range(12)])
     a = OwnedQueue(a_zk, zk_root, "a", _member(a_zk, zk_root, "a"))
     got = _claim_all(a, 12)
@@ -128,7 +128,7 @@ def test_a_claim_takes_the_oldest_batch_first_so_few_batches_are_in_flight(
     many times the bytes (the soak: 9 batches of 60 KB per checkpoint)."""
     zk = zk_factory()
     pad = "x" * 3000
-    LeaseQueue(zk, zk_root, "p").offer_many(
+    IngressQueue(zk, zk_root).offer_many(
         [Item(url=f"http://one.test/{i}", meta={"pad": pad}) for i in range(60)])
     q = OwnedQueue(zk, zk_root, "a", _member(zk, zk_root, "a"))
     try:
@@ -154,7 +154,7 @@ def test_marks_of_a_batch_that_could_not_be_read_again_are_written_at_a_later_ch
     a later checkpoint, with nothing else asking for one -- they once waited for ever, and
     their consumer with them (--exit-when-idle never came)."""
     zk = zk_factory()
-    LeaseQueue(zk, zk_root, "p").offer_many([Item(url=f"http://h.test/{i}") for i in range(5)])
+    IngressQueue(zk, zk_root).offer_many([Item(url=f"http://h.test/{i}") for i in range(5)])
     q = OwnedQueue(zk, zk_root, "a", _member(zk, zk_root, "a"))
     try:
         got = _claim_all(q, 5)

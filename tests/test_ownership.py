@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from tests.conftest import wait_for
-from tests.test_consumer_support import Running, offer, records, settings_for
+from tests.test_consumer_support import Running, left, offer, records, settings_for
 from zkcrawl.bench.site import start_site, stop_benchsite
 from zkcrawl.queue import control
 from zkcrawl.queue.partitions import DEFAULT_PARTITIONS, assign, partition_of
@@ -76,7 +76,7 @@ def test_each_host_has_one_owner_and_no_write_per_request(zk, zk_hosts, zk_root,
     assert len(gaps) == HOSTS and min(gaps.values()) >= DELAY  # as the server saw them
     # politeness stayed in the owners' memory: nothing written under <root>/hosts
     assert not zk.exists(f"{zk_root}/hosts") or zk.get_children(f"{zk_root}/hosts") == []
-    assert zk.get_children(f"{zk_root}/queue") == [] == zk.get_children(f"{zk_root}/leases")
+    assert left(zk, zk_root) == []
     assert all(r.error is None for r in runs)
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from consumer.parking import HORIZON_S, Parking
 from tests.httpd import TestServer
-from tests.test_consumer_support import Running, offer, records, settings_for
+from tests.test_consumer_support import Running, left, offer, records, settings_for
 
 
 @dataclass
@@ -70,5 +70,5 @@ def test_a_big_host_queued_first_does_not_hold_back_a_small_one(zk, zk_hosts, zk
     assert min(gaps) >= delay  # the server saw no gap below the delay
     recs = records(tmp_path / "o.jsonl")
     assert sorted(r["url"] for r in recs) == sorted(big + small)  # each once
-    assert zk.get_children(f"{zk_root}/queue") == [] == zk.get_children(f"{zk_root}/leases")
+    assert left(zk, zk_root) == []
     assert run.error is None

@@ -3,16 +3,16 @@ producer and a retry can queue it (it is never refused as "too large")."""
 
 from __future__ import annotations
 
-from zkcrawl.queue import items as wire
+from zkcrawl.queue import items as item_codec
 from zkcrawl.queue import partition_batch as pb
 from zkcrawl.queue.items import Item
 
 
 def _at_the_limit() -> Item:
     probe = Item(url="http://a.example/", meta={"pad": ""}, enqueued_at=1.0)
-    pad = "x" * (wire.ITEM_LIMIT - len(probe.encode()))
+    pad = "x" * (item_codec.ITEM_LIMIT - len(probe.encode()))
     item = Item(url="http://a.example/", meta={"pad": pad}, enqueued_at=1.0)
-    assert len(item.encode()) == wire.ITEM_LIMIT
+    assert len(item.encode()) == item_codec.ITEM_LIMIT
     return item
 
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import expire_session, wait_for
 from zkcrawl.bench.hosts import zk_counters, zk_ports
-from zkcrawl.queue import items as wire
+from zkcrawl.queue import items as item_codec
 from zkcrawl.queue import partition_batch as pb
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.layout import Layout
@@ -32,7 +32,7 @@ def _batches(zk: ZkClient, root: str, p: int) -> list[tuple[str, pb.Batch]]:
     if zk.exists(path) is None:
         return []
     out = []
-    for _, name in wire.sort_names([c for c in zk.get_children(path) if c.startswith("qn-")]):
+    for _, name in item_codec.sort_names([c for c in zk.get_children(path) if c.startswith("qn-")]):
         batch, why = pb.decode(zk.get(f"{path}/{name}")[0])
         assert batch is not None, why
         out.append((name, batch))
@@ -196,7 +196,7 @@ def test_progress_settles_retries_to_the_tail_and_writes_dead_letters(zk: ZkClie
     node = q.progress(owned, node, started=[0, 1, 2])
     assert node is not None and node.batch.in_flight == [0, 1, 2]
     retry = Item(url=node.batch.items[1].url, attempt=1)  # type: ignore[union-attr]
-    letter = wire.dead_letter("x", node.batch.items[2].url, "http 404", 1, b"")  # type: ignore[union-attr]
+    letter = item_codec.encode_dead_letter("x", node.batch.items[2].url, "http 404", 1, b"")  # type: ignore[union-attr]
     node = q.progress(owned, node, done=[0, 1, 2], retry=[retry], dead=[letter])
     assert node is not None and node.batch.pending == [3, 4]
     batches = _batches(zk, zk_root, 0)

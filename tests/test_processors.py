@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from consumer.main import main
-from consumer.pipeline import COMPLETE, Pipeline
+from consumer.pipeline import COMPLETE, ItemHandler
 from consumer.processors import MAX_LINKS, FieldsProcessor, Processors, parse_routes
 from consumer.settings import CRAWL_DELAY_CAP, ConsumerSettings
 from consumer.timing import ItemTiming, Timings
@@ -22,8 +22,8 @@ from zkcrawl import Page, PageResult, Processor
 from zkcrawl.errors import UsageError
 from zkcrawl.politeness.gate import HostGate
 from zkcrawl.politeness.local import LocalPoliteness
-from zkcrawl.queue import items as wire
-from zkcrawl.queue.leases import Claimed
+from zkcrawl.queue import items as item_codec
+from zkcrawl.queue.claims import Claimed
 from zkcrawl.queue.untrusted import URL_LIMIT
 from zkcrawl.settings import parse
 from zkcrawl.web.extract import parse_field_specs
@@ -35,19 +35,19 @@ P = "tests.plugins.procs"
 
 
 def make(*specs: str, table: dict[str, str] | None = None, field: tuple[str, ...] = ()
-         ) -> Pipeline:
+         ) -> ItemHandler:
     s = ConsumerSettings(domain_delay=0.0, robots=False, allow_private_addresses=True,
                          field=field)
     gate = HostGate(LocalPoliteness(0.0), 0.0, CRAWL_DELAY_CAP)
     fields = parse_field_specs(field)
     processors = Processors(parse_routes(specs, table), FieldsProcessor(fields))
-    return Pipeline(Fetcher(s.fetch_settings(), politeness=gate), gate, fields, "c-test",
+    return ItemHandler(Fetcher(s.fetch_settings(), politeness=gate), gate, fields, "c-test",
                     s.max_attempts, processors)
 
 
-def process(p: Pipeline, url: str, meta: dict[str, object] | None = None):  # type: ignore[no-untyped-def]
-    data = wire.Item(url=url, meta=meta or {}).encode()
-    dec = wire.decode(data)
+def process(p: ItemHandler, url: str, meta: dict[str, object] | None = None):  # type: ignore[no-untyped-def]
+    data = item_codec.Item(url=url, meta=meta or {}).encode()
+    dec = item_codec.decode(data)
     c = Claimed(name="qn-0000000001", seq=1, data=data, item=dec.item, error=dec.error,
                 ctime=time.time())
     t = ItemTiming(time.monotonic(), 0.0)

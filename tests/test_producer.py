@@ -26,7 +26,7 @@ from producer.main import main
 from tests.conftest import wait_for
 from tests.httpd import TestServer, html, sequence
 from tests.queue_view import queued_count, queued_items
-from zkcrawl.queue import items as wire
+from zkcrawl.queue import items as item_codec
 from zkcrawl.queue import partition_batch as pb
 from zkcrawl.queue.layout import Layout
 from zkcrawl.zk.client import ZkClient
@@ -114,7 +114,7 @@ def drain_batches(zk: ZkClient, root: str) -> list[str]:
     parts = zk.get_children(lay.partitions) if zk.exists(lay.partitions) else []
     for p in parts:
         for name in zk.get_children(lay.partition(int(p))):
-            if not name.startswith(wire.PREFIX):
+            if not name.startswith(item_codec.PREFIX):
                 continue
             path = f"{lay.partition(int(p))}/{name}"
             batch, why = pb.decode(zk.get(path)[0])

@@ -19,7 +19,7 @@ from producer.main import main
 from producer.partition_offerer import held_bound, partition_bound
 from tests.conftest import wait_for
 from tests.test_producer_cli import _producer, _summary
-from zkcrawl.queue import items as wire
+from zkcrawl.queue import items as item_codec
 from zkcrawl.queue import partition_batch as pb
 from zkcrawl.queue.layout import Layout
 from zkcrawl.queue.partition_offers import PartitionOffers
@@ -36,8 +36,8 @@ def batches(zk: ZkClient, root: str) -> dict[int, list[tuple[str, list[str]]]]:
     if zk.exists(lay.partitions) is None:
         return out
     for p in sorted(int(n) for n in zk.get_children(lay.partitions)):
-        names = [n for _, n in wire.sort_names(
-            [c for c in zk.get_children(lay.partition(p)) if c.startswith(wire.PREFIX)])]
+        names = [n for _, n in item_codec.sort_names(
+            [c for c in zk.get_children(lay.partition(p)) if c.startswith(item_codec.PREFIX)])]
         rows = []
         for name, res in zip(names, zk.get_many([f"{lay.partition(p)}/{n}" for n in names]),
                              strict=True):
@@ -203,7 +203,7 @@ def test_a_full_partition_never_blocks_the_others_and_a_sigkill_loses_nothing(
     # a consumer takes the big host's batches away: the rerun finds room, offers the rest
     lay = Layout.of(zk_root)
     for name in zk.get_children(lay.partition(big_p)):
-        if name.startswith(wire.PREFIX):
+        if name.startswith(item_codec.PREFIX):
             zk.delete(f"{lay.partition(big_p)}/{name}")
     taken = [u for u in got if partition_of(host_key(u), 16) == big_p]
     proc = _producer(zk_hosts, zk_root, "--from-file", str(src), "--seen", str(seen),
@@ -295,14 +295,14 @@ def test_recrawl_reoffers_go_into_partitions_and_move_their_due_time(zk, zk_root
     from producer.recrawl import Recrawler, RecrawlStore, Schedule
     from producer.summary import Counts
     from zkcrawl.queue.fetched import FetchedReader
-    from zkcrawl.queue.leases import LeaseQueue
+    from zkcrawl.queue.ingress import IngressQueue
 
     store = RecrawlStore(str(tmp_path / "s.recrawl"), Schedule(min_s=60, max_s=3600))
     urls = [f"http://h{i}.example/r" for i in range(30)]
     store.add_new(urls, time.time() - 7200)
     seen = SeenSet.open(None, 1000, 0.001)
     stop = threading.Event()
-    offerer = PartitionOfferer(LeaseQueue(zk, zk_root, "p"), PartitionOffers(zk, zk_root, 4),
+    offerer = PartitionOfferer(IngressQueue(zk, zk_root), PartitionOffers(zk, zk_root, 4),
                                seen, Counts(), max_partition_depth=1000, max_held=100,
                                producer_id="p", batch=7, max_depth=1000, stop=stop)
     try:
@@ -388,7 +388,7 @@ def test_follow_deletes_a_node_once_its_links_committed_and_a_full_partition_hol
     from producer.partition_offerer import PartitionOfferer
     from producer.summary import Counts
     from zkcrawl.queue.discovered import DiscoveredReader, DiscoveredWriter, Link
-    from zkcrawl.queue.leases import LeaseQueue
+    from zkcrawl.queue.ingress import IngressQueue
     from zkcrawl.web.urls import LinkFilter
 
     feed = PartitionOffers(zk, zk_root, 8)
@@ -401,7 +401,7 @@ def test_follow_deletes_a_node_once_its_links_committed_and_a_full_partition_hol
     big_node = reader.names()[0]
     writer.write([Link(u, "http://seed.example/", 1) for u in small])
     counts, stop = Counts(), threading.Event()
-    offerer = PartitionOfferer(LeaseQueue(zk, zk_root, "p"), feed, SeenSet.open(None, 1000, 0.001),
+    offerer = PartitionOfferer(IngressQueue(zk, zk_root), feed, SeenSet.open(None, 1000, 0.001),
                                counts, max_partition_depth=20, max_held=100, producer_id="p",
                                batch=50, max_depth=1000, stop=stop)
     follower = Follower(reader, offerer, LinkFilter(), counts, max_link_depth=5,
@@ -414,7 +414,7 @@ def test_follow_deletes_a_node_once_its_links_committed_and_a_full_partition_hol
         assert set(small) <= set(got) and sum("big" in u for u in got) == 20
         lay = Layout.of(zk_root)
         for name in zk.get_children(lay.partition(big_p)):  # a consumer took them
-            if name.startswith(wire.PREFIX):
+            if name.startswith(item_codec.PREFIX):
                 zk.delete(f"{lay.partition(big_p)}/{name}")
         wait_for(lambda: offerer.held_back()["items"] == 0, what="the held links offered")
         assert follower.drain_once() == 0 and reader.names() == []

@@ -198,7 +198,7 @@ def test_forged_fetched_nodes_are_drained_and_change_nothing(zk: ZkClient, zk_ro
 
     from producer.recrawl import Recrawler
     from zkcrawl.queue.fetched import FetchedReader, FetchedWriter
-    from zkcrawl.queue.leases import LeaseQueue
+    from zkcrawl.queue.ingress import IngressQueue
 
     store = RecrawlStore(str(tmp_path / "s"), SCHED)
     store.add_new(["https://h/known"], time.time())
@@ -208,7 +208,7 @@ def test_forged_fetched_nodes_are_drained_and_change_nothing(zk: ZkClient, zk_ro
     FetchedWriter(zk, zk_root, "evil").report(
         [Fetched("https://h/never-offered", 404, None, None, None, None, time.time()),
          Fetched("https://h/known", 200, False, '"x"', None, None, time.time())])
-    rc = Recrawler(store, reader, LeaseQueue(zk, zk_root, "p"), producer_id="p", batch=10,
+    rc = Recrawler(store, reader, IngressQueue(zk, zk_root), producer_id="p", batch=10,
                    max_depth=100, stop=threading.Event())
     while rc.drain_once():
         pass

@@ -1,4 +1,4 @@
-"""Conditional re-crawls on the wire (issue #23 item 3): validators cleaned, If-None-Match /
+"""Conditional re-crawls over HTTP (issue #23 item 3): validators cleaned, If-None-Match /
 If-Modified-Since sent by both transports against a real server, a 304 is ``not_modified``
 with no body, and hostile ETag / Last-Modified values never reach a request header."""
 

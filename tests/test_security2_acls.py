@@ -112,7 +112,7 @@ def test_world_open_queue_is_refused_in_one_line_then_fixed(zk_hosts, zk_root, s
     assert rc == 1 and f"{zk_root}/queue" in text and "OPEN" in text, (text, err)
     rc, text, err = run(capsys, zkcrawl_main, ["acl", "fix", "--zk", zk_hosts,
                                               "--root", zk_root])
-    assert rc == 0 and "fixed 6" in text, (text, err)  # root, 4 containers, the item
+    assert rc == 0 and "fixed 5" in text, (text, err)  # root, 3 containers, the item
     with anonymous(zk_hosts) as attacker, owner(zk_hosts) as zk:
         mine = creator_acl(zk.auth)  # type: ignore[arg-type]
         planted = zk.get_children(f"{zk_root}/queue")[0]
@@ -240,7 +240,7 @@ def test_relied_on_grows_with_the_layout() -> None:
     nodes = relied_on(Layout.of("/r"))
     assert nodes[0] == "/r"
     assert {f"/r/{n}" for n in ("queue", "leases", "dead", "offers", "consumers", "producers",
-                                 "control", "hosts", "claims", "discovered")} <= set(nodes)
+                                 "control", "hosts", "discovered")} <= set(nodes)
     assert all(n.count("/") == 2 for n in nodes[1:])  # not an item prefix
 
     class Grown(Layout):
@@ -249,7 +249,7 @@ def test_relied_on_grows_with_the_layout() -> None:
             return f"{self.root}/fetched"
 
     assert "/r/fetched" in relied_on(Grown("/r"))
-    assert relied_on(Layout.of("/"))[:2] == ["/", "/claims"]
+    assert relied_on(Layout.of("/"))[:2] == ["/", "/consumers"]
 
 
 # -- the decoders of hostile ACLs --------------------------------------------------------

@@ -26,7 +26,7 @@ from consumer.main import main as consumer_main
 from tests.httpd import Response, TestServer
 from zkcrawl import logs
 from zkcrawl.cli import main as zkcrawl_main
-from zkcrawl.queue import items as wire
+from zkcrawl.queue import items as item_codec
 from zkcrawl.queue.layout import Layout
 from zkcrawl.textsafe import printable, redact_userinfo, shown_url
 
@@ -130,7 +130,7 @@ def test_records_dead_letters_and_admin_output_never_show_url_passwords(
     fetched_url = failing.url("/down").replace("://", f"://bob:{SECRET}@")
     secret_url = failing.url("/down").replace("://", f"://bob:p@{SECRET}@")
     zk.ensure_path(layout.queue)
-    zk.create(layout.item_prefix, wire.Item(url=fetched_url).encode(), sequence=True)
+    zk.create(layout.item_prefix, item_codec.Item(url=fetched_url).encode(), sequence=True)
     out = tmp_path / "records.jsonl"
     rc, stdout, err = run(capsys, consumer_main, [
         "--zk", zk_hosts, "--root", zk_root, "--out", str(out), "--exit-when-idle", "1",
@@ -139,7 +139,7 @@ def test_records_dead_letters_and_admin_output_never_show_url_passwords(
     assert rc == 0, err
     assert_hidden(stdout, err, out.read_text())
     (name,) = zk.get_children(layout.dead)
-    letter = zk.get(layout.dead_letter(name))[0]
+    letter = zk.get(layout.dead_letter_path(name))[0]
     assert_hidden(letter)
     assert b"://***@127.0.0.1" in letter
 
@@ -147,7 +147,7 @@ def test_records_dead_letters_and_admin_output_never_show_url_passwords(
     zk.create(layout.dead_prefix, json.dumps({"item": "qn-1", "url": secret_url, "error":
                                               f"at {secret_url}", "attempts": 3,
                                               "data": secret_url}).encode(), sequence=True)
-    queued = zk.create(layout.item_prefix, wire.Item(url=secret_url).encode(), sequence=True)
+    queued = zk.create(layout.item_prefix, item_codec.Item(url=secret_url).encode(), sequence=True)
     zk.ensure_path(layout.leases)
     zk.create(layout.lease(queued.rsplit("/", 1)[1]),
               json.dumps({"consumer": "c1", "claimed_at": time.time()}).encode(),

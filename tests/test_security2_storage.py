@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import wait_for
 from tests.httpd import TestServer, html
+from tests.queue_view import held, queued_urls
 from tests.test_consumer_support import offer, records, spawn
 from zkcrawl.admin.cluster import list_dead
 from zkcrawl.queue.capped import CappedDir, DirLimits
@@ -108,8 +109,7 @@ def test_a_full_directory_makes_items_wait_then_retry_with_a_reason(zk, zk_hosts
     full = [json.loads(line) for line in log.read_text().splitlines()
             if '"capped.full"' in line]
     assert len(full) == 2 * pages  # each try waited
-    for part in ("queue", "leases"):
-        assert zk.get_children(f"{zk_root}/{part}") == [], part
+    assert queued_urls(zk, zk_root) == [] == held(zk, zk_root)  # ingress, partitions, marks
 
 
 def test_a_waiting_writer_goes_on_when_the_reader_drains(zk, zk_root):

@@ -175,14 +175,14 @@ def test_a_consumer_item_checks_robots_rules_once():
     body = _rules(50) + "Crawl-delay: 0.01\n"
     with TestServer({"/robots.txt": (200, {"Content-Type": "text/plain"}, body.encode()),
                      "/page*": html("<title>t</title>")}) as srv:
-        pipeline = make(robots=True)
-        robots = pipeline.fetcher._robots
+        item_handler = make(robots=True)
+        robots = item_handler.fetcher._robots
         assert robots is not None
         for i in range(3):
             url = srv.url(f"/page{i}")
             before = robots.checks
-            assert pipeline.prepare(url, host_of(url))  # allowed? Crawl-delay?
-            outcome = run(pipeline, claimed(url))  # the fetch asks robots.txt again
+            assert item_handler.prepare(url, host_of(url))  # allowed? Crawl-delay?
+            outcome = run(item_handler, claimed(url))  # the fetch asks robots.txt again
             assert outcome.error is None
             assert robots.checks - before == 1  # before: 3 (allowed, delay, the fetch)
 

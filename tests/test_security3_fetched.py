@@ -36,8 +36,8 @@ from zkcrawl.queue.fetched import (
     FetchedReader,
     FetchedWriter,
 )
+from zkcrawl.queue.ingress import IngressQueue
 from zkcrawl.queue.items import Item
-from zkcrawl.queue.leases import LeaseQueue
 from zkcrawl.zk.client import ZkClient
 
 
@@ -63,7 +63,7 @@ def test_a_full_fetched_directory_holds_its_cap_and_the_items_complete(zk, zk_ho
     out, log = tmp_path / "o.jsonl", tmp_path / "c.log"
     with TestServer(routes) as srv:
         urls = [srv.url(f"/r/{i}") for i in range(pages)]
-        LeaseQueue(zk, zk_root, "test-producer").offer_many(
+        IngressQueue(zk, zk_root).offer_many(
             Item(url=u, meta={"recrawl": {}}) for u in urls)  # a --recrawl producer's items
         proc = spawn(["--zk", zk_hosts, "--root", zk_root, "--out", str(out), "--threads", "2",
                       "--domain-delay", "0", "--no-robots", "--allow-private-addresses",
@@ -115,7 +115,7 @@ def test_a_waiting_flush_goes_on_when_the_producer_drains(zk, zk_root, tmp_path:
         assert len(zk.get_children(path)) == 3
         store = RecrawlStore(str(tmp_path / "s"), Schedule(3600.0, 86400.0))
         store.add_new([_report(i).url for i in range(5)], time.time())
-        recrawler = Recrawler(store, FetchedReader(zk, zk_root), LeaseQueue(zk, zk_root, "p"),
+        recrawler = Recrawler(store, FetchedReader(zk, zk_root), IngressQueue(zk, zk_root),
                               producer_id="p", batch=10, max_depth=100,
                               stop=threading.Event())
         drained = time.monotonic()

@@ -36,7 +36,7 @@ def index(locs: list[str], lastmod: str | None = None) -> bytes:
     return f'<sitemapindex xmlns="{NS}">{rows}</sitemapindex>'.encode()
 
 
-def run(body: bytes) -> tuple[list[sitemaps.Entry], Decoded]:
+def run(body: bytes) -> tuple[list[sitemaps.SitemapEntry], Decoded]:
     out = Decoded()
     return list(decode(body, NOW, out)), out
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from tests.httpd import TestServer, html, redirect
 from zkcrawl.web.addresses import BLOCK_PRIVATE, AddressGuard
 from zkcrawl.web.fetch import Fetcher, FetchResult, FetchSettings
-from zkcrawl.web.transfer import TRANSPORTS, Wire
+from zkcrawl.web.transfer import TRANSPORTS, CurlTransport
 from zkcrawl.web.urls import normalize_url
 
 PAGE = "<html><head><title>Hello</title></head><body>hi</body></html>"
@@ -127,12 +127,12 @@ Resolving = Callable[[int], Any]
 @pytest.fixture
 def resolving(http: str, monkeypatch: pytest.MonkeyPatch) -> Resolving:
     """``resolving(port)``: the ``http`` argument of a Fetcher whose transport resolves
-    ``internal.test`` to 127.0.0.1 -- libcurl through CURLOPT_RESOLVE (Wire's ``resolve``),
+    ``internal.test`` to 127.0.0.1 -- libcurl through CURLOPT_RESOLVE (CurlTransport's ``resolve``),
     requests through ``socket.getaddrinfo`` (what urllib3 calls), patched for this test."""
 
     def make(port: int) -> Any:
         if http == "curl":
-            return lambda ua: Wire(ua, resolve=[f"internal.test:{port}:127.0.0.1"])
+            return lambda ua: CurlTransport(ua, resolve=[f"internal.test:{port}:127.0.0.1"])
         real = socket.getaddrinfo
 
         def getaddrinfo(host: Any, *args: Any, **kw: Any) -> Any:
@@ -189,13 +189,13 @@ def test_a_transport_without_set_guard_is_refused_unless_the_guard_is_off(
         srv: TestServer) -> None:
     class Plain:  # only the Transport protocol: it cannot check what it connects to
         def __init__(self, user_agent: str) -> None:
-            self.wire = Wire(user_agent, guard=None)
+            self.transport = CurlTransport(user_agent, guard=None)
 
         def get(self, url: str, **kw: Any) -> Any:
-            return self.wire.get(url, **kw)
+            return self.transport.get(url, **kw)
 
         def close(self) -> None:
-            self.wire.close()
+            self.transport.close()
 
     res = fetch(srv.url("/"), Plain)
     assert res.error == "connection" and srv.requests == []  # TypeError, logged

@@ -54,7 +54,7 @@ def test_status_of_one_real_consumer(zk, zk_hosts, zk_root, tmp_path, capsys):
                 rc, out, _ = run(capsys, "status", "--consumer", "watched", "--json", *common)
                 doc = json.loads(out) if rc == 0 else None
                 c = doc and doc["consumer"]
-                ready = c and len(doc["leases"]) == 4 and c["in_flight"] == 1 \
+                ready = c and 1 <= len(doc["leases"]) <= 2 and c["in_flight"] == 1 \
                     and c["waiting"] == 3
                 return doc if ready else None
 
@@ -62,22 +62,27 @@ def test_status_of_one_real_consumer(zk, zk_hosts, zk_root, tmp_path, capsys):
             c = doc["consumer"]
             assert doc["registered"] and c["id"] == "watched" and c["stale"] is False
             assert c["heartbeat_interval_s"] == 2.0 and c["heartbeat_age_s"] < 6
-            assert sorted(x["url"] for x in doc["leases"]) == sorted(urls)
+            # Started = marked in ZooKeeper: the one fetching, and at most one marked ahead
+            # per pool thread; the other items wait in its backlog, unmarked.
+            started = sorted(x["url"] for x in doc["leases"])
+            assert set(started) <= set(urls)
             ages = [x["age_s"] for x in doc["leases"]]
             assert ages == sorted(ages, reverse=True) and all(a >= 0 for a in ages)
             # Held = marked started in its partition's batch (no lease nodes): one host,
             # one owner, so one partition holds the four.
             assert len({x["item"].split("/")[0] for x in doc["leases"]}) == 1
-            assert sorted(held(zk, zk_root)) == sorted(urls)
+            assert sorted(held(zk, zk_root)) == started
             host = urls[0].split("/")[2]
-            assert [(h["host"], h["leased_items"]) for h in doc["hosts"]] == [(host, 4)]
+            assert [(h["host"], h["leased_items"]) for h in doc["hosts"]] == [(host,
+                                                                               len(started))]
 
             rc, out, _ = run(capsys, "status", "--consumer", "watched", *common)
             assert rc == 0
-            assert "leases    4 held: 1 fetching now, 3 waiting in its backlog" in out
+            assert (f"leases    {len(started)} started (marked in ZooKeeper); it holds 1 "
+                    "fetching now, 3 waiting in its backlog") in out
             assert "heartbeat" in out and "STALE" not in out
             assert sum(1 for line in out.splitlines()
-                       if line.split("/", 1)[0].isdigit() and "/qn-" in line) == 4
+                       if line.split("/", 1)[0].isdigit() and "/qn-" in line) == len(started)
         finally:
             proc.send_signal(signal.SIGTERM)
             try:

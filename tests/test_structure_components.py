@@ -17,7 +17,6 @@ from consumer.queue_seam import WorkerQueue
 from tests.conftest import expire_session, wait_for
 from tests.test_consumer_support import Running, settings_for
 from zkcrawl.errors import SinkError, UsageError
-from zkcrawl.queue.leases import LeaseQueue
 from zkcrawl.zk.session import SessionState
 
 
@@ -121,12 +120,11 @@ def _members(cls: type) -> set[str]:
     return {n for n, _ in inspect.getmembers(cls) if not n.startswith("_")}
 
 
-def test_both_queues_meet_the_worker_queue_seam():
-    # the methods (mypy checks the whole surface: consumer.main's _queue returns either)
+def test_the_owned_queue_meets_the_worker_queue_seam():
+    # the methods (mypy checks the whole surface: consumer.main's _queue returns it)
     wanted = {n for n, v in vars(WorkerQueue).items()
               if inspect.isfunction(v) and not n.startswith("_")}
     assert {"claim", "complete", "release", "drain_lost", "close"} <= wanted
-    for queue in (LeaseQueue, OwnedQueue):
-        assert wanted <= _members(queue), (queue, wanted - _members(queue))
+    assert wanted <= _members(OwnedQueue), wanted - _members(OwnedQueue)
     source = inspect.getsource(inspect.getmodule(components.Committer) or components)
-    assert "LeaseQueue" not in source  # the parts ask the seam, not one implementation
+    assert "OwnedQueue" not in source  # the parts ask the seam, not one implementation

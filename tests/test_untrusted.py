@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from zkcrawl.admin import cluster as admin
 from zkcrawl.queue import control, untrusted
-from zkcrawl.queue import items as wire
+from zkcrawl.queue import items as item_codec
 from zkcrawl.queue.items import Item
 
 json_values = st.recursive(
@@ -78,7 +78,7 @@ def test_load_json_round_trips_what_json_accepts(value):
 @FAST
 @given(st.binary(max_size=2048) | json_values.map(as_bytes))
 def test_item_decode_never_raises_and_never_yields_an_unencodable_item(data):
-    dec = wire.decode(data)
+    dec = item_codec.decode(data)
     assert (dec.item is None) != (dec.error is None)
     if dec.item is not None:
         assert len(dec.item.encode()) > 0  # valid Unicode, encodable again
@@ -91,9 +91,9 @@ def test_item_decode_never_raises_and_never_yields_an_unencodable_item(data):
 @given(st.text(), st.integers(), json_values)
 def test_item_decode_of_json_items_with_hostile_fields(url, attempt, meta):
     data = as_bytes({"url": url, "attempt": attempt, "meta": meta, "enqueued_at": attempt})
-    dec = wire.decode(data)
+    dec = item_codec.decode(data)
     if dec.item is not None:
-        assert 0 <= dec.item.attempt <= wire.MAX_ATTEMPT
+        assert 0 <= dec.item.attempt <= item_codec.MAX_ATTEMPT
         assert isinstance(dec.item.meta, dict)
 
 
@@ -109,26 +109,26 @@ def test_hostile_items_of_the_issue():
         "long url": b'{"url":"http://a.example/' + b"a" * 9000 + b'"}',
     }
     for what, data in cases.items():
-        dec = wire.decode(data)
+        dec = item_codec.decode(data)
         assert dec.item is None and dec.error.startswith("malformed"), what
-    huge = wire.decode(b'{"url":"http://a.example/","attempt":' + str(10**25).encode() + b"}")
-    assert huge.item is not None and huge.item.attempt == wire.MAX_ATTEMPT
-    js = wire.decode(b'{"url":"javascript:alert(1)"}')
+    huge = item_codec.decode(b'{"url":"http://a.example/","attempt":' + str(10**25).encode() + b"}")
+    assert huge.item is not None and huge.item.attempt == item_codec.MAX_ATTEMPT
+    js = item_codec.decode(b'{"url":"javascript:alert(1)"}')
     assert js.item is not None  # decodes; the fetcher refuses the scheme (a record, not a crash)
 
 
 def test_a_bare_url_item_still_decodes_curator_interop():
-    dec = wire.decode(b"  https://example.org/a?b=1 \n")
+    dec = item_codec.decode(b"  https://example.org/a?b=1 \n")
     assert dec.bare and dec.item.url == "https://example.org/a?b=1"
 
 
 @FAST
 @given(st.text(max_size=300), st.text(max_size=300), st.binary(max_size=5000))
 def test_dead_letter_is_valid_bounded_json(url, error, data):
-    body = wire.dead_letter("qn-0000000001", url, error, 3, data)
+    body = item_codec.encode_dead_letter("qn-0000000001", url, error, 3, data)
     doc = json.loads(body.decode("utf-8"))
-    assert len(doc["error"]) <= wire.ERROR_LIMIT
-    assert len(doc["data"]) <= wire.DEAD_DATA_LIMIT
+    assert len(doc["error"]) <= item_codec.ERROR_LIMIT
+    assert len(doc["data"]) <= item_codec.DEAD_DATA_LIMIT
 
 
 @FAST
@@ -185,9 +185,9 @@ def test_requeue_refuses_a_dead_letter_whose_url_is_not_an_item():
 
 
 def test_items_too_large_are_refused_by_offers_not_sent(zk, zk_root):
-    from zkcrawl.queue.leases import ItemRefused, LeaseQueue
+    from zkcrawl.queue.ingress import IngressQueue, ItemRefused
 
-    q = LeaseQueue(zk, zk_root, "t")
+    q = IngressQueue(zk, zk_root)
     big = Item(url="http://a.example/", meta={"pad": "x" * 70_000})
     names = q.offer_many([Item(url="http://a.example/1"), big, Item(url="http://a.example/2")])
     assert len(names) == 2 and q.refused == 1

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.httpd import TestServer, delayed
-from tests.test_consumer_support import Running, offer, records, settings_for
+from tests.test_consumer_support import Running, left, offer, records, settings_for
 from zkcrawl.admin.report import render_html, render_text, summarize
 from zkcrawl.verdict import PaceSetter, Stages, judge
 
@@ -78,7 +78,7 @@ def _run(zk, zk_hosts, zk_root, tmp_path, urls, *flags: str) -> tuple[Running, l
     run.close()
     recs = records(out)
     assert sorted(r["url"] for r in recs) == sorted(urls)  # the books: every item, once
-    assert zk.get_children(f"{zk_root}/leases") == []
+    assert left(zk, zk_root) == []
     return run, recs
 
 

@@ -1,29 +1,20 @@
 """The one home of every back-off in zkcrawl: how long to wait after the ``n``-th failure.
 
-The rule, stated once: **``first * 2**n`` seconds, never more than ``cap``, with an optional
-jitter that takes up to ``jitter`` (a fraction) off it** -- so the wait grows monotonically
-with ``n`` up to the cap, is never negative, and is finite whatever ``n`` is (the exponent is
-clamped: a hostile attempt count cannot overflow the float). A server's ``Retry-After``
-(parsed and capped at ``--retry-after-cap``-like bounds by
-:func:`zkcrawl.web.fetch.parse_retry_after`) wins over the formula when it is a positive
-finite number (:meth:`Backoff.after`); anything else (absent, 0, negative, NaN, infinite)
-falls back to the formula.
-
-The policies, each a :class:`Backoff` named here and nowhere else:
+The rule: ``first * 2**n`` seconds, never more than ``cap``, optionally minus up to
+``jitter`` of it -- monotonic in ``n``, never negative, finite for any ``n`` (the exponent is
+clamped). A positive finite ``Retry-After`` wins over it (:meth:`Backoff.after`).
 
 =====================  =======  =======  ======  =============================================
 policy                 first    cap      jitter  what waits
 =====================  =======  =======  ======  =============================================
-:data:`HOST_RETRY`     1 s      60 s     --      a host that answered "try later" (408, 429,
-                                                 5xx) before the item's next try, per attempt
-:data:`HOST_DOWN`      1 s      600 s    --      a host that did not answer (refused,
-                                                 timeout), per failure in a row
+:data:`HOST_RETRY`     1 s      60 s     --      a host that answered "try later", per attempt
+:data:`HOST_DOWN`      1 s      600 s    --      a host that did not answer, per failure in a
+                                                 row
 :data:`RECONNECT`      0.5 s    30 s     50 %    the PostgreSQL sink reconnecting
 :data:`POOL_RESTART`   0.5 s    30 s     --      the extraction pool restarting its processes
 =====================  =======  =======  ======  =============================================
 
-The fetcher's in-fetch retries (``FetchSettings.backoff``, ``retry_after_cap``) build a
-:class:`Backoff` from their settings.
+The fetcher's in-fetch retries build a :class:`Backoff` from ``FetchSettings``.
 """
 
 from __future__ import annotations

@@ -1,29 +1,14 @@
-"""A small HTTP/1.x server on one thread that slow clients cannot take down (issue #27).
+"""A small HTTP/1.x server on one thread that slow clients cannot take down: the consumer's and
+the exporter's ``/metrics``, ``/livez`` and ``/readyz``
+(:class:`~consumer.metrics.MetricsServer`).
 
-Serves the consumer's and the exporter's ``/metrics``, ``/livez`` and ``/readyz``
-(consumer/metrics.py's :class:`~consumer.metrics.MetricsServer`). It is an event loop
-(``selectors``) rather than a thread per request, because a thread per request -- even with
-per-read timeouts, a bounded pool and a selector in front of it -- can be held by clients
-that send one byte every few seconds: 16 such connections took every slot of the earlier
-server and ``/livez`` answered 0 of 15 probes.
-
-Guarantees:
-
-* **no request thread**: a connection costs a socket and a small buffer; reading the
-  request, answering it and writing the answer happen on the server's one thread, never
-  blocking (the answer is computed by ``respond``, which must not block either: the probes
-  read flags, the exposition formats counters);
-* **a total deadline per connection**: the whole request (line and headers) must arrive
-  within :data:`REQUEST_TIMEOUT` seconds of the accept, the whole answer be taken within
-  :data:`REQUEST_TIMEOUT` more, whatever the client trickles; then it is closed;
-* **bounded memory**: at most :data:`MAX_OPEN` connections -- the oldest is shed when one
-  more arrives --, a request head of at most :data:`MAX_HEAD` bytes (431 beyond), bodies
-  never read, one request per connection (``Connection: close``);
-* **one answer for anything**: a request that is not ``GET``/``HEAD`` is 405, one that does
-  not parse 400, a ``respond`` that raises 500; the server thread never dies of a client.
-
-So a probe's connection, which sends its request at once, is answered within one turn of the
-loop however many slow or idle connections are open.
+* **No request thread**: an event loop (``selectors``); ``respond`` must not block.
+* **A total deadline per connection**: the request within :data:`REQUEST_TIMEOUT` of the
+  accept, the answer taken within as much again, whatever the client trickles.
+* **Bounded memory**: at most :data:`MAX_OPEN` connections (the oldest shed), a head of at
+  most :data:`MAX_HEAD` bytes (431), bodies never read, ``Connection: close``.
+* **One answer for anything**: 405, 400, or 500 for a ``respond`` that raises; the thread
+  never dies of a client. So a probe is answered within one turn of the loop.
 """
 
 from __future__ import annotations

@@ -1,31 +1,15 @@
-"""Logging set up once at start-up: structlog for our events, stdlib merged in.
+"""Logging set up once at start-up: structlog for our named events, the standard library's
+records (kazoo's) merged into the same stream -- JSON lines when stderr is not a TTY, a
+console renderer on one.
 
-Our code logs named events with key/value pairs (``item.done url=... process_ms=...``).
-kazoo (and the bench's requests) log through the standard library; their records go through the
-same processors and renderer, so an operator reads one stream: JSON lines when
-stderr is not a TTY (production, journald, Kubernetes), a console renderer on a TTY.
-
-Logged values may come from hostile pages or znodes (a title, a URL, an error). The console
-format escapes control, ANSI and bidi characters and lone surrogates in every value
-(:func:`zkcrawl.textsafe.printable`; a traceback keeps its line breaks); JSON lines are
-ASCII (``ensure_ascii``), so a surrogate is a ``\\ud800`` escape there. Either way the
-writer only ever writes text that encodes as UTF-8: a line that would not is scrubbed, so
-one bad value never loses a batch of lines.
-
-kazoo's reconnect chatter (``Connection dropped``, ``Transition to CONNECTING``, a
-``Connection time-out`` per retry...) is folded into zkcrawl's own lines: such a record is
-not written (unless ``--log-level debug``), the first one and how many there were are kept,
-and :func:`zk_chatter` hands them to the ``zk.suspended`` / ``zk.reconnected`` line that
-says what happened (``kazoo="Connection dropped: socket connection broken"``,
-``kazoo_lines=14``); a program that logs such lines turns it on (:func:`fold_zk_chatter`,
-the consumer does). Every other kazoo warning and error is written as it comes.
-
-Under systemd (``JOURNAL_STREAM`` names the device and inode of our stderr) every line starts
-with its syslog priority, ``<7>`` debug, ``<6>`` info, ``<4>`` warning, ``<3>`` error,
-``<2>`` critical: journald's stream reader takes that prefix off and files the line at that
-priority (``SyslogLevelPrefix=yes``, systemd's default), so ``journalctl -p warning`` finds the
-warnings and errors, and the journal keeps the JSON line without the prefix. Anywhere else
-(a terminal, a pipe, Kubernetes) lines carry no prefix.
+* Hostile values are safe: the console escapes control, ANSI and bidi characters and lone
+  surrogates (:func:`zkcrawl.textsafe.printable`); JSON lines are ASCII; a line that would
+  not encode as UTF-8 is scrubbed, never lost with its batch.
+* kazoo's reconnect chatter is folded into the ``zk.suspended`` / ``zk.reconnected`` line
+  (:func:`fold_zk_chatter`, :func:`zk_chatter`) unless ``--log-level debug``; every other
+  kazoo warning and error is written as it comes.
+* Under systemd (``JOURNAL_STREAM``) every line starts with its syslog priority (``<4>``...)
+  for journald to file it by; elsewhere no prefix.
 """
 
 from __future__ import annotations

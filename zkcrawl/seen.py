@@ -1,30 +1,15 @@
-"""The producer's persistent URL de-duplication state (``--seen PATH``).
+"""The producer's persistent URL de-duplication state (``--seen PATH``): :class:`SeenSet`
+answers "has this URL been offered before?" across restarts.
 
-A :class:`SeenSet` answers "has this URL been offered before?" across producer
-restarts.  Two representations share one file format:
-
-* **exact** -- a Python set of 16-byte BLAKE2b digests, used while the expected
-  size is small (< :data:`EXACT_LIMIT`).  No false positives; about 90 bytes per
-  URL in memory.  When it grows past :data:`EXACT_LIMIT` it turns itself into a
-  Bloom filter, so a mis-sized small set never eats the machine's memory.
-* **bloom** -- an ``rbloom.Bloom`` filter, about 1.8 bytes per URL at 0.1 %
-  false positives.  A false positive means a new URL is reported as seen (it is
-  skipped); a seen URL is never reported as new.
-
-Guarantees:
-
-* The hash is BLAKE2b-128 of the UTF-8 URL, so a file written by one process is
-  valid in any other (Python's ``hash()`` is salted per process and would not be).
-* :meth:`SeenSet.save` is atomic: the new state goes to a temporary file in the
-  same directory, is fsynced, then ``os.replace``-d over the old file and the
-  directory is fsynced.  A crash at any point leaves the previous file loadable.
-  Additions wait only for the in-memory snapshot, not for the write; saves run one at a
-  time, so a later snapshot is never overwritten by an earlier one.
-* A damaged or foreign file raises :class:`~zkcrawl.errors.UsageError` with one
-  clear line; it is never silently replaced by an empty set.
-
-Not guaranteed: two processes sharing one path.  Each keeps its own copy and the
-last save wins, so give every producer its own ``--seen`` file.
+* Two representations, one file format: **exact** (a set of 16-byte BLAKE2b digests, no
+  false positive) while small, turning itself into a **bloom** filter past
+  :data:`EXACT_LIMIT` (about 1.8 bytes per URL, 0.1 % false positives: a new URL may be
+  skipped, a seen one is never reported new).
+* The hash is BLAKE2b-128 of the UTF-8 URL: a file is valid in any process.
+* :meth:`SeenSet.save` is atomic (temporary file, fsync, ``os.replace``, directory fsync);
+  saves run one at a time, so a later snapshot is never overwritten by an earlier one.
+* A damaged or foreign file is a :class:`~zkcrawl.errors.UsageError`, never replaced by an
+  empty set. Not guaranteed: two processes sharing one path (the last save wins).
 """
 
 from __future__ import annotations

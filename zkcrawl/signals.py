@@ -1,24 +1,15 @@
 """SIGTERM and SIGINT for the long-running programs, ``zkcrawl-consumer`` and
-``zkcrawl-producer``: one rule, one place.
+``zkcrawl-producer``: one rule, one place (:class:`StopSignals`).
 
-* The **first** signal asks to **drain**: ``request_stop(False)`` -- take no new work, finish
-  or hand back what is in hand, exit 0.
-* The **second** asks to **stop now**: ``request_stop(True)``; or, for a program with no
-  "now" of its own (``hard_second=True``, the producer), the signal's default action:
-  SIGINT raises :class:`KeyboardInterrupt` in the main thread, SIGTERM ends the process.
-
-**The handler only sets flags.** It counts the signal (:attr:`StopSignals.received`,
-:attr:`StopSignals.signum`), with ``hard_second`` puts the default actions back, and calls
-``request_stop``, which must do no more than set flags itself: a Python handler runs in the
-main thread between two bytecodes -- possibly while that very thread holds a lock the
-callback would take (a deadlock), or is inside a write. So no lock, no I/O, no logging in
-there. Anything else a stop needs (logging it, closing connections) is done outside the
-handler by the program, when it sees the flag: its own loop polls it (the consumer's run loop
-every tick), or its main thread waits in :meth:`StopSignals.join` and runs ``on_stop`` there.
-
-Handlers can only be installed from the main thread; elsewhere (a program run in-process by
-a test, say) the context manager installs nothing and the flags stay unset. The previous
-handlers are restored on exit.
+* The **first** signal asks to **drain**: ``request_stop(False)`` -- no new work, finish or
+  hand back what is in hand, exit 0.
+* The **second** asks to **stop now**: ``request_stop(True)``; with ``hard_second=True`` (the
+  producer) the signal's default action instead.
+* **The handler only sets flags** (a Python handler may run while the main thread holds a
+  lock the callback would take): no lock, no I/O, no logging in there. The program acts on
+  the flag outside it -- its loop polls it, or :meth:`StopSignals.join` runs ``on_stop``.
+* Handlers are installed only from the main thread (elsewhere nothing is installed), and the
+  previous ones are restored on exit.
 """
 
 from __future__ import annotations

@@ -1,27 +1,15 @@
-"""Untrusted text made safe to show: on a terminal, in a log line, in a UTF-8 file.
+"""Untrusted text made safe to show -- on a terminal, in a log line, in a UTF-8 file -- since
+anything shown may come from a hostile page or znode. Cheap when there is nothing to do.
 
-Anything a crawl shows an operator may come from a hostile page or znode: a title, a URL,
-an error text, a consumer id. Guarantees:
-
-* :func:`printable` returns text with no C0/C1 control character (so no ESC: an ANSI or
-  OSC sequence cannot recolour, retitle or clear a terminal), no DEL, no lone surrogate and
-  no bidi embedding/override/isolate/mark or line/paragraph separator (no "Trojan Source"
-  reordering), and no invisible character: zero-width spaces and joiners (U+200B-U+200D),
-  word joiner and invisible operators (U+2060-U+2064), BOM/ZWNBSP (U+FEFF), soft hyphen,
-  Hangul fillers, Mongolian vowel separator and variation selectors, interlinear
-  annotations and the tag characters (U+E0000-U+E007F, "ASCII smuggling"). Each such
-  character becomes a visible escape (``\\x1b``, ``\\u202e``, ``\\U000e0041``, ``\\t``,
-  ``\\n``); every other character, printable ASCII included, is left untouched. It never
-  raises for a ``str``, and its result always encodes as UTF-8.
-* :func:`redact_userinfo` masks the whole userinfo of every ``scheme://user:pass@host`` in a
-  text (``***@host``), whatever ``@`` or ``:`` the password holds, and ``?password=``.
-* :func:`shown_url` is a URL for an operator: userinfo masked, a non-ASCII host shown as its
-  punycode A-label (``xn--...``: a homograph such as a Cyrillic U+0430 in ``p\\u0430ypal.com``
-  cannot pass for the ASCII name), then :func:`printable`.
-* :func:`scrub` returns text that always encodes as UTF-8: lone surrogates become U+FFFD
-  (a surrogate *pair* is joined into its character); nothing else changes.
-
-Both are cheap when there is nothing to do (one regex scan, one encode attempt).
+* :func:`printable` escapes visibly every C0/C1 control character, DEL, lone surrogate, bidi
+  control and invisible character (zero-width, BOM, tag characters...), so no ANSI
+  sequence, "Trojan Source" reordering or smuggled text gets through; everything else is
+  untouched. It never raises for a ``str`` and always encodes as UTF-8.
+* :func:`redact_userinfo` masks the whole userinfo of every URL in a text (``***@host``),
+  and ``?password=``.
+* :func:`shown_url`: userinfo masked, a non-ASCII host as its punycode A-label (no
+  homograph), then :func:`printable`.
+* :func:`scrub` makes text encodable as UTF-8 (lone surrogates become U+FFFD), nothing else.
 """
 
 from __future__ import annotations

@@ -1,40 +1,12 @@
-"""Which stage sets a crawl's pace, named from the measured stages -- one function,
-:func:`judge`, for ``consumer.stats``, ``zkcrawl report`` (text and HTML) and the demo.
+"""Which stage sets a crawl's pace, named from the measured stages: :func:`judge`, the one
+function behind ``consumer.stats``, ``zkcrawl report`` (text and HTML) and the demo.
 
-Why the largest stage is the pace-setter: a consumer holds at most ``threads + backlog``
-items, so while it is full its throughput is that capacity divided by the time an item
-spends in it (Little's law) -- and that time is the sum of the stages below. The stage with
-the largest share of it is the one whose shrinking speeds the crawl up; more threads only
-help when that stage is the pool (or the site, whose slow answers each hold a thread).
-
-=============  =============================================  =============================
-pace-setter    stage (mean ms per item)                       what to change
-=============  =============================================  =============================
-politeness     ``polite``: waiting for the host's next slot   more hosts, or a smaller
-               (``--domain-delay``, Crawl-delay, Retry-After)  ``--domain-delay`` if the site
-                                                              allows it; not threads
-pool           ``pool``: waiting for a free worker thread     ``--threads``, or consumers
-zookeeper      ``dispatch``: claim until handed to the pool   ZooKeeper latency, consumers
-                                                              per ensemble
-site           ``fetch``: the request and the response        ``--threads`` if the site can
-                                                              take it (politeness permitting)
-parse          ``parse``: extraction, this process's CPU      more consumer processes
-sink           ``write``: record queued until written+synced  a faster disk for ``--out``
-supply         the consumer holds under half its capacity     nothing in the consumer: the
-               (``fill``) and its items do not wait (the      queue is short or empty
-               largest stage is not a wait)
-backlog        ``pool`` when ``polite`` is unknown (records   -- (politeness and pool not
-               of consumers older than ``polite_ms``)         told apart)
-=============  =============================================  =============================
-
-**Failures first.** When more than :data:`FAILURE_LEAD` of the items measured failed for one
-reason (``Stages.failures``), the verdict leads with it -- ``100 % of items failed:
-blocked-address`` and what to do -- before any pace analysis: how fast a crawl fails is no
-news to an operator whose every page is an error. ``Verdict.failure`` names that reason.
-
-``fetch`` may include parsing when the two are not measured apart (records carry
-``process_ms``, fetch + parse); ``write`` and ``fill`` are known to a running consumer only.
-Every number is untrusted-safe: negative, NaN or infinite figures count as 0.
+A full consumer's throughput is its capacity over the time an item spends in it (Little's
+law), the sum of the stages: the stage with the largest share is the pace-setter
+(:class:`PaceSetter`: politeness, pool, zookeeper, site, parse, sink, supply, backlog), and
+the verdict says what to change. When more than :data:`FAILURE_LEAD` of the items failed
+for one reason, the verdict leads with that reason (``Verdict.failure``). Every number is
+untrusted-safe: negative, NaN or infinite figures count as 0.
 """
 
 from __future__ import annotations
@@ -71,7 +43,32 @@ _FAILURE_HINTS = (
 
 
 class PaceSetter(StrEnum):
-    """What sets the pace (a ``str``: the values go into logs and JSON)."""
+    """What sets the pace (a ``str``: the values go into logs and JSON).
+
+    =============  =============================================  =============================
+    pace-setter    stage (mean ms per item)                       what to change
+    =============  =============================================  =============================
+    politeness     ``polite``: waiting for the host's next slot   more hosts, or a smaller
+                   (``--domain-delay``, Crawl-delay, Retry-After)  ``--domain-delay`` if the site
+                                                                  allows it; not threads
+    pool           ``pool``: waiting for a free worker thread     ``--threads``, or consumers
+    zookeeper      ``dispatch``: claim until handed to the pool   ZooKeeper latency, consumers
+                                                                  per ensemble
+    site           ``fetch``: the request and the response        ``--threads`` if the site can
+                                                                  take it (politeness permitting)
+    parse          ``parse``: extraction, this process's CPU      more consumer processes
+    sink           ``write``: record queued until written+synced  a faster disk for ``--out``
+    supply         the consumer holds under half its capacity     nothing in the consumer: the
+                   (``fill``) and its items do not wait (the      queue is short or empty
+                   largest stage is not a wait)
+    backlog        ``pool`` when ``polite`` is unknown (records   -- (politeness and pool not
+                   of consumers older than ``polite_ms``)         told apart)
+    =============  =============================================  =============================
+
+    ``fetch`` may include parsing when the two are not measured apart (records carry
+    ``process_ms``, fetch + parse); ``write`` and ``fill`` are known to a running consumer only.
+    Every number is untrusted-safe: negative, NaN or infinite figures count as 0.
+    """
 
     POLITENESS = "politeness"
     POOL = "pool"
@@ -168,7 +165,7 @@ def _failure_lead(st: Stages) -> tuple[str, str] | None:
 
 
 def judge(st: Stages) -> Verdict:
-    """Name the pace-setter of ``st`` (see the module docstring) in one line; a reason most
+    """Name the pace-setter of ``st`` (:class:`PaceSetter`) in one line; a reason most
     items failed with leads it."""
     verdict = _judge_pace(st)
     lead = _failure_lead(st)

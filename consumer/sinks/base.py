@@ -1,31 +1,17 @@
-"""The sink seam: what the committer hands a result sink, and what a sink promises back.
+"""The sink seam: what the committer hands a result sink, and what a sink promises back (SPEC
+§3, durable first). The implementations, :mod:`.jsonl` and :mod:`.postgres`, import this
+module; :func:`consumer.sinks.open_sink` picks one from ``--out``.
 
-The implementations sit beside this module -- :mod:`.jsonl` (JSON Lines, a file or stdout)
-and :mod:`.postgres` (a PostgreSQL table) -- and :func:`consumer.sinks.open_sink` picks one
-from ``--out``. They import this module; it imports neither.
-
-The contract (SPEC §3, durable first):
-
-* **Write and commit in one call.** :meth:`ResultSink.write_batch` takes one group of
-  finished items with their records. When it returns, every record it did not refuse is
-  **durable** (fsynced, or committed), and only then are those items completed in
-  ZooKeeper. A record lost with a crashed process was never completed: its item is taken
-  again, nothing is lost. A record the sink cannot store (not JSON, a type its column does not
-  take) is refused with a reason and its item becomes a dead letter; the group goes on.
-* **Failure**: :class:`SinkError` when nothing was stored -- :class:`SinkUnavailable` for a
-  passing failure (the database is unreachable: the consumer stops claiming, releases what
-  it holds and waits for :attr:`ResultSink.available`), a plain :class:`SinkError` for
-  good (disk full: the consumer releases and exits 1).
-* **At least once, effectively once**: a crash between the write and the completion leaves
-  a stored record whose item is delivered again. In a file that is a second line for the
-  item; in PostgreSQL the row's key (``root``, item, item creation time) makes the second
-  insert store nothing (effectively once: one row per item delivery, whatever the retries).
-* **One owner thread.** The committer thread (:class:`consumer.committer.GroupCommit`) is
-  the only caller of :meth:`~ResultSink.write_batch` and :meth:`~ResultSink.between_groups`,
-  so a sink needs no lock for its writes. :meth:`~ResultSink.request_reopen` is called from
-  a signal handler (a flag only), :attr:`~ResultSink.available` and
-  :meth:`~ResultSink.wait_available` from the claim loop, :meth:`~ResultSink.close` from the
-  main thread once the consumer has stopped (its committer closed).
+* **Write and commit in one call**: when :meth:`ResultSink.write_batch` returns, every
+  record it did not refuse is durable (fsynced or committed); only then are the items
+  completed. A refused record (with its reason) makes its item a dead letter; the group
+  goes on.
+* **Failure**: :class:`SinkUnavailable` for a passing failure (the consumer stops claiming
+  and waits for :attr:`ResultSink.available`), a plain :class:`SinkError` for good (exit 1).
+* **At least once, effectively once**: a crash between write and completion stores a record
+  twice in a file, once in PostgreSQL (its key).
+* **One owner thread**: only the committer writes, so a sink needs no lock for its writes;
+  :meth:`~ResultSink.request_reopen` is signal-safe (a flag).
 """
 
 from __future__ import annotations

@@ -1,25 +1,17 @@
-"""JSON Lines results: ``--out PATH`` (appended) or ``-`` (stdout), one line per record.
+"""JSON Lines results: ``--out PATH`` (appended) or ``-`` (stdout), one line per record; a
+:class:`~consumer.sinks.base.ResultSink`.
 
-A :class:`~consumer.sinks.base.ResultSink`. :meth:`JsonLinesSink.write_batch` encodes the
-group's records, writes them in one ``write`` and makes them durable with one ``fsync`` --
-per group of items, not per item. Every record encodes (:meth:`JsonLinesSink.encode`: valid
-UTF-8, strict JSON); only a record that is no JSON at all is refused.
-
-* **One writer**: the committer thread is the only one that writes, syncs or reopens (see
-  :mod:`consumer.sinks.base`), so the group being gathered (:meth:`~JsonLinesSink.write`,
-  then :meth:`~JsonLinesSink.sync`) needs no lock. :meth:`~JsonLinesSink.close` (the main
-  thread, once the committer has stopped) drops what was never synced; a write after it (a
-  committer that outlived its bounded join) is a :class:`SinkError`, not a traceback.
-* **Failure**: a write or fsync failure (disk full, file size limit, a closed pipe) raises
-  :class:`SinkError` and the sink stays broken; the file is truncated back to its last
-  complete line, so no half record is left for the next run to append after. stdout
-  cannot be fsynced: flushing is all it gets.
-* **Reopening** (SIGHUP, logrotate without ``copytruncate``): :meth:`~JsonLinesSink.request_reopen`
-  sets a flag (signal handler); between two groups the committer opens ``path`` again -- a
-  new file if the old one was renamed away --, fsyncs its directory and closes the old file
-  (every line in it was synced). No record is split across two files. If the path cannot
-  be opened, the old file is kept and the error logged. ``-`` ignores it.
-* The file is never opened through a symbolic link, and a new one gets mode 0640.
+* **Durable per group**: :meth:`JsonLinesSink.write_batch` writes the group's records in one
+  ``write`` and one ``fsync`` (stdout is only flushed). Every record encodes (valid UTF-8,
+  strict JSON); only a record that is no JSON at all is refused.
+* **One writer**: only the committer thread writes, syncs or reopens; a write after
+  :meth:`~JsonLinesSink.close` is a :class:`SinkError`, not a traceback.
+* **Failure** (disk full, a closed pipe): :class:`SinkError`, the sink stays broken, and the
+  file is truncated back to its last complete line.
+* **Reopening** (SIGHUP, logrotate without ``copytruncate``): a flag; between two groups the
+  committer opens ``path`` again, so no record is split across two files (an open failure
+  keeps the old file).
+* Never opened through a symbolic link; a new file gets mode 0640.
 """
 
 from __future__ import annotations

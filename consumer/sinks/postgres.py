@@ -1,39 +1,17 @@
-"""The PostgreSQL sink: one transaction per group, one row per item, effectively once.
+"""The PostgreSQL sink: one transaction per group, one row per item, effectively once
+(``--out postgresql://...``; the URL and the table's columns: :mod:`zkcrawl.postgres`).
 
-``--out postgresql://user@host/db?table=pages`` (:mod:`zkcrawl.postgres`: the URL, the
-schema). The table is created if missing; every record field is a typed column
-(``fields`` is ``jsonb``), plus ``root`` (the crawl's ``--root``), ``item_created`` (the
-item znode's creation time), ``host``, ``outcome`` (``complete`` or ``dead``: the item went
-to the dead letters), ``extra`` (``jsonb``: record keys that are not columns) and
-``stored_at``.
-
-Guarantees:
-
-* **Durable first**: :meth:`PostgresSink.write_batch` inserts the group's rows in one
-  transaction and returns once it is committed (``synchronous_commit`` as the server has
-  it: on by default); only then does the committer complete the items in ZooKeeper.
-* **Effectively once**: the primary key is ``(root, item, item_created)`` and the insert
-  says ``ON CONFLICT DO NOTHING``. A consumer killed between the commit and the completion
-  leaves its items to be delivered again; their rows are there already, so the new
-  insert stores nothing (counted, and logged as ``sink.duplicate``) and the item is
-  completed. ``attempt`` is not in the key: a holder killed after the commit counts as an
-  attempt (SPEC §3), so the redelivered copy carries a higher one.
-* **One bad record does not poison the group**: if the group's insert fails on a record
-  (a data or constraint error, a trigger's exception, a value the driver cannot send),
-  the group is inserted again row by row, each in a savepoint; the rows that fail get the
-  database's reason, their items become dead letters with it, the rest are committed.
-* **Database down or failing** (connection lost, server shutting down, read-only, no
-  privilege...): :class:`~consumer.sinks.base.SinkUnavailable`; the consumer stops claiming and
-  releases what it holds. :meth:`between_groups` (the committer, every 0.5 s when idle)
-  reconnects with exponential backoff (0.5 s doubling to 30 s, jittered); the log gets
-  ``sink.down`` once, ``sink.still_down`` at most once a minute, ``sink.up`` when back.
-  Nothing is completed in ZooKeeper that the database did not commit.
-* Text is stored as valid UTF-8 without NUL (PostgreSQL refuses both): lone surrogates
-  and NUL characters become U+FFFD, non-finite floats in ``jsonb`` become null, as the
-  JSON Lines sink does.
-
-Only the committer thread calls :meth:`write_batch` and :meth:`between_groups`: the one
-connection is never shared.
+* **Durable first**: :meth:`PostgresSink.write_batch` returns once the group's transaction
+  is committed; only then are the items completed in ZooKeeper.
+* **Effectively once**: the key ``(root, item, item_created)`` with ``ON CONFLICT DO
+  NOTHING``: a redelivered item stores nothing (``sink.duplicate``) and is completed.
+* **One bad record does not poison the group**: a failed insert is retried row by row in
+  savepoints; the failing rows' items become dead letters with the database's reason.
+* **Database down**: :class:`~consumer.sinks.base.SinkUnavailable` (the consumer stops
+  claiming); :meth:`PostgresSink.between_groups` reconnects with jittered backoff
+  (``sink.down``, ``sink.still_down``, ``sink.up``).
+* Text is stored as valid UTF-8 without NUL; non-finite floats in ``jsonb`` become null.
+  Only the committer thread uses the one connection.
 """
 
 from __future__ import annotations
@@ -186,8 +164,8 @@ class PostgresSink:
 
     # -- writing ----------------------------------------------------------------------------
     def _row(self, e: Entry) -> list[Any] | str:
-        """The row's values, or why the record cannot be one. A record is the pipeline's
-        and the page's (result pipelines may return anything): each value is checked
+        """The row's values, or why the record cannot be one. A record is the consumer's and
+        the page processor's (result pipelines may return anything): each value is checked
         against its column here, so a wrong type is that record's reason, never an error
         of the batch or a type the server would take for a broken database."""
         rec = e.record

@@ -3,10 +3,12 @@
 * every offered URL has a record (in any consumer's ``--out``) or a dead letter -- none lost;
 * no record for a URL nobody offered;
 * duplicates (a URL recorded more than once) are counted, and each one is *explained*: its
-  item was leased by a victim of the fault when the fault struck (``explained``); the at-least-
+  item was held by a victim of the fault when the fault struck (``explained``); the at-least-
   once contract allows exactly those (SPEC §3);
-* nothing left behind: no item in the queue, no lease, no claim record (``<root>/claims``,
-  record or ephemeral twin).
+* nothing left behind: no item in the ingress or in a partition's batches, no item held -- no
+  lease: neither an item marked started and not done (the partitions' lease) nor a lease node
+  of the previous layout (``<root>/leases``) -- and no partition owned by a consumer that is
+  gone (:func:`owned_by`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from zkcrawl.queue.layout import Layout
 from zkcrawl.zk import NoNodeError
 from zkcrawl.zk.client import ZkClient
 
-__all__ = ["Books", "check_books", "held_leases"]
+__all__ = ["Books", "check_books", "held_leases", "owned_by"]
 
 
 @dataclass
@@ -64,6 +66,23 @@ def held_leases(zk: ZkClient, root: str, consumer: str | None = None) -> dict[st
     return held
 
 
+def owned_by(zk: ZkClient, root: str, consumer: str) -> list[int]:
+    """The partitions whose owner node names ``consumer`` now (a clean stop deletes them at
+    once; a dead consumer's go when its session expires)."""
+    layout = Layout.of(root)
+    if not zk.exists(layout.partitions):
+        return []
+    out = []
+    for p in zk.get_children(layout.partitions):
+        try:
+            owner = json.loads(zk.get(layout.partition_owner(int(p)))[0])
+        except (NoNodeError, ValueError):
+            continue
+        if isinstance(owner, dict) and owner.get("consumer") == consumer:
+            out.append(int(p))
+    return sorted(out)
+
+
 def _held_in_partitions(zk: ZkClient, layout: Layout, consumer: str | None
                         ) -> dict[str, str]:
     held: dict[str, str] = {}
@@ -102,7 +121,7 @@ def _dead_urls(zk: ZkClient, layout: Layout) -> list[str]:
     out = []
     if zk.exists(layout.dead):
         for name in zk.get_children(layout.dead):
-            out.append(json.loads(zk.get(layout.dead_letter(name))[0])["url"])
+            out.append(json.loads(zk.get(layout.dead_letter_path(name))[0])["url"])
     return out
 
 
@@ -135,9 +154,8 @@ def check_books(zk: ZkClient, root: str, offered: Iterable[str], outs: Sequence[
     assert not unexplained, (f"{len(unexplained)} duplicates no victim held at the fault: "
                              f"{sorted(unexplained)[:5]}")
     assert zk.get_children(layout.queue) == [], "items left in the queue"
-    assert not zk.exists(layout.leases) or zk.get_children(layout.leases) == [], "leases left"
+    held = held_leases(zk, root)
+    assert held == {}, f"leases left (items held): {sorted(held.items())[:5]}"
     batches = _batches_left(zk, layout)
     assert batches == [], f"batches left in partitions: {batches[:5]}"
-    claims = zk.get_children(layout.claims) if zk.exists(layout.claims) else []
-    assert claims == [], f"claim records left: {claims[:5]}"
     return Books(len(want), sum(recorded.values()), len(dead), duplicates)

@@ -1,54 +1,13 @@
 """Cluster reads and repairs behind the admin commands (``zkcrawl status``, ``dead``, ``queue``).
 
-Everything here talks to ZooKeeper through a connected :class:`~zkcrawl.zk.client.ZkClient` and
-returns plain data; the command modules only parse flags and print. Reads are pipelined
-(one ``get_async`` per node, then gathered) so a status of a large cluster costs a few
-round trips, not one per consumer or lease.
-
-``cluster_status(zk, root)`` is the stable ``zkcrawl status --json`` document (SPEC §4)::
-
-    {"root", "time", "control",                       # "running" | "paused"
-     "queue": {"depth", "claimable", "oldest_age_s"},
-     "leases": {"count", "fetching", "waiting", "by_consumer": {id: n}},
-     "consumers": [{"id", "host", "pid", "state", "processed", "ok", "failed", "in_flight",
-                    "waiting", "items_per_s", "heartbeat_age_s", "heartbeat_interval_s",
-                    "stale", "leases", "control_seen", "acknowledged", "partitions"}],
-     "producers": [{"id", "host", "state", "heartbeat_age_s", ...as published}],
-     "dead": {"count"}, "control_pending": [ids that have not acknowledged yet],
-     "discovered": {"batches"},                        # waiting for a --follow producer
-     "stale_hosts": n,                                 # <root>/hosts nodes: ignored
-     "partitions": {...} | null}                       # zkcrawl.admin.partition_status
-
-Words mean one thing: ``processed`` counts every finished item, ``ok`` those without an error
-and ``failed`` the others (``processed = ok + failed``); a lease is *held* from the claim to
-the completion, and of those held ``fetching`` (a consumer's ``in_flight``) run on a pool
-thread now while ``waiting`` sit in its backlog. A consumer is ``stale`` when its heartbeat
-is older than :data:`STALE_AFTER` x the interval it publishes (5 s, SPEC §2, if it does not
-say): frozen, or cut off from ZooKeeper but not yet expired.
-
-Hosts live in their owners' memory (SPEC §4): the ``partitions`` section has, per partition,
-its hosts with items and those backed off (a ``Retry-After`` or a down host), as each
-verified owner publishes them. ``stale_hosts`` counts the children of ``<root>/hosts``, the
-per-host slots of the cluster politeness before hosts had owners: nothing reads or writes
-them any more (one ``exists``, their data never read), so a root made with that layout may
-keep them until someone deletes them.
-
-``consumer_status(zk, root, id)`` is ``zkcrawl status --consumer ID --json``: that consumer's
-entry, its leases with ages and URLs (oldest first) and the hosts of those items::
-
-    {"root", "time", "id", "registered", "consumer": {...as above} | null,
-     "leases": [{"item", "age_s", "attempt", "url", "host"}],
-     "hosts": [{"host", "leased_items"}]}
-
-A consumer *acknowledges* the control state when its status node reports it: the node's
-``control`` key (the state its ControlWatch last saw) equals the cluster's; a node without
-that key is judged by its ``state`` (``paused`` acknowledges a pause, ``running`` or ``idle``
-a resume).
-
-Credentials never leave here: every URL (and a dead letter's error and data) in what these
-functions return has its userinfo masked (``https://***@host/``,
-:func:`~zkcrawl.textsafe.redact_userinfo`), whatever an old item or letter holds; text
-output shows URLs through :func:`~zkcrawl.textsafe.shown_url` (punycode hosts, escapes).
+* Everything here talks to ZooKeeper through a connected :class:`~zkcrawl.zk.client.ZkClient`
+  and returns plain data; the command modules only parse flags and print.
+* Reads are pipelined: a status of a large cluster costs a few round trips, not one per
+  consumer or lease. The documents: :func:`cluster_status` (``zkcrawl status --json``, SPEC
+  §4) and :func:`consumer_status`.
+* Credentials never leave here: every URL (and a dead letter's error and data) returned has
+  its userinfo masked (:func:`~zkcrawl.textsafe.redact_userinfo`); text output shows URLs
+  through :func:`~zkcrawl.textsafe.shown_url`.
 """
 
 from __future__ import annotations
@@ -66,7 +25,7 @@ from typing import Any
 from zkcrawl.admin.held import held_items
 from zkcrawl.admin.partition_status import partition_status
 from zkcrawl.errors import UsageError, ZkCrawlError
-from zkcrawl.queue import items as wire
+from zkcrawl.queue import items as item_codec
 from zkcrawl.queue import untrusted
 from zkcrawl.queue.claims import attempts_text
 from zkcrawl.queue.control import PAUSED, RUNNING, parse_state
@@ -218,7 +177,7 @@ def _producer(now: float, name: str, doc: dict[str, Any], stat: Stat) -> dict[st
 
 def _oldest_age(zk: ZkClient, queue: str, names: list[str], now: float) -> float | None:
     """Age of the lowest-numbered item (znode ctime, server clock); None when empty."""
-    for _, name in wire.sort_names(names)[:3]:  # the head may be completed meanwhile
+    for _, name in item_codec.sort_names(names)[:3]:  # the head may be completed meanwhile
         stat = zk.exists(f"{queue}/{name}")
         if stat is not None:
             return round(max(0.0, now - stat.ctime / 1000.0), 3)
@@ -233,7 +192,7 @@ def _leased_items(zk: ZkClient, p: dict[str, str], leases: list[tuple[str, dict[
                    zk.zk_timeout)
     out = []
     for (name, doc, stat), res in zip(leases, reads, strict=True):
-        item = None if isinstance(res, Exception) else wire.decode(bytes(res[0] or b"")).item
+        item = None if isinstance(res, Exception) else item_codec.decode(bytes(res[0] or b"")).item
         claimed = untrusted.number(doc.get("claimed_at"), stat.ctime / 1000.0, lo=0.0)
         out.append({"item": name, "consumer": str(doc.get("consumer", "?")),
                     "age_s": round(max(0.0, now - claimed), 3),
@@ -245,9 +204,40 @@ def _leased_items(zk: ZkClient, p: dict[str, str], leases: list[tuple[str, dict[
 
 def cluster_status(zk: ZkClient, root: str, now: float | None = None, *,
                    partitions: bool = True) -> dict[str, Any]:
-    """The ``zkcrawl status --json`` document for ``root`` (see the module docstring);
+    """The stable ``zkcrawl status --json`` document for ``root`` (SPEC §4);
     ``partitions=False`` leaves the ``partitions`` section out (the key absent: the
-    exporter reads it less often)."""
+    exporter reads it less often)::
+
+        {"root", "time", "control",                       # "running" | "paused"
+         "queue": {"depth", "claimable", "oldest_age_s"},
+         "leases": {"count", "fetching", "waiting", "by_consumer": {id: n}},
+         "consumers": [{"id", "host", "pid", "state", "processed", "ok", "failed", "in_flight",
+                        "waiting", "items_per_s", "heartbeat_age_s", "heartbeat_interval_s",
+                        "stale", "leases", "control_seen", "acknowledged", "partitions"}],
+         "producers": [{"id", "host", "state", "heartbeat_age_s", ...as published}],
+         "dead": {"count"}, "control_pending": [ids that have not acknowledged yet],
+         "discovered": {"batches"},                        # waiting for a --follow producer
+         "stale_hosts": n,                                 # <root>/hosts nodes: ignored
+         "partitions": {...} | null}                       # zkcrawl.admin.partition_status
+
+    Words mean one thing: ``processed`` counts every finished item, ``ok`` those without an
+    error and ``failed`` the others (``processed = ok + failed``); a lease is *held* from the
+    claim to the completion, and of those held ``fetching`` (a consumer's ``in_flight``) run
+    on a pool thread now while ``waiting`` sit in its backlog. A consumer is ``stale`` when
+    its heartbeat is older than :data:`STALE_AFTER` x the interval it publishes (5 s, SPEC §2,
+    if it does not say): frozen, or cut off from ZooKeeper but not yet expired.
+
+    Hosts live in their owners' memory (SPEC §4): the ``partitions`` section has, per
+    partition, its hosts with items and those backed off (a ``Retry-After`` or a down host),
+    as each verified owner publishes them. ``stale_hosts`` counts the children of
+    ``<root>/hosts``, which nothing reads or writes (one ``exists``, their data never read):
+    a root may keep them until someone deletes them.
+
+    A consumer *acknowledges* the control state when its status node reports it: the node's
+    ``control`` key (the state its ControlWatch last saw) equals the cluster's; a node without
+    that key is judged by its ``state`` (``paused`` acknowledges a pause, ``running`` or
+    ``idle`` a resume).
+    """
     p = _paths(root)
     now = time.time() if now is None else now
     names = {k: _children(zk, p[k]) for k in ("queue", "leases", "consumers", "producers",
@@ -330,7 +320,13 @@ def _owned_by(section: dict[str, Any] | None, registered: list[tuple[str, Any, S
 
 def consumer_status(zk: ZkClient, root: str, consumer_id: str, now: float | None = None
                     ) -> dict[str, Any]:
-    """One consumer (``zkcrawl status --consumer ID``): see the module docstring."""
+    """``zkcrawl status --consumer ID --json``: that consumer's entry, its leases with ages
+    and URLs (oldest first) and the hosts of those items::
+
+        {"root", "time", "id", "registered", "consumer": {...as in cluster_status} | null,
+         "leases": [{"item", "age_s", "attempt", "url", "host"}],
+         "hosts": [{"host", "leased_items"}]}
+    """
     p = _paths(root)
     now = time.time() if now is None else now
     control_stat = zk.exists(p["control"])
@@ -378,7 +374,7 @@ class DeadLetter:
 
 
 @dataclass
-class Outcome:
+class RepairOutcome:
     """What a requeue or purge did, per dead-letter id."""
 
     done: list[tuple[str, str | None]] = field(default_factory=list)  # (dl id, new item)
@@ -387,22 +383,23 @@ class Outcome:
 
 def dead_id(text: str) -> str:
     """``dl-0000000007``, ``7`` or ``0000000007`` -> ``dl-0000000007``."""
-    raw = text.strip().removeprefix(wire.DEAD_PREFIX)
+    raw = text.strip().removeprefix(item_codec.DEAD_PREFIX)
     if not raw.lstrip("-").isdigit():
         raise UsageError(f"not a dead-letter id: {text!r} (expected dl-NNNNNNNNNN or a number)")
-    return f"{wire.DEAD_PREFIX}{int(raw):010d}" if int(raw) >= 0 else f"{wire.DEAD_PREFIX}{raw}"
+    prefix = item_codec.DEAD_PREFIX
+    return f"{prefix}{int(raw):010d}" if int(raw) >= 0 else f"{prefix}{raw}"
 
 
 def _decode_dead(name: str, data: bytes, stat: Stat) -> DeadLetter:
     doc, _why = untrusted.load_json(data)
     if not isinstance(doc, dict):
-        text = data[:wire.DEAD_DATA_LIMIT].decode("utf-8", errors="backslashreplace")
+        text = data[:item_codec.DEAD_DATA_LIMIT].decode("utf-8", errors="backslashreplace")
         return DeadLetter(name, None, None, "unreadable dead letter", 0,
                           stat.ctime / 1000.0, redact_userinfo(text))
     url = doc.get("url")
     attempts = doc.get("attempts")
     dead_at = doc.get("dead_at")
-    error = str(doc["error"])[:wire.ERROR_LIMIT] if doc.get("error") is not None else None
+    error = str(doc["error"])[:item_codec.ERROR_LIMIT] if doc.get("error") is not None else None
     shown = doc.get("data") if isinstance(doc.get("data"), str) else None
     return DeadLetter(
         id=name, item=doc.get("item") if isinstance(doc.get("item"), str) else None,
@@ -418,7 +415,7 @@ def _decode_dead(name: str, data: bytes, stat: Stat) -> DeadLetter:
 def list_dead(zk: ZkClient, root: str) -> list[DeadLetter]:
     """Every dead letter, oldest first."""
     base = _paths(root)["dead"]
-    names = [n for _, n in wire.sort_names(_children(zk, base))]
+    names = [n for _, n in item_codec.sort_names(_children(zk, base))]
     results = gather([zk.get_async(f"{base}/{n}") for n in names], zk.zk_timeout)
     return [_decode_dead(n, bytes(r[0] or b""), r[1])
             for n, r in zip(names, results, strict=True) if not isinstance(r, Exception)]
@@ -488,7 +485,7 @@ def requeue_item(letter: DeadLetter) -> Item | None:
     if letter.url is None:
         return None
     data = letter.data.encode("utf-8", "surrogatepass") if letter.data else b""
-    original = wire.decode(data).item if data else None
+    original = item_codec.decode(data).item if data else None
     meta = dict(original.meta) if original and original.url == letter.url else {}
     meta.update({"requeued_from": letter.id, "last_error": letter.error})
     producer = original.producer if original and original.url == letter.url else None
@@ -502,7 +499,7 @@ def _requeue_body(item: Item) -> tuple[bytes | None, str]:
         body = item.encode()
     except UnicodeEncodeError:
         return None, "its URL is not valid Unicode: purge it instead"
-    dec = wire.decode(body)
+    dec = item_codec.decode(body)
     return (body, "") if dec.item is not None else (None, f"{dec.error}: purge it instead")
 
 
@@ -518,11 +515,11 @@ def _commit_each(zk: ZkClient, builds: Sequence[Callable[[Multi], None]]
     return gather(txs, zk.zk_timeout)
 
 
-def requeue_dead(zk: ZkClient, root: str, letters: Sequence[DeadLetter]) -> Outcome:
+def requeue_dead(zk: ZkClient, root: str, letters: Sequence[DeadLetter]) -> RepairOutcome:
     """Offer each letter's item again (attempt 0) and delete the letter, atomically per item."""
     p = _paths(root)
     zk.ensure_path(p["queue"])
-    out = Outcome()
+    out = RepairOutcome()
     ops: list[tuple[str, Callable[[Multi], None]]] = []
     for letter in letters:
         item = requeue_item(letter)
@@ -539,7 +536,7 @@ def requeue_dead(zk: ZkClient, root: str, letters: Sequence[DeadLetter]) -> Outc
             continue
 
         def build(tx: Multi, name: str = letter.id, body: bytes = body) -> None:
-            tx.create(f"{p['queue']}/{wire.PREFIX}", body, sequence=True)
+            tx.create(f"{p['queue']}/{item_codec.PREFIX}", body, sequence=True)
             tx.delete(f"{p['dead']}/{name}")
 
         ops.append((letter.id, build))
@@ -551,10 +548,10 @@ def requeue_dead(zk: ZkClient, root: str, letters: Sequence[DeadLetter]) -> Outc
     return out
 
 
-def purge_dead(zk: ZkClient, root: str, letters: Sequence[DeadLetter]) -> Outcome:
+def purge_dead(zk: ZkClient, root: str, letters: Sequence[DeadLetter]) -> RepairOutcome:
     """Delete the given dead letters for good."""
     base = _paths(root)["dead"]
-    out = Outcome()
+    out = RepairOutcome()
     results = gather([zk.delete_async(f"{base}/{d.id}") for d in letters], zk.zk_timeout)
     for letter, res in zip(letters, results, strict=True):
         if isinstance(res, NoNodeError):
@@ -570,7 +567,7 @@ def purge_dead(zk: ZkClient, root: str, letters: Sequence[DeadLetter]) -> Outcom
 def list_queue(zk: ZkClient, root: str, limit: int) -> list[dict[str, Any]]:
     """The first ``limit`` items (what consumers take next), with their lease holder."""
     p = _paths(root)
-    names = [n for _, n in wire.sort_names(_children(zk, p["queue"]))][:max(0, limit)]
+    names = [n for _, n in item_codec.sort_names(_children(zk, p["queue"]))][:max(0, limit)]
     reads = gather([zk.get_async(f"{p['queue']}/{n}") for n in names], zk.zk_timeout)
     leases = gather([zk.get_async(f"{p['leases']}/{n}") for n in names], zk.zk_timeout)
     now = time.time()
@@ -578,7 +575,7 @@ def list_queue(zk: ZkClient, root: str, limit: int) -> list[dict[str, Any]]:
     for name, res, lease in zip(names, reads, leases, strict=True):
         if isinstance(res, Exception):
             continue
-        dec = wire.decode(bytes(res[0] or b""))
+        dec = item_codec.decode(bytes(res[0] or b""))
         holder = None
         if not isinstance(lease, Exception):
             doc, _why = untrusted.load_object(lease[0], {"consumer": str})

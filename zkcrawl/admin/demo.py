@@ -1,20 +1,14 @@
-"""``zkcrawl demo``: the whole system on one machine, nothing to configure.
+"""``zkcrawl demo``: the whole system on one machine, nothing to configure. :func:`run_demo`
+starts a throwaway ZooKeeper, the sample blog, the producer and the consumers -- the very
+``zkcrawl-producer`` and ``zkcrawl-consumer`` an operator runs -- shows progress, and
+summarizes the results once the queue is drained.
 
-:func:`run_demo` starts a throwaway ZooKeeper (:class:`zkcrawl.admin.localzk.ZkServer`) in a temp
-directory, the sample blog (``python -m zkcrawl.admin.samplesite``) on 127.0.0.1, the producer and
-the consumers -- the very ``zkcrawl-producer`` and ``zkcrawl-consumer`` an operator runs, as
-``python -m`` subprocesses -- shows progress, and summarizes the results once the queue is
-drained.
-
-No process outlives it: every child runs in its own process group (a terminal's Ctrl-C
-reaches the demo only, and the shutdown goes in order: producer and consumers get SIGTERM
-and drain, stragglers get SIGKILL, then the site and ZooKeeper stop); the clean-up runs in
-``finally`` with further signals held. Only SIGKILL of the demo itself can orphan children.
-
-With ``out`` (``--out postgresql://USER@HOST/DB?table=NAME``) the consumers write to that
-table instead of part files: the demo first deletes the table's rows of the demo's root
-(``/zkcrawl-demo``; an earlier demo's rows would be counted again), counts progress there,
-and exports the demo's rows to ``results.jsonl`` for the report."""
+* No process outlives it: every child in its own process group, an ordered shutdown
+  (SIGTERM and drain, then SIGKILL, then the site and ZooKeeper) in ``finally`` with
+  signals held; only a SIGKILL of the demo itself can orphan children.
+* With ``out`` (a PostgreSQL table), the demo root's rows are deleted first, progress is
+  counted there, and the rows are exported to ``results.jsonl`` for the report.
+"""
 
 from __future__ import annotations
 

@@ -1,84 +1,17 @@
-"""Cluster metrics for Prometheus: what ``zkcrawl status`` shows, as gauges (``zkcrawl exporter``).
+"""Cluster metrics for Prometheus (``zkcrawl exporter``): what ``zkcrawl status`` shows, as
+gauges. The metrics and their meaning: docs/operations/monitoring.md.
 
-One exporter per cluster root. It reads the cluster with the very function behind
-``zkcrawl status --json`` (:func:`zkcrawl.admin.cluster.cluster_status`) and keeps the last
-document; a scrape only formats that document, so any number of Prometheus servers scraping
-as often as they like cost ZooKeeper nothing.
-
-**When it re-reads** -- watches, not a polling storm:
-
-* a one-shot watch on the children of ``queue``, ``leases``, ``consumers``, ``producers``
-  and ``dead``, and on the ``control`` node (re-armed before each read, so no change between
-  two reads goes unseen): any offer, claim, completion, dead letter, consumer coming or
-  going, pause or resume marks the view stale;
-* a stale view is re-read at most once per ``--min-interval`` (default 1 s): a crawl
-  completing hundreds of items a second fires watches all the time, and costs one read a
-  second;
-* and at least every ``--refresh`` (default 15 s) with no watch firing: the ages (oldest
-  item, heartbeats) and what consumers publish in their status nodes (refreshed by them every
-  5 s) change without a child being added or removed; so do the partitions' owners and
-  batches (no watch on them, which would fire on every checkpoint);
-* the partitions (:mod:`zkcrawl.admin.partition_status`: a listing and an owner read per
-  partition, batch data up to its caps) are read on start, on a refresh and at most once
-  per ``--refresh`` on watches -- their figures are at most ``--refresh`` (+ a read) old --
-  so a busy ingress that fires watches every second does not make every read list every
-  partition.
-
-One read is what ``zkcrawl status`` costs: five child listings, the control node, one
-pipelined read of the lease and status nodes, the head of the queue, one ``exists`` of
-``<root>/hosts`` (plus the five listings that arm the watches); with partitions, once per
-``--refresh``, the pipelined reads of :mod:`zkcrawl.admin.partition_status`. While ZooKeeper
-is away the exporter keeps serving the last figures with ``zkcrawl_cluster_up 0`` and the
-time of the last good read (``zkcrawl_exporter_last_read_timestamp_seconds``), and re-reads
-when the session is back.
-
-**Untrusted input** (SPEC §2): consumer ids become label values. prometheus-client escapes
-them; :func:`label` drops control characters and cuts them at :data:`LABEL_LIMIT` characters,
-and per-consumer series are capped at :data:`MAX_CONSUMER_SERIES` (the rest are summed under
-``consumer="_other"``), so a client writing thousands of status nodes cannot blow up the
-scrape.
-
-The metrics (every cluster metric has a ``root`` label):
-
-=============================================  ====================================================
-``zkcrawl_cluster_up``                         1 when the last read succeeded
-``zkcrawl_cluster_queue_depth``                items in the queue (leased or not)
-``zkcrawl_cluster_queue_claimable``            items no consumer holds
-``zkcrawl_cluster_queue_oldest_age_seconds``   age of the head of the queue (0 when empty)
-``zkcrawl_cluster_leases{consumer}``           leases by holder (the lease node's ``consumer``)
-``zkcrawl_cluster_dead_letters``               items in ``<root>/dead``
-``zkcrawl_cluster_consumers``                  live consumers (their status nodes)
-``zkcrawl_cluster_consumers_by_state{state}``  live consumers by published state
-``zkcrawl_cluster_consumer_heartbeat_age_seconds{consumer}``  since each one's status write
-``zkcrawl_cluster_consumer_items_per_second{consumer}``  as each one publishes it
-``zkcrawl_cluster_producers``                  live producers
-``zkcrawl_cluster_producer_last_pass_timestamp_seconds{producer}``  start of a watching
-                                               producer's last pass (``--watch``)
-``zkcrawl_cluster_producer_last_pass_pages{producer}``  listing pages its last pass read
-``zkcrawl_cluster_producer_last_pass_new_urls{producer}``  new URLs its last pass offered
-``zkcrawl_cluster_producer_watch_interval_seconds{producer}``  its ``--watch`` INTERVAL
-``zkcrawl_cluster_producer_held_back_items{producer}``  items a producer offering into
-                                               partitions holds back for full ones
-``zkcrawl_cluster_paused``                     1 while the control node says ``paused``
-``zkcrawl_cluster_control_pending``            consumers not yet acknowledging the control state
-``zkcrawl_partitions``                         P, from the root's data (``<root>/partitions``)
-``zkcrawl_partitions_owned``                   partitions with an owner node
-``zkcrawl_partitions_owner_unverified``        owner nodes not held by the consumer they name
-``zkcrawl_partitions_unowned_with_items``      partitions holding items without an owner
-``zkcrawl_partition_oldest_age_seconds``       the oldest batch of any partition (0: none)
-``zkcrawl_partition_batches{partition}``       batches queued, partitions holding some only
-``zkcrawl_partition_items{partition}``         items not done, partitions holding some only
-``zkcrawl_partitions_hosts_active``            hosts with items in their owners, in all
-``zkcrawl_partitions_hosts_backed_off``        hosts under a back-off kept for a hand-over
-``zkcrawl_partition_hosts_active{partition}``  the same per partition, those with any only
-``zkcrawl_partition_hosts_backed_off{partition}``  the same per partition (back-offs)
-``zkcrawl_exporter_reads_total``               re-reads of the cluster, by ``trigger``
-``zkcrawl_exporter_read_errors_total``         re-reads that failed (ZooKeeper away)
-``zkcrawl_exporter_read_seconds``              duration of the last read
-``zkcrawl_exporter_last_read_timestamp_seconds``  time of the last good read
-=============================================  ====================================================
-
-plus ``process_*``, ``python_*`` and ``zkcrawl_build_info{component="exporter"}``.
+* **Scrapes cost ZooKeeper nothing**: the cluster is read with the function behind
+  ``zkcrawl status --json`` (:func:`zkcrawl.admin.cluster.cluster_status`) and a scrape only
+  formats the last read.
+* **Reads are bounded**: one-shot watches on ``queue``, ``leases``, ``consumers``,
+  ``producers``, ``dead`` and ``control`` mark the view stale; a stale view is re-read at
+  most once per ``--min-interval``, and at least every ``--refresh`` (ages, published
+  status, the partitions of :mod:`zkcrawl.admin.partition_status`).
+* **ZooKeeper away**: the last figures stay, with ``zkcrawl_cluster_up 0``.
+* **Untrusted labels** (SPEC §2): consumer ids are cleaned by :func:`label` (at most
+  :data:`LABEL_LIMIT` characters) and per-consumer series capped at
+  :data:`MAX_CONSUMER_SERIES` (the rest summed as ``consumer="_other"``).
 """
 
 from __future__ import annotations

@@ -1,27 +1,20 @@
-"""The items a consumer holds where hosts have owners (SPEC §3): ``zkcrawl status --consumer``.
+"""The items a consumer holds (SPEC §3), for ``zkcrawl status --consumer``: an item is held
+when its consumer marked it started in a batch of a partition it owns. :func:`held_items`
+lists them: ``[{"item": "<p>/<batch>/<i>", "consumer", "age_s", "attempt", "url", "host"}]``.
 
-A consumer holds an item when it marked it started in a batch of a partition it owns (no
-lease nodes any more). :func:`held_items` lists them like the leases of the previous
-layout: ``[{"item": "<p>/<batch>/<i>", "consumer", "age_s", "attempt", "url", "host"}]``.
-
-Guarantees:
-
-* **only verified ownership counts**: a partition is this consumer's when its owner node is
-  held by the ZooKeeper session of the status node ``<root>/consumers/<id>`` (an owner node
-  names its consumer, but that name is untrusted, SPEC §2);
-* **bounded cost**: one listing of ``<root>/partitions``, one pipelined round of partition
-  listings and of owner-node stats, then the batches of the owned partitions, at most
-  :data:`MAX_BATCHES` of them, multi-read; a batch that does not decode is skipped (its
-  owner dead-letters it), never a traceback;
-* ``age_s`` is the time since the batch's last write (the checkpoint that marked the item
-  started, or a later one of the same batch): a lower bound of how long it is held.
+* **Only verified ownership counts**: a partition is this consumer's when its owner node is
+  held by the session of ``<root>/consumers/<id>`` (the name in an owner node is untrusted).
+* **Bounded cost**: one listing of ``<root>/partitions``, one pipelined round of listings and
+  owner stats, then at most :data:`MAX_BATCHES` batches multi-read; a batch that does not
+  decode is skipped, never a traceback.
+* ``age_s`` is the time since the batch's last write: a lower bound of how long it is held.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from zkcrawl.queue import items as wire
+from zkcrawl.queue import items as item_codec
 from zkcrawl.queue import partition_batch as pb
 from zkcrawl.queue.layout import Layout
 from zkcrawl.textsafe import redact_userinfo
@@ -51,8 +44,8 @@ def held_items(zk: ZkClient, root: str, consumer_id: str, now: float) -> list[di
     listings = gather([zk.get_children_async(layout.partition(p)) for p in mine],
                       zk.zk_timeout)
     paths = [(p, name) for p, res in zip(mine, listings, strict=True)
-             if isinstance(res, list) for _, name in wire.sort_names(
-                 [c for c in res if c.startswith(wire.PREFIX)])][:MAX_BATCHES]
+             if isinstance(res, list) for _, name in item_codec.sort_names(
+                 [c for c in res if c.startswith(item_codec.PREFIX)])][:MAX_BATCHES]
     out: list[dict[str, Any]] = []
     reads = zk.get_many([f"{layout.partition(p)}/{n}" for p, n in paths])
     for (p, name), res in zip(paths, reads, strict=True):

@@ -1,23 +1,15 @@
-"""A real, throwaway ZooKeeper on loopback: for ``zkcrawl local-zk``, the demo and tests.
+"""A real, throwaway ZooKeeper on loopback: for ``zkcrawl local-zk``, the demo and tests
+(:class:`ZkServer`, standalone or a quorum on loopback ports).
 
-It finds an installed ZooKeeper (``$ZOOKEEPER_HOME`` with ``lib/*.jar``, or Debian's
-``zookeeper`` package: ``/usr/share/java/zookeeper.jar``), writes a config bound to
-127.0.0.1 and runs the server JVM directly -- not through ``zkServer.sh``, whose
-Debian version insists on ``/etc/zookeeper`` and ``/var/lib/zookeeper``. A standalone
-server or a quorum of several on loopback ports (for fail-over tests) share the code.
-
-For the security tests a server can also **require authentication** (``require_auth``:
-``enforce.auth.enabled`` with the digest scheme, ZooKeeper >= 3.7; ``sasl_users`` adds SASL
-DIGEST-MD5 through a JAAS file) and serve a **TLS client port** (``tls``: Netty, PEM key and
-trust stores that :func:`make_pki` generates with ``openssl`` in a directory of the caller's --
-nothing prebuilt).
-
-Files: the data directory and its ``data/`` (snapshots, transaction log: every znode's data
-and each digest ACL's unsalted SHA-1 of ``user:password``) are 0700, the config, JAAS file,
-log and PID file 0600, whatever the umask or an older version left. The PID file holds the
-PID and the process's start time: :func:`stop_pid` signals only the process whose command
-line runs ZooKeeper on this directory's ``zoo.cfg`` and that started then (an unrelated
-process whose PID the file names is left alone).
+* It runs an installed ZooKeeper's JVM directly (``$ZOOKEEPER_HOME`` or Debian's
+  ``zookeeper`` package) with a config bound to 127.0.0.1.
+* For the security tests: ``require_auth`` (digest; ``sasl_users`` for SASL DIGEST-MD5) and
+  ``tls`` (a TLS client port, keys made by :func:`make_pki` with ``openssl``, nothing
+  prebuilt).
+* Files are private whatever the umask: data directories 0700, config, JAAS, log and PID
+  files 0600.
+* :func:`stop_pid` signals only the process the PID file names *and* that runs ZooKeeper on
+  this directory's ``zoo.cfg`` and started then: an unrelated process is left alone.
 """
 
 from __future__ import annotations

@@ -1,52 +1,12 @@
-"""The partitions of a root as ``zkcrawl status`` and the exporter show them (issue #22, item 10).
+"""The partitions of a root as ``zkcrawl status`` and the exporter show them:
+:func:`partition_status` (its docstring has the document and the rules).
 
-``partition_status(zk, root, now, sessions)`` is the ``partitions`` section of
-``zkcrawl status --json`` -- ``None`` when ``<root>/partitions`` does not exist (the root
-never ran ``--politeness owner``)::
-
-    {"count": P | null, "count_error": reason | null,   # P from the root's data
-     "present": partition nodes, "ignored": children that are no partition,
-     "owned": partitions with an owner node, "by_owner": {consumer: n},
-     "unverified": [p...],          # owner node not held by the live consumer it names
-     "batches": n, "items": n | null, "items_counted": bool, "items_note": why | null,
-     "malformed_batches": n, "oldest_age_s": s | null,
-     "unowned_with_items": n, "unowned": [p...],          # all of them
-     "hosts_active": n | null, "hosts_backed_off": n | null,  # sums of the list's
-     "list": [{"partition", "owner", "epoch", "verified", "batches", "depth",
-               "malformed", "oldest_age_s", "hosts_active", "hosts_backed_off"}]}
-
-Guarantees:
-
-* **bounded cost**: one listing of ``<root>/partitions``, then pipelined: one listing per
-  partition, one read per owner node, one ``exists`` per partition's first batch (its
-  ctime is the oldest batch's age, server clock); batch data is read -- multi-reads of
-  :data:`READ_CHUNK` nodes -- only to count items, and only while
-  the root holds at most :data:`MAX_BATCH_READS` batches and :data:`MAX_READ_BYTES` of
-  them: beyond, batches alone are counted (``items`` is null and ``items_note`` says why);
-* **hostile input** (SPEC §2): child names that are no partition of ``0..P-1`` are counted
-  as ``ignored``; an owner node is read at most :data:`~zkcrawl.queue.partition_queue.
-  OWNER_LIMIT` bytes and is *verified* only when its ZooKeeper session is the session of
-  the live status node ``<root>/consumers/<id>`` it names (a forged or garbage owner node is
-  shown as owned -- it does hold the partition -- by ``?`` or its claimed name, unverified);
-  a batch is counted by :func:`count_pending` (the envelope rules of
-  :func:`zkcrawl.queue.partition_batch.decode`, never raises) and one that is no batch is
-  counted in ``malformed``, never a traceback;
-* a partition *holds items* while it has batch nodes (a batch whose items are all done is
-  deleted by the write that settles the last one); ``depth`` counts the entries not done
-  (an entry that is no item among them, until its owner dead-letters it), null when not
-  counted;
-* nodes that go between the listing and the read (a batch completed, an owner leaving, a
-  partition deleted by hand) are what they are at the read: no error.
-
-``hosts_active`` (hosts with items not done in the owner's batches) and ``hosts_backed_off``
-(hosts under a Retry-After or down-host back-off that its checkpoint keeps for a hand-over)
-live in the owner's memory (SPEC §4): each consumer publishes them per partition in its
-status node (``ownership.hosts``: ``{"<p>": [active, backed off]}``, partitions with any,
-:meth:`consumer.ownership.Ownership.snapshot`). They are taken only from the *verified*
-owner's node (a forged status node cannot speak for a partition it does not hold), decoded
-by :func:`host_figures` (never raises: counts that are no count are dropped); a partition
-whose verified owner publishes figures but not for it has 0 and 0; null where the owner
-publishes none (unowned, unverified, or a consumer that does not say).
+* **Bounded cost**: one listing of ``<root>/partitions``, then pipelined reads per partition;
+  batch data is read only to count items, and only up to :data:`MAX_BATCH_READS` batches
+  and :data:`MAX_READ_BYTES` (beyond, ``items`` is null and ``items_note`` says why).
+* **Hostile input** (SPEC §2) never raises: odd children are ``ignored``, an owner node is
+  *verified* only by its ZooKeeper session, a batch that does not decode is ``malformed``.
+* Host figures are taken only from a partition's verified owner's status node.
 """
 
 from __future__ import annotations
@@ -57,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from zkcrawl.queue import items as wire
+from zkcrawl.queue import items as item_codec
 from zkcrawl.queue import partition_batch as pb
 from zkcrawl.queue import untrusted
 from zkcrawl.queue.layout import Layout
@@ -74,7 +34,7 @@ _NAME = re.compile(r"0|[1-9][0-9]{0,3}")  # a partition's node name: plain decim
 
 
 @dataclass
-class _Part:
+class _PartitionFindings:
     """What one partition was found to hold."""
 
     p: int
@@ -118,7 +78,7 @@ def host_figures(doc: object) -> dict[int, tuple[int, int]] | None:
     return out
 
 
-def _hosts(parts: Sequence[_Part], published: Mapping[str, object]) -> None:
+def _hosts(parts: Sequence[_PartitionFindings], published: Mapping[str, object]) -> None:
     """Each partition's host figures from its verified owner's status document."""
     figures: dict[str, dict[int, tuple[int, int]] | None] = {}
     for part in parts:
@@ -187,21 +147,21 @@ def decode_owner(data: bytes | None, stat: Stat, sessions: Mapping[str, int]
             "verified": verified}
 
 
-def _list(zk: ZkClient, layout: Layout, ps: list[int]) -> list[_Part]:
+def _list(zk: ZkClient, layout: Layout, ps: list[int]) -> list[_PartitionFindings]:
     results = gather([zk.get_children_async(layout.partition(p)) for p in ps], zk.zk_timeout)
     parts = []
     for p, res in zip(ps, results, strict=True):
         if isinstance(res, Exception):
             continue  # deleted between the two listings
-        part = _Part(p, [n for _, n in wire.sort_names(
-            [c for c in res if c.startswith(wire.PREFIX)])])
+        part = _PartitionFindings(p, [n for _, n in item_codec.sort_names(
+            [c for c in res if c.startswith(item_codec.PREFIX)])])
         part.owner = {} if "owner" in res else None  # read next
         parts.append(part)
     return parts
 
 
-def _owners(zk: ZkClient, layout: Layout, parts: list[_Part], sessions: Mapping[str, int]
-            ) -> None:
+def _owners(zk: ZkClient, layout: Layout, parts: list[_PartitionFindings],
+            sessions: Mapping[str, int]) -> None:
     held = [x for x in parts if x.owner is not None]
     results = gather([zk.get_async(layout.partition_owner(x.p)) for x in held], zk.zk_timeout)
     for part, res in zip(held, results, strict=True):
@@ -209,7 +169,7 @@ def _owners(zk: ZkClient, layout: Layout, parts: list[_Part], sessions: Mapping[
                                                                           sessions)
 
 
-def _heads(zk: ZkClient, layout: Layout, parts: list[_Part], now: float) -> None:
+def _heads(zk: ZkClient, layout: Layout, parts: list[_PartitionFindings], now: float) -> None:
     """Each partition's oldest batch age: the first batch's ctime (pipelined); a head
     settled meanwhile is replaced by the next batch, at most :data:`HEAD_TRIES` deep."""
     todo = [(x, 0) for x in parts if x.batches]
@@ -227,7 +187,7 @@ def _heads(zk: ZkClient, layout: Layout, parts: list[_Part], now: float) -> None
         todo = again
 
 
-def _items(zk: ZkClient, layout: Layout, parts: list[_Part]) -> str | None:
+def _items(zk: ZkClient, layout: Layout, parts: list[_PartitionFindings]) -> str | None:
     """Each partition's depth from its batches' data (module docstring: the caps); returns
     why the items were not counted, or None."""
     total = sum(len(x.batches) for x in parts)
@@ -257,9 +217,55 @@ def _items(zk: ZkClient, layout: Layout, parts: list[_Part]) -> str | None:
 
 def partition_status(zk: ZkClient, root: str, now: float, sessions: Mapping[str, int],
                      published: Mapping[str, object] | None = None) -> dict[str, Any] | None:
-    """The ``partitions`` section (module docstring); ``sessions``: live consumer id ->
-    the session of its status node; ``published``: live consumer id -> its status
-    document (for the host figures)."""
+    """The ``partitions`` section of ``zkcrawl status --json`` -- ``None`` when
+    ``<root>/partitions`` does not exist (no consumer has run on the root). ``sessions``:
+    live consumer id -> the session of its status node; ``published``: live consumer id ->
+    its status document (for the host figures)::
+
+        {"count": P | null, "count_error": reason | null,   # P from the root's data
+         "present": partition nodes, "ignored": children that are no partition,
+         "owned": partitions with an owner node, "by_owner": {consumer: n},
+         "unverified": [p...],          # owner node not held by the live consumer it names
+         "batches": n, "items": n | null, "items_counted": bool, "items_note": why | null,
+         "malformed_batches": n, "oldest_age_s": s | null,
+         "unowned_with_items": n, "unowned": [p...],          # all of them
+         "hosts_active": n | null, "hosts_backed_off": n | null,  # sums of the list's
+         "list": [{"partition", "owner", "epoch", "verified", "batches", "depth",
+                   "malformed", "oldest_age_s", "hosts_active", "hosts_backed_off"}]}
+
+    Guarantees:
+
+    * **bounded cost**: one listing of ``<root>/partitions``, then pipelined: one listing per
+      partition, one read per owner node, one ``exists`` per partition's first batch (its
+      ctime is the oldest batch's age, server clock); batch data is read -- multi-reads of
+      :data:`READ_CHUNK` nodes -- only to count items, and only while
+      the root holds at most :data:`MAX_BATCH_READS` batches and :data:`MAX_READ_BYTES` of
+      them: beyond, batches alone are counted (``items`` is null and ``items_note`` says why);
+    * **hostile input** (SPEC §2): child names that are no partition of ``0..P-1`` are counted
+      as ``ignored``; an owner node is read at most :data:`~zkcrawl.queue.partition_queue.
+      OWNER_LIMIT` bytes and is *verified* only when its ZooKeeper session is the session of
+      the live status node ``<root>/consumers/<id>`` it names (a forged or garbage owner node is
+      shown as owned -- it does hold the partition -- by ``?`` or its claimed name, unverified);
+      a batch is counted by :func:`count_pending` (the envelope rules of
+      :func:`zkcrawl.queue.partition_batch.decode`, never raises) and one that is no batch is
+      counted in ``malformed``, never a traceback;
+    * a partition *holds items* while it has batch nodes (a batch whose items are all done is
+      deleted by the write that settles the last one); ``depth`` counts the entries not done
+      (an entry that is no item among them, until its owner dead-letters it), null when not
+      counted;
+    * nodes that go between the listing and the read (a batch completed, an owner leaving, a
+      partition deleted by hand) are what they are at the read: no error.
+
+    ``hosts_active`` (hosts with items not done in the owner's batches) and ``hosts_backed_off``
+    (hosts under a Retry-After or down-host back-off that its checkpoint keeps for a hand-over)
+    live in the owner's memory (SPEC §4): each consumer publishes them per partition in its
+    status node (``ownership.hosts``: ``{"<p>": [active, backed off]}``, partitions with any,
+    :meth:`consumer.ownership.Ownership.snapshot`). They are taken only from the *verified*
+    owner's node (a forged status node cannot speak for a partition it does not hold), decoded
+    by :func:`host_figures` (never raises: counts that are no count are dropped); a partition
+    whose verified owner publishes figures but not for it has 0 and 0; null where the owner
+    publishes none (unowned, unverified, or a consumer that does not say).
+    """
     layout = Layout.of(root)
     try:
         names = zk.get_children(layout.partitions)

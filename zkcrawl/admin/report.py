@@ -1,28 +1,16 @@
-"""``zkcrawl report``: summarize consumer result files (JSON Lines, SPEC §4).
+"""``zkcrawl report``: summarize consumer result files (JSON Lines, SPEC §4) --
+:func:`load_records`, :func:`summarize`, then :func:`render_text` or :func:`render_html`
+(self-contained: inline CSS and SVG, no script, no external resource).
 
-:func:`load_records` reads files tolerantly, :func:`summarize` turns records into one
-JSON-serializable dict, :func:`render_text` and :func:`render_html` present it.  The HTML page
-is self-contained (inline CSS and SVG, no script, no external resource), so it can be mailed or
-attached to a ticket and opened anywhere.
+Result files are untrusted input. Guarantees, whatever the bytes:
 
-Result files are untrusted input (a killed consumer, a hand-edited file, another tool's
-output). Guarantees, whatever the bytes:
-
-* nothing but an unreadable file raises: a line that is not a JSON object (invalid JSON or
-  UTF-8, nesting too deep for the parser) is counted in ``bad_lines`` and skipped; a value
-  the summary cannot use (a non-number or non-finite/overflowing number where a number
-  belongs, ``NaN``/``Infinity``, a ``fetched_at`` that is no date in 1970..9000, an object
-  where a label belongs) is counted in ``bad_values`` and ignored;
-* the summary holds only finite numbers (|x| <= 1e15) and UTF-8-encodable labels of at most
-  :data:`LABEL_LIMIT` characters, so ``--json`` output is strict JSON;
-* a failure of the user's code (``processor: ValueError: bad value 17 (myproc.py:5)``,
-  ``pipeline NAME: ...``) counts under its kind, exception type and place
-  (``processor: ValueError (myproc.py:5)``, :func:`failure_reason`) whatever its message,
-  in the outcomes, the failures and the verdict: one bug on one line is one reason, and
-  ``failures[].example`` keeps one of its messages; the text report cuts a reason's middle,
-  never its place;
-* the text report shows data through :func:`zkcrawl.textsafe.printable` (no control, ANSI
-  or bidi character reaches the terminal) and the HTML report HTML-escapes it as well.
+* nothing but an unreadable file raises: bad lines are counted in ``bad_lines``, unusable
+  values in ``bad_values``;
+* the summary holds only finite numbers and bounded UTF-8 labels, so ``--json`` is strict
+  JSON;
+* a failure of the user's code counts by kind, exception type and place
+  (:func:`failure_reason`), whatever its message: one bug on one line is one reason;
+* text output goes through :func:`zkcrawl.textsafe.printable`, HTML is escaped.
 """
 
 from __future__ import annotations
@@ -57,8 +45,8 @@ __all__ = ["LABEL_LIMIT", "TIMINGS", "dead_records", "failure_reason", "latest_r
 
 log = structlog.get_logger(__name__)
 
-#: The per-item durations a record carries, in pipeline order (``polite_ms`` is the part of
-#: ``wait_ms`` spent waiting for the host's turn).
+#: The per-item durations a record carries, in the order an item meets them (``polite_ms``
+#: is the part of ``wait_ms`` spent waiting for the host's turn).
 TIMINGS = ("queue_ms", "dispatch_ms", "wait_ms", "polite_ms", "process_ms")
 _NICE_BUCKETS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200,
                  86400)

@@ -1,28 +1,16 @@
 """The bundled demo site: a small blog on 127.0.0.1 with the traps a real site has.
 
-Used by ``zkcrawl demo`` and by tests.  In-thread::
+For ``zkcrawl demo`` and the tests: in-thread (``with SampleSite() as site: ...``;
+:func:`expected_articles` is what a correct crawl records) or as a process
+(``python -m zkcrawl.admin.samplesite --port 8000`` prints ``READY <base_url>``).
 
-    with SampleSite() as site:
-        crawl(site.base_url + "/blog/page/1")
-        assert outcomes == expected_articles(site.base_url)
-
-or as a separate process: ``python -m zkcrawl.admin.samplesite --port 8000`` (prints
-``READY <base_url>`` once listening).
-
-Layout (``N`` = 1..40 are the valid articles):
-
-* ``/robots.txt`` -- ``Disallow: /blog/private/``
-* ``/blog/page/1`` .. ``/blog/page/5`` -- listings, 8 articles each plus traps, linked by
-  ``<a rel="next" class="next">``; item links are ``<a class="titlelink">`` in relative,
-  root-relative, protocol-relative and absolute forms, with ``#comments`` fragments,
-  ``utm_*`` tracking parameters, duplicates across pages, ``javascript:``, ``mailto:`` and
-  an external host (``external.invalid``, never resolvable).
-* ``/blog/posts/N.html`` -- articles with ``<title>``, ``<h1 class="headline">``,
-  ``<span class="author">`` and ``<time datetime>``.  Article :data:`GBK_ARTICLE` is GBK
-  encoded, declared only by ``<meta charset="gbk">``; :data:`UTF8_NOCHARSET_ARTICLE` is
-  UTF-8 with no charset declared anywhere; :data:`SLOW_ARTICLE` answers after ``slow_s``.
-* ``/blog/posts/41.html`` -- 404; ``/blog/private/draft.html`` -- disallowed by robots
-  (served 200 if fetched anyway); ``/blog/posts/data.json`` -- ``application/json``.
+* ``/blog/page/1`` .. ``/blog/page/5``: listings linked by ``<a rel="next">``, article links
+  in every URL form, with fragments, ``utm_*`` parameters, duplicates, ``javascript:``,
+  ``mailto:`` and an unresolvable external host;
+* ``/blog/posts/N.html`` (N = 1..40): articles; :data:`GBK_ARTICLE` is GBK declared only by
+  ``<meta>``, :data:`UTF8_NOCHARSET_ARTICLE` UTF-8 undeclared, :data:`SLOW_ARTICLE` slow;
+* ``/blog/posts/41.html`` 404, ``/blog/private/`` disallowed by ``/robots.txt``,
+  ``/blog/posts/data.json`` not HTML.
 """
 
 from __future__ import annotations
@@ -189,7 +177,7 @@ class Hit:
     user_agent: str
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _SampleSiteHandler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"  # keep-alive, like a real server
 
@@ -235,7 +223,7 @@ class SampleSite:
         self.slow_s = slow_s
         self.hits: list[Hit] = []
         self._lock = threading.Lock()
-        self._httpd = _Server((host, port), _Handler)
+        self._httpd = _Server((host, port), _SampleSiteHandler)
         self._httpd.site = self
         bound_host, bound_port = self._httpd.server_address[:2]
         assert isinstance(bound_host, str)  # an AF_INET server's (bytes: only AF_UNIX's)

@@ -1,7 +1,7 @@
 """Benchmarks, each measured as a ratio against a baseline in the same run: the queue
 (:mod:`.drain`), the producer's offers (:mod:`.offer`), a whole crawl (:mod:`.crawl`, with
 its synthetic :mod:`.site` and the :mod:`.naive` baseline), many hosts and an ensemble
-(:mod:`.hosts`), one big host among small ones (:mod:`.skew`), the pipeline end to end
+(:mod:`.hosts`), one big host among small ones (:mod:`.skew`), the whole crawl end to end
 (:mod:`.e2e`), sitemaps and ``--watch`` (:mod:`.sitemap`), re-crawls (:mod:`.recrawl`); and
 :mod:`.command`, the ``zkcrawl bench`` subcommand that runs them.
 

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from types import ModuleType
 from typing import Any
 
 from zkcrawl.errors import ExitStatus, UsageError
+from zkcrawl.runner import setup_logging
 from zkcrawl.settings import CommonSettings, opt
 
 NAME = "bench"
@@ -96,114 +99,125 @@ class Settings(CommonSettings):
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("what", choices=("queue", "offer", "crawl", "hosts", "skew", "e2e",
-                                         "ensemble", "sitemap", "watch", "recrawl",
-                                         "recrawl-store", "frontier", "rebalance"))
+    parser.add_argument("what", choices=tuple(CASES))
 
 
 def execute(settings: Settings, ns: argparse.Namespace, env: Mapping[str, str]) -> ExitStatus:
-    hosts = settings.zk or None
-    out: dict[str, Any]
-    if ns.what == "queue":
-        from zkcrawl.bench import drain as bq
-
-        out = bq.run_bench(hosts, settings.items or 20_000, settings.root)
-        text = bq.render(out)
-    elif ns.what == "offer":
-        from zkcrawl.bench import offer as bo
-
-        out = bo.run_bench(hosts, settings.items or 100_000, json_out=settings.json)
-        text = bo.render(out) if hasattr(bo, "render") else json.dumps(out, indent=2)
-    elif ns.what in ("recrawl", "recrawl-store"):
-        out, text = _recrawl(ns.what, settings, hosts)
-    elif ns.what in ("sitemap", "watch"):
-        try:
-            from zkcrawl.bench import sitemap as bs
-        except ImportError as exc:  # psutil (zkcrawl.bench.crawl): the `bench` extra
-            raise UsageError(f"zkcrawl bench {ns.what} needs {exc.name}: "
-                             "pip install 'zkcrawl[bench]'") from None
-
-        if ns.what == "sitemap":
-            out = bs.run_sitemap(hosts, settings.items or 50_000)
-            text = bs.render(out)
-        else:
-            out = bs.run_watch(hosts)
-            text = bs.render_watch(out)
-    elif ns.what in ("hosts", "skew", "e2e", "ensemble", "frontier", "rebalance"):
-        out, text = _cluster_scale(ns.what, settings, hosts)
-    else:
-        try:
-            from zkcrawl.bench import crawl as bc
-        except ImportError as exc:  # psutil: the `bench` extra
-            raise UsageError(f"zkcrawl bench crawl needs {exc.name}: "
-                             "pip install 'zkcrawl[bench]'") from None
-
-        out = bc.run_bench(hosts, settings.items or 2000, threads=settings.threads,
-                           latency_ms=settings.latency_ms, json_out=settings.json,
-                           pg=settings.pg or None, extract=settings.extract)
-        text = bc.render(out) if hasattr(bc, "render") else json.dumps(out, indent=2)
+    setup_logging(settings)  # queues run in this process too: their lines go to stderr
+    out, text = CASES[ns.what](settings, settings.zk or None)
     print(json.dumps(out) if settings.json else text)
     return ExitStatus.OK
 
 
-def _recrawl(what: str, settings: Settings, hosts: str | None) -> tuple[dict[str, Any], str]:
+Result = tuple[dict[str, Any], str]
+
+
+def _case(what: str, module: str) -> ModuleType:
+    """``zkcrawl.bench.<module>``, or one line naming the ``bench`` extra (psutil) when a
+    module it needs is not installed."""
     try:
-        from zkcrawl.bench import recrawl as br
-    except ImportError as exc:  # psutil: the `bench` extra
+        return importlib.import_module(f"zkcrawl.bench.{module}")
+    except ImportError as exc:
         raise UsageError(f"zkcrawl bench {what} needs {exc.name}: "
                          "pip install 'zkcrawl[bench]'") from None
-    if what == "recrawl-store":
-        out = br.run_store(settings.items or 1_000_000)
-        return out, br.render_store(out)
-    out = br.run_bench(hosts, settings.items or 2000, threads=settings.threads,
-                       latency_ms=settings.latency_ms, page_kb=settings.page_kb)
+
+
+def _queue(s: Settings, hosts: str | None) -> Result:
+    bq = _case("queue", "drain")
+    out = bq.run_bench(hosts, s.items or 20_000, s.root)
+    return out, bq.render(out)
+
+
+def _offer(s: Settings, hosts: str | None) -> Result:
+    bo = _case("offer", "offer")
+    out = bo.run_bench(hosts, s.items or 100_000, json_out=s.json)
+    return out, bo.render(out)
+
+
+def _crawl(s: Settings, hosts: str | None) -> Result:
+    bc = _case("crawl", "crawl")
+    out = bc.run_bench(hosts, s.items or 2000, threads=s.threads, latency_ms=s.latency_ms,
+                       json_out=s.json, pg=s.pg or None, extract=s.extract)
+    return out, bc.render(out)
+
+
+def _hosts(s: Settings, hosts: str | None) -> Result:
+    bh = _case("hosts", "hosts")
+    out = bh.run_bench(hosts, hosts=s.site_hosts, per_host=s.per_host, threads=s.threads,
+                       latency_ms=s.latency_ms, delay=s.domain_delay, consumers=s.consumers,
+                       backlog=s.backlog or None)
+    return out, bh.render(out)
+
+
+def _skew(s: Settings, hosts: str | None) -> Result:
+    skew = _case("skew", "skew")
+    # the mix as the issue met it: 2 consumers x 16 threads, everything else default
+    out = skew.run_bench(hosts, small_hosts=s.small_hosts, per_small=s.per_host,
+                         big=s.big_pages, procs=2, threads=16, latency_ms=s.latency_ms,
+                         delay=s.domain_delay)
+    return out, skew.render(out)
+
+
+def _e2e(s: Settings, hosts: str | None) -> Result:
+    e2e = _case("e2e", "e2e")
+    out = e2e.run_bench(hosts, articles=s.items or 2000, threads=s.threads,
+                        latency_ms=s.latency_ms)
+    return out, e2e.render(out)
+
+
+def _ensemble(s: Settings, hosts: str | None) -> Result:
+    if hosts is not None:
+        raise UsageError("bench ensemble starts its own 3-node ensemble: no --zk")
+    bh = _case("ensemble", "hosts")
+    out = bh.run_ensemble(s.items or 20_000)
+    return out, bh.render_ensemble(out)
+
+
+def _sitemap(s: Settings, hosts: str | None) -> Result:
+    bs = _case("sitemap", "sitemap")
+    out = bs.run_sitemap(hosts, s.items or 50_000)
+    return out, bs.render(out)
+
+
+def _watch(s: Settings, hosts: str | None) -> Result:
+    bs = _case("watch", "sitemap")
+    out = bs.run_watch(hosts)
+    return out, bs.render_watch(out)
+
+
+def _recrawl(s: Settings, hosts: str | None) -> Result:
+    br = _case("recrawl", "recrawl")
+    out = br.run_bench(hosts, s.items or 2000, threads=s.threads, latency_ms=s.latency_ms,
+                       page_kb=s.page_kb)
     return out, br.render(out)
 
 
-def _cluster_scale(what: str, settings: Settings, hosts: str | None) -> tuple[dict[str, Any], str]:
-    try:
-        from zkcrawl.bench import hosts as bh
-    except ImportError as exc:  # psutil: the `bench` extra
-        raise UsageError(f"zkcrawl bench {what} needs {exc.name}: "
-                         "pip install 'zkcrawl[bench]'") from None
-    if what == "hosts":
-        out = bh.run_bench(hosts, hosts=settings.site_hosts, per_host=settings.per_host,
-                           threads=settings.threads, latency_ms=settings.latency_ms,
-                           delay=settings.domain_delay, consumers=settings.consumers,
-                           backlog=settings.backlog or None)
-        return out, bh.render(out)
-    if what == "skew":
-        from zkcrawl.bench import skew
+def _recrawl_store(s: Settings, hosts: str | None) -> Result:
+    br = _case("recrawl-store", "recrawl")
+    out = br.run_store(s.items or 1_000_000)
+    return out, br.render_store(out)
 
-        # the mix as the issue met it: 2 consumers x 16 threads, everything else default
-        out = skew.run_bench(hosts, small_hosts=settings.small_hosts,
-                             per_small=settings.per_host, big=settings.big_pages, procs=2,
-                             threads=16, latency_ms=settings.latency_ms,
-                             delay=settings.domain_delay)
-        return out, skew.render(out)
-    if what == "frontier":
-        from zkcrawl.bench import frontier
 
-        out = frontier.run_bench(hosts, items=settings.items or 20_000,
-                                 site_hosts=settings.site_hosts)
-        return out, frontier.render(out)
-    if what == "rebalance":
-        from zkcrawl.bench import rebalance
+def _frontier(s: Settings, hosts: str | None) -> Result:
+    frontier = _case("frontier", "frontier")
+    out = frontier.run_bench(hosts, items=s.items or 20_000, site_hosts=s.site_hosts)
+    return out, frontier.render(out)
 
-        out = rebalance.run_bench(hosts, hosts=settings.site_hosts,
-                                  per_host=max(settings.per_host,
-                                               math.ceil(45 / settings.domain_delay)),
-                                  threads=settings.threads, latency_ms=settings.latency_ms,
-                                  delay=settings.domain_delay,
-                                  session_timeout=settings.session_timeout)
-        return out, rebalance.render(out)
-    if what == "ensemble":
-        if hosts is not None:
-            raise UsageError("bench ensemble starts its own 3-node ensemble: no --zk")
-        out = bh.run_ensemble(settings.items or 20_000)
-        return out, bh.render_ensemble(out)
-    from zkcrawl.bench import e2e
 
-    out = e2e.run_bench(hosts, articles=settings.items or 2000, threads=settings.threads,
-                        latency_ms=settings.latency_ms)
-    return out, e2e.render(out)
+def _rebalance(s: Settings, hosts: str | None) -> Result:
+    rebalance = _case("rebalance", "rebalance")
+    out = rebalance.run_bench(hosts, hosts=s.site_hosts,
+                              per_host=max(s.per_host, math.ceil(45 / s.domain_delay)),
+                              threads=s.threads, latency_ms=s.latency_ms,
+                              delay=s.domain_delay, session_timeout=s.session_timeout)
+    return out, rebalance.render(out)
+
+
+# The cases, in the order `zkcrawl bench --help` lists them: each imports its module when
+# run (most need the `bench` extra, and `zkcrawl --help` loads none).
+CASES: dict[str, Callable[[Settings, str | None], Result]] = {
+    "queue": _queue, "offer": _offer, "crawl": _crawl, "hosts": _hosts, "skew": _skew,
+    "e2e": _e2e, "ensemble": _ensemble, "sitemap": _sitemap, "watch": _watch,
+    "recrawl": _recrawl, "recrawl-store": _recrawl_store, "frontier": _frontier,
+    "rebalance": _rebalance,
+}

@@ -1,34 +1,17 @@
 """``zkcrawl bench crawl``: a whole crawl, zkcrawl against the seed's naive crawler, one run.
 
-The synthetic site (:mod:`zkcrawl.bench.site`) runs in its own process on loopback, every
-response delayed by ``latency_ms`` (asyncio: no thread per request); a throwaway ZooKeeper
-is started unless ``hosts`` is given. N article URLs are crawled four times:
+N article URLs of the synthetic site (:mod:`zkcrawl.bench.site`, its own process, every
+response delayed by ``latency_ms``) are crawled by: ``seed_naive`` (seed 002's
+``threaded_crawler`` as written), ``zkcrawl_1`` (one consumer, the queue filled beforehand,
+the fsynced sink included), ``zkcrawl_2`` (two consumers), ``zkcrawl_requests``
+(``--http requests``) and ``zkcrawl_pg`` (a PostgreSQL sink, alternating ``rounds`` times
+with JSON Lines; skipped with the reason when there is no server or driver). With
+``--extract article`` (:func:`run_article_bench`): ``title``, ``article_threads`` and
+``article_pool`` instead. A throwaway ZooKeeper is started unless ``hosts`` is given.
 
-* ``seed_naive`` -- seed 002's ``threaded_crawler`` as written: threads popping a shared
-  list, one ``requests.get`` per URL (no Session, so a new connection each time), a
-  supervisor loop that tops the threads up and sleeps ``SLEEP_TIME = 1`` s;
-* ``zkcrawl_1``  -- one ``zkcrawl-consumer`` process with the same thread count, the queue
-  filled beforehand, at-least-once leases and the fsynced sink included;
-* ``zkcrawl_2``  -- two consumer processes on one queue;
-* ``zkcrawl_requests`` -- ``zkcrawl_1`` again with ``--http requests`` (a requests.Session
-  per thread instead of a libcurl handle), run right after it: the CPU per page of each
-  transport, from one run;
-* ``zkcrawl_pg`` -- ``zkcrawl_1`` writing to a PostgreSQL table (``--out postgresql://``)
-  instead of a JSON Lines file: the server given (``pg``) or a throwaway local one with
-  its durable defaults (fsync on, synchronous commit: like the fsynced file). JSON Lines
-  and PostgreSQL alternate, ``rounds`` times each (``zkcrawl_1`` and ``zkcrawl_pg`` keep
-  the better round of each; every round is in ``rounds_*``); skipped, with the reason,
-  when neither a server nor the driver is there.
-
-With ``--extract article`` (:func:`run_article_bench`) three other cases instead, one
-consumer each: ``title`` (the default), ``article_threads`` (``--extract article
---extract-workers 0``: extraction in the fetch threads) and ``article_pool`` (the default
-extraction processes, one per core); their CPU and RSS include the extraction processes.
-
-Every case runs in child processes; the parent samples them with psutil (CPU, RSS) and
-counts their output lines, so CPU per page is measured between the first and the last page
-(interpreter start-up excluded) and RSS is seen at the first and the last thousand pages.
-``pct_ideal`` compares pages/s with ``threads x processes / latency``.
+Cases run in child processes sampled with psutil: CPU per page between the first and the
+last page, RSS at the first and the last thousand; ``pct_ideal`` compares pages/s with
+``threads x processes / latency``.
 """
 
 from __future__ import annotations
@@ -54,9 +37,9 @@ from zkcrawl.admin.localzk import ZkServer
 from zkcrawl.bench.naive import seed_supervisor
 from zkcrawl.bench.site import start_benchsite, stop_benchsite
 from zkcrawl.queue import control
+from zkcrawl.queue.ingress import IngressQueue
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.layout import Layout
-from zkcrawl.queue.leases import LeaseQueue
 from zkcrawl.zk.client import ZkClient
 
 SAMPLE_S = 0.05
@@ -283,7 +266,7 @@ def case_zkcrawl(hosts: str, urls: list[str], threads: int, latency_ms: float, p
     """One crawl by ``procs`` consumers; ``extra``: more consumer flags (``--extract``)."""
     root = f"/bench-crawl-{uuid.uuid4().hex[:8]}"
     zk = ZkClient(hosts, session_timeout=30).connect()
-    LeaseQueue(zk, root, "bench").offer_many(Item(url=u, producer="bench") for u in urls)
+    IngressQueue(zk, root).offer_many(Item(url=u, producer="bench") for u in urls)
     # Paused until every consumer is up (the operator's pause, SPEC §5): the processes
     # start one after the other, and the first must not run alone while the others
     # import -- the measured span would then hold a one-process stretch.

@@ -1,26 +1,20 @@
-"""``zkcrawl bench queue``: the queue recipe against its baselines, in one run.
+"""``zkcrawl bench queue``: the consumer's queue against its baselines, in one run.
 
 Cases (same server, a fresh root per case):
 
 * ``seed_take``      the seed's take: getChildren + sort + getData + delete, every time
-* ``kazoo_locking``  kazoo's LockingQueue get + consume (on a KazooClient of its own: the
-  one kazoo import outside zkcrawl/zk, an exception pyproject's ruff config names)
-* ``zkcrawl_alo``    LeaseQueue at-least-once claim + complete
-* ``zkcrawl_alo_uncounted``  the same without counting claims (SPEC §3's "a holder's
-  death is an attempt"): the baseline of that feature's cost, in the same run
-* ``zkcrawl_amo``    LeaseQueue at-most-once
-* ``zkcrawl_alo_4proc`` four consumer processes, at-least-once
-* ``offer_single`` / ``offer_batched``  one create per round trip vs offer_many
+* ``kazoo_locking``  kazoo's LockingQueue get + consume (a KazooClient of its own)
+* ``zkcrawl_alo``    what a consumer runs: :class:`~consumer.owned_queue.OwnedQueue`
+  at-least-once -- claim, mark started, complete, settled in checkpoints -- over items of
+  ``HOSTS`` hosts offered into their partitions (``zkcrawl_amo``: at-most-once)
+* ``zkcrawl_alo_4proc`` four consumer processes, each owning its share of the partitions
+* ``offer_single`` / ``offer_batched``  one create per round trip vs the ingress's offers
 
-The two O(n)-per-take baselines are timed on samples of takes at depth N and at
-depth N/10 (a full drain of 20,000 would take minutes), a sample never larger than the
-queue it is taken from (kazoo's get() on an empty queue waits); the zkcrawl cases drain all
-N items and report per-take time over the first and the last tenth of the drain.
-
-Every node lives under one run node ``<root>/run-<hex>`` (``--root``, default
-``/zkcrawl-bench``), removed on exit -- also on Ctrl-C, after the worker processes (in a
-session of their own, so the terminal's SIGINT reaches only this one) are stopped; the root
-goes too when this run created it and left it empty.
+The O(n) baselines are timed on samples of takes at depth N and N/10 (never more than the
+queue holds); the zkcrawl cases drain N items, then N/10: items per second over the whole
+drain, per-take time over its steady state (:func:`_steady_ms`). Every node lives under one
+run node ``<root>/run-<hex>``, removed on exit, Ctrl-C included (the worker processes, in
+sessions of their own, are stopped first).
 """
 
 from __future__ import annotations
@@ -34,27 +28,50 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from consumer.owned_queue import OwnedQueue
+from consumer.ownership import Ownership
+from zkcrawl import logs
 from zkcrawl.admin.localzk import ZkServer
-from zkcrawl.queue.claims import Claimed
+from zkcrawl.queue.claims import AT_LEAST_ONCE, AT_MOST_ONCE, Claimed
+from zkcrawl.queue.ingress import IngressQueue
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.layout import Layout
-from zkcrawl.queue.leases import AT_LEAST_ONCE, AT_MOST_ONCE, LeaseQueue
+from zkcrawl.queue.partition_queue import PartitionQueue
+from zkcrawl.queue.partitions import DEFAULT_PARTITIONS
 from zkcrawl.zk import NoNodeError, NotEmptyError, ZkClient
 from zkcrawl.zk.client import gather
 
 SAMPLE = 300
 DEFAULT_ROOT = "/zkcrawl-bench"
+HOSTS = 1000  # the items' hosts (never fetched): spread over the partitions, as in a crawl
 
 
 def _items(n: int) -> list[Item]:
-    return [Item(url=f"http://127.0.0.1:9/a/{i}.html", producer="bench") for i in range(n)]
+    return [Item(url=f"http://h{i % HOSTS}.bench.test/a/{i}.html", producer="bench")
+            for i in range(n)]
 
 
 def _fill(zk: ZkClient, root: str, n: int) -> None:
-    LeaseQueue(zk, root, "filler").offer_many(_items(n))
+    """``n`` items into the ingress ``<root>/queue`` (the baselines take from there)."""
+    IngressQueue(zk, root).offer_many(_items(n))
+
+
+def _fill_partitions(zk: ZkClient, root: str, n: int) -> None:
+    """``n`` items into their partitions, packed in batches, as the producer offers them."""
+    PartitionQueue(zk, root, DEFAULT_PARTITIONS, consumer="bench").offer(_items(n))
+
+
+def owned_queue(zk: ZkClient, root: str, consumer: str, delivery: str = AT_LEAST_ONCE, *,
+                partitions: int = DEFAULT_PARTITIONS) -> OwnedQueue:
+    """A registered consumer's queue over the partitions it owns (no gap: no HTTP here)."""
+    layout = Layout.of(root)
+    zk.ensure_path(layout.consumers)
+    zk.create(layout.consumer(consumer), b"{}", ephemeral=True)
+    ownership = Ownership(zk, root, consumer, 0.0, partitions=partitions).start()
+    return OwnedQueue(zk, root, consumer, ownership, delivery=delivery)
 
 
 def _seed_take(zk: ZkClient, path: str) -> bytes | None:
@@ -141,74 +158,127 @@ def bench_kazoo(zk: ZkClient, n: int, base: str = "") -> dict[str, float]:
     return res
 
 
-def drain(q: LeaseQueue, n: int, idle_timeout: float = 2.0, stop_when_empty: bool = False) -> int:
-    """Claim and complete like the consumer does: one thread claims, another completes
-    (the consumer completes after its grouped fsync), so the two round trips overlap."""
-    pending: queue.Queue[list[Claimed] | None] = queue.Queue(maxsize=4)
-    errors: list[BaseException] = []
-
-    def completer() -> None:
-        batch: list[Claimed] = []
-        while True:
-            got = pending.get()
-            if got is not None:
-                batch.extend(got)
-            if batch and (got is None or len(batch) >= q.complete_batch or pending.empty()):
-                try:
-                    q.complete(batch)
-                except BaseException as exc:  # surfaced after join
-                    errors.append(exc)
-                batch = []
-            if got is None:
-                return
-
-    t = threading.Thread(target=completer, name="completer")
-    t.start()
+def drain(q: OwnedQueue, n: int, idle_timeout: float = 2.0, stop_when_empty: bool = False,
+          progress: list[tuple[float, int]] | None = None) -> int:
+    """Claim, mark and complete like the consumer does: the claiming thread marks what it
+    claimed (an item starts once its mark is written: ``on_marked``), another thread
+    completes, so the round trips overlap; returns once every completion is checkpointed.
+    ``progress`` gets ``(perf_counter, items claimed so far)`` after every claim."""
+    completer = _Completer(q)
+    q.on_marked = completer.put
+    completer.start()
     done = 0
     try:
         while done < n:
-            got = q.claim(q.claim_batch, timeout=idle_timeout)
+            got = q.claim(500, timeout=idle_timeout)
             if not got:
                 if not stop_when_empty or q.depth() == 0:
                     break
                 continue
-            pending.put(got)
+            completer.put([c for c in got if q.mark(c)])  # the others come via on_marked
             done += len(got)
-    finally:
-        pending.put(None)
-        t.join()
-    if errors:
-        raise errors[0]
+            if progress is not None:
+                progress.append((time.perf_counter(), done))
+    except BaseException:
+        completer.finish(done, timeout=0.0)  # Ctrl-C: no wait for what is in flight
+        raise
+    completer.finish(done)
+    _await_settled(q)
     return done
 
 
-def _drain_from(zk: ZkClient, n: int, delivery: str, count: bool = True, base: str = ""
-                ) -> tuple[float, LeaseQueue, int]:
+class _Completer(threading.Thread):
+    """Completes what it is handed, a group at a time (the consumer's committer part)."""
+
+    def __init__(self, q: OwnedQueue) -> None:
+        super().__init__(name="completer", daemon=True)
+        self.q = q
+        self.ready: queue.Queue[list[Claimed] | None] = queue.Queue()
+        self.completed = 0
+        self.error: BaseException | None = None
+        self._progress = threading.Condition()
+
+    def put(self, claimed: Sequence[Claimed]) -> None:
+        if claimed:
+            self.ready.put(list(claimed))
+
+    def run(self) -> None:
+        while (got := self.ready.get()) is not None:
+            while not self.ready.empty():  # what came meanwhile: one group
+                more = self.ready.get()
+                if more is None:
+                    self.ready.put(None)
+                    break
+                got.extend(more)
+            try:
+                self.q.complete(got)
+            except BaseException as exc:  # raised by finish()
+                self.error = exc
+            with self._progress:
+                self.completed += len(got)
+                self._progress.notify_all()
+
+    def finish(self, expected: int, timeout: float = 60.0) -> None:
+        """Once ``expected`` items are completed (their marks may come later), or
+        ``timeout``: stop, and raise what a completion raised."""
+        with self._progress:
+            self._progress.wait_for(lambda: self.completed >= expected or self.error is not None,
+                                    timeout)
+        self.ready.put(None)
+        self.join()
+        if self.error is not None:
+            raise self.error
+
+
+def _await_settled(q: OwnedQueue, timeout: float = 60.0) -> None:
+    """Until every completion is in a checkpoint (none held), bounded."""
+    deadline = time.monotonic() + timeout
+    while q.held and time.monotonic() < deadline:
+        time.sleep(0.01)  # the checkpoint thread writes within FLUSH_S; no event to watch
+
+
+def _drain_from(zk: ZkClient, n: int, delivery: str, base: str = ""
+                ) -> tuple[float, int, float]:
+    """(seconds, items, ms per take in the steady state) of one drain from depth ``n``."""
     root = _case_root(base)
-    _fill(zk, root, n)
-    q = LeaseQueue(zk, root, "solo", delivery=delivery, count_claims=count)
-    t0 = time.perf_counter()
-    done = drain(q, n)
-    elapsed = time.perf_counter() - t0
+    _fill_partitions(zk, root, n)
+    q = owned_queue(zk, root, "solo", delivery)
+    progress: list[tuple[float, int]] = []
+    try:
+        t0 = time.perf_counter()
+        done = drain(q, n, progress=progress)
+        elapsed = time.perf_counter() - t0
+    finally:
+        q.close()
     zk.delete(root, recursive=True)
-    return elapsed, q, done
+    return elapsed, done, _steady_ms(progress, elapsed / max(done, 1) * 1000)
 
 
-def bench_lease(zk: ZkClient, n: int, delivery: str, count: bool = True, base: str = ""
-                ) -> dict[str, float]:
+def _steady_ms(progress: list[tuple[float, int]], whole: float) -> float:
+    """Milliseconds per take from the claim that passed 10 % of the drain to the one that
+    passed 90 %: the take itself, without what a drain pays once (taking and listing the
+    partitions, the last checkpoint). ``whole`` when the drain had too few claims."""
+    if not progress:
+        return whole
+    total = progress[-1][1]
+    lo = next(p for p in progress if p[1] >= total * 0.1)
+    hi = next(p for p in progress if p[1] >= total * 0.9)
+    if hi[1] <= lo[1]:
+        return whole
+    return (hi[0] - lo[0]) / (hi[1] - lo[1]) * 1000
+
+
+def bench_owned(zk: ZkClient, n: int, delivery: str, base: str = "") -> dict[str, Any]:
     """A whole drain from depth N, then a whole drain from depth N/10.
 
-    Per-take time is each drain's time per item: its one listing of the queue is
-    amortised over the items it serves, as in production. O(1) takes give the same
-    time at both depths; the seed's O(n) take is ~depth-proportional.
-    """
-    elapsed, q, done = _drain_from(zk, n, delivery, count, base)
-    small = max(1, n // 10)
-    elapsed_10, _, done_10 = _drain_from(zk, small, delivery, count, base)
-    return {"items_per_s": round(done / elapsed, 1),
-            "ms_per_take_at_n": round(elapsed / max(done, 1) * 1000, 4),
-            "ms_per_take_at_n_10": round(elapsed_10 / max(done_10, 1) * 1000, 4),
-            "wasted_requests_per_item": round(q.stats.wasted / max(done, 1), 4),
+    ``items_per_s``: the drain from N, claim to checkpointed settle, everything included.
+    Per-take times: each drain's steady state (:func:`_steady_ms`) -- O(1) takes give the
+    same time at both depths; the seed's O(n) take is ~depth-proportional. No request is
+    wasted on a race: one owner per partition (``wasted_requests_per_item`` is None)."""
+    elapsed, done, at_n = _drain_from(zk, n, delivery, base)
+    _, _, at_n_10 = _drain_from(zk, max(1, n // 10), delivery, base)
+    return {"items_per_s": round(done / elapsed, 1), "ms_per_take_at_n": round(at_n, 4),
+            "ms_per_take_at_n_10": round(at_n_10, 4), "wasted_requests_per_item": None,
             "items": done}
 
 
@@ -216,7 +286,7 @@ def bench_procs(zk: ZkClient, n: int, procs: int = 4, base: str = "") -> dict[st
     """``procs`` worker processes drain one queue; each runs in a session of its own (the
     terminal's Ctrl-C reaches only the parent, which stops them: none is left behind)."""
     root = _case_root(base)
-    _fill(zk, root, n)
+    _fill_partitions(zk, root, n)
     go = f"{root}/go"
     env = {**os.environ, "PYTHONPATH": _pythonpath()}
     children: list[subprocess.Popen[bytes]] = []
@@ -229,8 +299,7 @@ def bench_procs(zk: ZkClient, n: int, procs: int = 4, base: str = "") -> dict[st
         _await_children(zk, Layout.of(root).consumers, procs, children)
         zk.create(go, b"")
         outs = [json.loads(c.communicate(timeout=600)[0]) for c in children]
-        layout = Layout.of(root)
-        leftover = len(zk.get_children(layout.queue)) + len(zk.get_children(layout.leases))
+        leftover = PartitionQueue(zk, root, DEFAULT_PARTITIONS).depth()  # batches left
         zk.delete(root, recursive=True)
     finally:
         for child in children:
@@ -240,8 +309,7 @@ def bench_procs(zk: ZkClient, n: int, procs: int = 4, base: str = "") -> dict[st
     total = sum(o["items"] for o in outs)
     span = max(o["end"] for o in outs) - min(o["start"] for o in outs)
     fair = n / procs
-    return {"items_per_s": round(total / span, 1),
-            "wasted_requests_per_item": round(sum(o["wasted"] for o in outs) / max(total, 1), 4),
+    return {"items_per_s": round(total / span, 1), "wasted_requests_per_item": None,
             "per_consumer": [o["items"] for o in outs],
             "max_share_vs_fair": round(max(o["items"] for o in outs) / fair, 3),
             "items": total, "left_in_queue": leftover,
@@ -266,19 +334,23 @@ def _pythonpath() -> str:
 
 
 def _worker(hosts: str, root: str, wid: str, _procs: str) -> None:
-    """One bench consumer process: register, wait for the go node, drain, report."""
+    """One bench consumer process: register, wait for the go node, own its share of the
+    partitions, drain until nothing is queued anywhere, report (stdout: one JSON line)."""
+    logs.configure(level="warning")  # to stderr
     zk = ZkClient(hosts, session_timeout=10).connect()
-    q = LeaseQueue(zk, root, wid, delivery=AT_LEAST_ONCE)
-    zk.create(Layout.of(root).consumer(wid), b"{}", ephemeral=True, makepath=True)
+    layout = Layout.of(root)
+    zk.create(layout.consumer(wid), b"{}", ephemeral=True, makepath=True)
     go = threading.Event()
     if zk.exists(f"{root}/go", watch=lambda _e: go.set()):
         go.set()
     go.wait(60)
+    ownership = Ownership(zk, root, wid, 0.0, partitions=DEFAULT_PARTITIONS).start()
+    q = OwnedQueue(zk, root, wid, ownership)
     start = time.time()
     done = drain(q, 1 << 62, idle_timeout=0.5, stop_when_empty=True)
     end = time.time()
-    print(json.dumps({"items": done, "start": start, "end": end,
-                      "wasted": q.stats.wasted, "requests": q.stats.requests}))
+    q.close()
+    print(json.dumps({"items": done, "start": start, "end": end}))
     zk.close()
 
 
@@ -293,7 +365,7 @@ def bench_offers(zk: ZkClient, n: int, base: str = ""
         zk.create(Layout.of(root).item_prefix, d, sequence=True)
     single = sample / (time.perf_counter() - t0)
     zk.delete(root, recursive=True)
-    q = LeaseQueue(zk, root, "offer")
+    q = IngressQueue(zk, root)
     items = _items(n)
     t0 = time.perf_counter()
     q.offer_many(items)
@@ -331,13 +403,12 @@ def run_bench(hosts: str | None, n: int = 20_000, root: str = DEFAULT_ROOT
 
 def _cases(zk: ZkClient, n: int, base: str) -> dict[str, Any]:
     out: dict[str, Any] = {"n": n, "zk": zk.hosts, "root": base.rsplit("/", 1)[0] or "/"}
-    bench_lease(zk, min(n, 2000), AT_LEAST_ONCE, base=base)  # warm-up: JIT, caches
+    bench_owned(zk, min(n, 2000), AT_LEAST_ONCE, base=base)  # warm-up: JIT, caches
     out["offer_single"], out["offer_batched"] = bench_offers(zk, n, base)
     out["seed_take"] = bench_seed(zk, n, base)
     out["kazoo_locking"] = bench_kazoo(zk, n, base)
-    out["zkcrawl_alo_uncounted"] = bench_lease(zk, n, AT_LEAST_ONCE, count=False, base=base)
-    out["zkcrawl_alo"] = bench_lease(zk, n, AT_LEAST_ONCE, base=base)
-    out["zkcrawl_amo"] = bench_lease(zk, n, AT_MOST_ONCE, base=base)
+    out["zkcrawl_alo"] = bench_owned(zk, n, AT_LEAST_ONCE, base=base)
+    out["zkcrawl_amo"] = bench_owned(zk, n, AT_MOST_ONCE, base=base)
     out["zkcrawl_alo_4proc"] = bench_procs(zk, n, 4, base)
     return out
 
@@ -397,8 +468,7 @@ def _ratios(out: dict[str, Any]) -> dict[str, float]:
     return {"alo_vs_seed": r(alo["items_per_s"], out["seed_take"]["items_per_s"]),
             "alo_vs_kazoo": r(alo["items_per_s"], out["kazoo_locking"]["items_per_s"]),
             "alo_take_n_vs_n10": r(alo["ms_per_take_at_n"], alo["ms_per_take_at_n_10"]),
-            "alo_counted_vs_uncounted": r(alo["items_per_s"],
-                                          out["zkcrawl_alo_uncounted"]["items_per_s"]),
+            "amo_vs_alo": r(out["zkcrawl_amo"]["items_per_s"], alo["items_per_s"]),
             "batched_vs_single_offer": r(out["offer_batched"]["items_per_s"],
                                          out["offer_single"]["items_per_s"])}
 
@@ -406,8 +476,7 @@ def _ratios(out: dict[str, Any]) -> dict[str, float]:
 def render(out: dict[str, Any]) -> str:
     rows = [f"zkcrawl bench queue  N={out['n']}  zk={out['zk']}",
             f"{'case':<20}{'items/s':>12}{'ms/take@N':>12}{'ms/take@N/10':>14}{'wasted/item':>13}"]
-    for key in ("seed_take", "kazoo_locking", "zkcrawl_alo_uncounted", "zkcrawl_alo",
-                "zkcrawl_amo",
+    for key in ("seed_take", "kazoo_locking", "zkcrawl_alo", "zkcrawl_amo",
                 "zkcrawl_alo_4proc", "offer_single", "offer_batched"):
         c = out[key]
         rows.append(f"{key:<20}{c['items_per_s']:>12,.0f}{_fmt(c.get('ms_per_take_at_n')):>12}"

@@ -1,28 +1,14 @@
-"""``zkcrawl bench e2e``: the whole pipeline against seed 002's threaded crawler, one run.
+"""``zkcrawl bench e2e``: the whole crawl -- producer walking listings, consumer fetching --
+against seed 002's threaded crawler, one run, each case on a freshly started synthetic site
+(a chain of ``LISTING_PAGES`` listing pages, every response delayed by ``latency_ms``).
 
-The synthetic site serves a chain of ``LISTING_PAGES`` (50) listing pages, each linking
-``articles / 50`` articles and the next page, every response delayed by ``latency_ms``. Cases,
-each on a freshly started site (so its counters and clock are the case's own):
+* ``zkcrawl``: one consumer waiting on an empty queue, then the producer walking the chain
+  (``--start`` + ``--next``) and offering articles as it reads them;
+* ``seed_naive``: :mod:`zkcrawl.bench.naive` following the same links.
 
-* ``zkcrawl`` -- one consumer (``threads`` threads, ``--domain-delay 0``) registered and
-  waiting on an empty queue, then the producer walking the chain (``--start`` + ``--next``)
-  and offering the articles as it reads them; ZooKeeper is the bench's own local server,
-  so its CPU is counted with the crawlers' (psutil on the JVM);
-* ``seed_naive`` -- :mod:`zkcrawl.bench.naive` from the first listing page, following the
-  listing and article links, ``threads`` threads, no delay.
-
-Both fetch the same pages (the listings and the articles). Figures:
-
-* ``pages_per_s`` -- pages fetched (listings + articles) over the time from the site's first
-  request (the chain's first page) to the last record; ``from_spawn_pages_per_s`` counts
-  from the first process's start instead (interpreter start-up included);
-* ``attainable_pages_per_s`` -- the listing chain's bound: the articles of page *p* cannot be
-  known before *p* listing fetches, and no more than ``threads / latency`` pages a second go
-  out, so the crawl takes at least ``max(L x latency + ceil(per_list / threads) x latency,
-  latency + articles x latency / threads)``;
-* ``cpu_ms_per_page`` -- CPU of every process of the case (producer, consumer, ZooKeeper; the
-  naive crawler) from spawn to exit, per page; ``zk_cpu_ms_per_page`` its ZooKeeper part
-  (the bench's own server, warmed up first by offering and draining 2,000 items).
+Figures: ``pages_per_s`` (first request to last record; ``from_spawn_pages_per_s`` from the
+first process start), ``attainable_pages_per_s`` (the chain's bound), ``cpu_ms_per_page``
+of every process of the case, ZooKeeper's included (``zk_cpu_ms_per_page``).
 """
 
 from __future__ import annotations
@@ -186,16 +172,20 @@ def _warm_up(zk_hosts: str, n: int = 2000) -> None:
     """Offer and drain ``n`` items on a fresh server: a JVM just started spends seconds of
     CPU compiling its hot paths, which would be counted against the first case (a
     production ensemble is warm)."""
-    from zkcrawl.bench.drain import drain
+    from zkcrawl.bench.drain import drain, owned_queue
+    from zkcrawl.queue.ingress import IngressQueue
     from zkcrawl.queue.items import Item
-    from zkcrawl.queue.leases import LeaseQueue
 
     zk = ZkClient(zk_hosts, session_timeout=30).connect()
     root = f"/bench-e2e-warm-{uuid.uuid4().hex[:8]}"
     try:
-        q = LeaseQueue(zk, root, "warm-up")
-        q.offer_many(Item(url=f"http://127.0.0.1:9/w/{i}", producer="bench") for i in range(n))
-        drain(q, n)
+        IngressQueue(zk, root).offer_many(
+            Item(url=f"http://127.0.0.1:9/w/{i}", producer="bench") for i in range(n))
+        q = owned_queue(zk, root, "warm-up")  # the owner of partition 0 moves the ingress
+        try:
+            drain(q, n)
+        finally:
+            q.close()
         zk.delete(root, recursive=True)
     finally:
         zk.close()

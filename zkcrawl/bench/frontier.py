@@ -1,15 +1,15 @@
-"""``zkcrawl bench frontier``: ZooKeeper writes per page, shared queue vs partitions, one run.
+"""``zkcrawl bench frontier``: ZooKeeper writes per page of the partitioned queue, one run.
 
 No HTTP: the queue's own cost, with the server's counters (``mntr``) as the judge. One
 throwaway ZooKeeper (or ``--zk``), a fresh root per case, the same URLs (``--items`` over
 ``--site-hosts`` hosts) in both:
 
-* ``shared``       the layout before partitions: :class:`~zkcrawl.queue.leases.LeaseQueue`
-  offers (batched transactions), at-least-once claims of 100 (a lease per item) and
-  completes (item and lease deleted) -- without the per-request politeness write that
-  layout also cost (a cluster turn on ``<root>/hosts``: gone with it, measured at ~1 write
-  per page, docs/benchmarks.md);
-* ``partitioned``  :class:`~zkcrawl.queue.partition_queue.PartitionQueue`: offers packed per
+* ``owned``        what a consumer runs: the items offered into their partitions, then
+  :class:`~consumer.owned_queue.OwnedQueue` claims, marks started and completes them
+  (:func:`zkcrawl.bench.drain.drain`), its checkpoint thread writing marks and settles on
+  its own clock;
+* ``partitioned``  :class:`~zkcrawl.queue.partition_queue.PartitionQueue` driven by hand
+  (the figures quoted since 2026-12-02) -- offers packed per
   partition, one owner takes every partition, reads its batches, and works them in rounds:
   each round is one checkpoint (:meth:`~zkcrawl.queue.partition_queue.PartitionQueue.
   checkpoint`: one transaction per 512 KiB, fenced per partition) that marks the next
@@ -17,8 +17,11 @@ throwaway ZooKeeper (or ``--zk``), a fresh root per case, the same URLs (``--ite
   0.2 s checkpoints do (:mod:`consumer.owned_queue`); a finished batch is deleted in it.
 
 Reported: writes, reads and requests per page from the server, items per second of the
-client, and the ratio partitioned ÷ shared. The queue's figure only: a crawl's (the owned
-queue's checkpoints, the ingress mover) is ``bench hosts``'s.
+client, and the ratio owned ÷ partitioned (the consumer's own checkpoint clock against
+checkpoints in waves).
+The queue's figure only: a crawl's (with HTTP, the ingress mover) is ``bench hosts``'s. The
+layout before partitions (a lease per item) is gone; its figures stay in
+docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -29,9 +32,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from zkcrawl.bench.drain import drain, owned_queue
 from zkcrawl.bench.hosts import per_page, zk_counters, zk_ports, zookeeper
 from zkcrawl.queue.items import Item
-from zkcrawl.queue.leases import LeaseQueue
 from zkcrawl.queue.partition_queue import BatchNode, Change, Owned, PartitionQueue
 from zkcrawl.queue.partitions import DEFAULT_PARTITIONS
 from zkcrawl.zk import ZkClient
@@ -42,18 +45,14 @@ def _items(n: int, hosts: int) -> list[Item]:
             for i in range(n)]
 
 
-def _shared(zk: ZkClient, root: str, items: list[Item]) -> int:
-    """Offer, then claim 100 at a time and complete."""
-    q = LeaseQueue(zk, root, "bench")
-    q.offer_many(items)
-    done = 0
-    while done < len(items):
-        got = q.claim(100, timeout=5)
-        if not got:
-            break
-        q.complete(got)
-        done += len(got)
-    return done
+def _owned(zk: ZkClient, root: str, items: list[Item], partitions: int) -> int:
+    """Offer into the partitions, then drain them as a consumer's queue does."""
+    PartitionQueue(zk, root, partitions, consumer="bench").offer(items)
+    q = owned_queue(zk, root, "bench", partitions=partitions)
+    try:
+        return drain(q, len(items))
+    finally:
+        q.close()
 
 
 def _partitioned(zk: ZkClient, root: str, items: list[Item], partitions: int,
@@ -113,16 +112,16 @@ def run_bench(zk_hosts: str | None, items: int = 20_000, site_hosts: int = 2_500
     with tempfile.TemporaryDirectory(prefix="zkcrawl-bench-frontier-") as name, \
             zookeeper(zk_hosts, Path(name)) as (hosts, _server):
         run = f"/zkcrawl-bench/frontier-{uuid.uuid4().hex[:8]}"
-        shared = _case(hosts, run, "shared", _shared, urls)
+        owned = _case(hosts, run, "owned", _owned, urls, partitions)
         parted = _case(hosts, run, "partitioned", _partitioned, urls, partitions, wave)
         with ZkClient(hosts, zk_timeout=30) as zk:
             zk.delete(run, recursive=True)
     out: dict[str, Any] = {"items": items, "site_hosts": site_hosts, "partitions": partitions,
-                           "wave": wave, "shared": shared, "partitioned": parted}
-    p = parted["zk"] or {}
-    base = (shared["zk"] or {}).get("writes_per_page")
-    if base and p.get("writes_per_page") is not None:
-        out["writes_per_page_partitioned_vs_shared"] = round(p["writes_per_page"] / base, 4)
+                           "wave": wave, "owned": owned, "partitioned": parted}
+    o = owned["zk"] or {}
+    base = (parted["zk"] or {}).get("writes_per_page")
+    if base and o.get("writes_per_page") is not None:
+        out["writes_per_page_owned_vs_partitioned"] = round(o["writes_per_page"] / base, 4)
     return out
 
 
@@ -131,13 +130,13 @@ def render(out: dict[str, Any]) -> str:
              f"{out['partitions']} partitions, waves of {out['wave']}",
              f"{'case':<13}{'pages':>7}{'items/s':>9}{'writes/pg':>11}{'reads/pg':>10}"
              f"{'requests/pg':>13}"]
-    for key in ("shared", "partitioned"):
+    for key in ("owned", "partitioned"):
         c = out[key]
         zk = c["zk"] or {}
         lines.append(f"{key:<13}{c['pages']:>7}{c['items_per_s'] or '-':>9}"
                      f"{zk.get('writes_per_page', '-'):>11}{zk.get('reads_per_page', '-'):>10}"
                      f"{zk.get('requests_per_page', '-'):>13}")
-    if "writes_per_page_partitioned_vs_shared" in out:
-        lines.append("writes per page, partitioned / shared: "
-                     f"{out['writes_per_page_partitioned_vs_shared']}")
+    if "writes_per_page_owned_vs_partitioned" in out:
+        lines.append("writes per page, owned / partitioned: "
+                     f"{out['writes_per_page_owned_vs_partitioned']}")
     return "\n".join(lines)

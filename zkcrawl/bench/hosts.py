@@ -1,33 +1,15 @@
-"""``zkcrawl bench hosts``: politeness on many hosts, 1 and 4 owners and under contention, one run.
+"""``zkcrawl bench hosts``: politeness on many hosts, 1 and 4 owners and under contention, one
+run; and ``zkcrawl bench ensemble`` (:func:`run_ensemble`), the at-least-once drain with 1,
+2 and 4 consumers on a 3-node ensemble.
 
-The synthetic site (:mod:`zkcrawl.bench.site`) listens on ``hosts`` loopback addresses
-(127.77.x.y, one port each: the consumers tell the hosts apart by URL host, the server by the
-address a connection came in on), every response delayed by ``latency_ms``. Each case offers
-``per_host`` article URLs on every host (round-robin: host 1, 2, ... N, then again) to a fresh
-root, starts its consumers paused, resumes them once all are registered, and measures:
-
-* ``pages_per_s`` from the first page's start to the last page's end, against the attainable
-  ``min(consumers x threads / latency, hosts / delay)`` -- with the edge of a finite run:
-  one host's ``per_host`` pages take at least ``(per_host - 1) x delay + latency``;
-* ``min_gap_s``: the smallest gap between two requests to one host *as the server saw them
-  arrive* (the site's own clock), and ``hosts_below_delay``: hosts that saw one shorter than
-  ``--domain-delay`` (every host has one owner, :mod:`consumer.ownership`, so none should);
-* ZooKeeper ``requests``, ``reads`` and ``writes`` per page, from the server's own counters
-  (the ``mntr`` four-letter word: packets received, read and update latency counts -- a
-  transaction counts once, a conditional write that failed counts too) between the resume and
-  the last record, summed over the servers;
-* client CPU per page (psutil on the consumer processes, first to last page).
-
-Cases: ``owner_1`` and ``owner_4`` (1 and 4 consumer processes sharing the partitions; 4 is
-``--consumers``, each with ``--backlog``, default twice ``--threads``) on
-``hosts`` hosts, then ``contention``: 4 consumers on 5 hosts (politeness-bound: the ideal pace
-is 5 / delay pages/s). Politeness is the owners' in every case (no ZooKeeper write per
-request); the cluster turns of ``<root>/hosts`` this bench compared them with are gone, and
-their figures are in docs/benchmarks.md as the tree before.
-
-``zkcrawl bench ensemble`` (:func:`run_ensemble`): the queue's at-least-once drain with 1, 2
-and 4 consumer processes (:func:`zkcrawl.bench.drain.bench_procs`) on a 3-node ensemble on
-loopback, with the leader's write rate (proposals committed per second) at that point.
+Each case offers ``per_host`` URLs on every host of the synthetic site
+(:mod:`zkcrawl.bench.site`, ``hosts`` loopback addresses) to a fresh root, resumes its
+paused consumers once all are registered, and reports: ``pages_per_s`` against the
+attainable ``min(consumers x threads / latency, hosts / delay)``; ``min_gap_s`` and
+``hosts_below_delay`` as the server saw requests arrive (none should be below
+``--domain-delay``); ZooKeeper requests, reads and writes per page from the servers'
+``mntr`` counters; client CPU per page. Cases: ``owner_1``, ``owner_4`` and
+``contention`` (4 consumers on 5 hosts).
 """
 
 from __future__ import annotations
@@ -439,5 +421,5 @@ def render_ensemble(out: dict[str, Any]) -> str:
         c = out[key]
         lines.append(f"{key:<10}{c['items_per_s']:>10}{_s(c.get('writes_per_s_during_drain')):>10}"
                      f"{_s(c.get('proposals_per_item')):>12}{c['zk_cpu_s']:>10}"
-                     f"{c['wasted_requests_per_item']:>13}")
+                     f"{_s(c.get('wasted_requests_per_item')):>13}")
     return "\n".join(lines)

@@ -1,19 +1,10 @@
-"""Seed 002's threaded link crawler, reimplemented as the baseline of ``zkcrawl bench e2e``.
-
-The seed (a book chapter on concurrent downloading) extends a serial link crawler to threads:
-
-* one shared ``crawl_queue`` list, seeded with the start URL, and a ``seen`` set;
-* every thread runs ``process_queue``: ``crawl_queue.pop()`` (the newest link first), download,
-  scrape, then append every link matching ``link_regex`` that is not in ``seen`` -- and stop
-  as soon as the list is momentarily empty;
-* the main thread loops ``while threads or crawl_queue``: drop the dead threads, start new ones
-  up to ``max_threads`` while there are URLs, then ``time.sleep(SLEEP_TIME)`` (1 s);
-* the Downloader waits ``delay`` seconds between two requests to one domain (a throttle per
-  domain, read and written without a lock) and opens a new connection for every download.
-
-Written again here from that description (``requests.get`` with no Session for the download,
-a regex over the HTML for the links as the seed's ``get_links`` does, lxml for the title as the
-consumer does), so both crawlers do the same work per page. Run it as a child process::
+"""Seed 002's threaded link crawler, reimplemented as the baseline of ``zkcrawl bench e2e``:
+one shared ``crawl_queue`` list (newest link first) and ``seen`` set, threads that download,
+scrape and append new links matching ``link_regex``, a main loop that tops the threads up to
+``max_threads`` and sleeps ``SLEEP_TIME`` (1 s), and a per-domain ``delay`` without a lock.
+Written from that description (``requests.get`` without a Session, a regex for the links,
+lxml for the title, as the consumer does), so both crawlers do the same work per page.
+Run it as a child process::
 
     python -m zkcrawl.bench.naive START_URL LINK_REGEX THREADS OUT.jsonl [DELAY]
 

@@ -1,27 +1,16 @@
-"""``zkcrawl bench offer``: the producer's offer path against the seed's, in one run.
+"""``zkcrawl bench offer``: the producer's offer path against the seed's, in one run, each case
+on a fresh root of the same ZooKeeper:
 
-Cases (same ZooKeeper, a fresh root each):
+* ``seed_offer``: the seed's one sequential create per URL, timed on a sample;
+* ``producer``: ``zkcrawl-producer --from-file`` of N URLs in-process, end to end (read,
+  normalize, de-duplicate, batched transactions into the partitions), back-pressure out of
+  the way;
+* ``producer_partitions``: the same with ``--partitions P`` given; both report URLs/s,
+  ZooKeeper writes (``mntr``) and znodes created per URL;
+* ``seen``: the de-duplication state's memory for 1,000,000 URLs and its measured
+  false-positive rate.
 
-* ``seed_offer``  the seed's ``queue.offer(url.getBytes())``: one PERSISTENT_SEQUENTIAL
-  create per URL, one round trip each, no normalization, no de-duplication. Timed on a
-  sample (default 5,000 URLs): its cost per URL does not depend on N.
-* ``producer``    ``zkcrawl-producer --from-file`` of N URLs, in-process, end to end:
-  reading, normalization (tracking parameters stripped), de-duplication against a
-  seen state, batched transactions straight into ``<root>/partitions/<p>/`` (batches of up
-  to 64 KiB; the producer records the default P on the fresh root). Back-pressure is set
-  out of the way (``--max-depth`` above N): this measures offering, not waiting.
-* ``producer_partitions``  the same producer run with ``--partitions P`` given (default
-  256). Since hosts have owners by default the two take the same path (the producer no
-  longer writes an ingress node per URL; ``partitions_vs_ingress`` is ~1 now -- the
-  ingress figures of the tree before are in docs/benchmarks.md). Both producer cases quote
-  URLs/s, ZooKeeper writes per URL (the server's ``mntr`` update count: a transaction is
-  one write) and znodes created per URL, measured in the same run.
-* ``seen``        memory of the de-duplication state sized for 1,000,000 URLs at a
-  0.1 % false-positive rate, filled to capacity; the false-positive rate is measured
-  on URLs never added.
-
-Without ``--zk`` a throwaway local ZooKeeper is started in a temporary directory and
-stopped at the end. The figures depend on the machine: compare ratios, not absolutes.
+Without ``--zk`` a throwaway ZooKeeper is used. Compare ratios, not absolutes.
 """
 
 from __future__ import annotations

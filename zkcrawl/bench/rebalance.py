@@ -1,39 +1,14 @@
 """``zkcrawl bench rebalance``: hosts have owners, and a consumer joins, then one leaves,
-mid-crawl (issue #22, "Measured").
+mid-crawl.
 
-One case is one crawl of ``hosts`` x ``per_host`` pages (the synthetic many-host site,
-:func:`zkcrawl.bench.site.start_site`) by ``--politeness owner`` consumers on a fresh root:
-two start (paused until both are registered); when a third of the pages is in, a third
-consumer is started (**join**); when two thirds are in, one of the first two is stopped
-(**leave**): with SIGTERM in the case ``term`` (a clean stop deletes its owner nodes: the
-hand-over is at once), with SIGKILL in the case ``kill`` (its partitions move when its
-session expires, ``--session-timeout`` after the kill). Measured, from the records'
-``fetched_at`` (the end of each fetch), in 1 s windows:
-
-* ``rate_per_s``: pages per 1 s window from the resume;
-* per event: the moment (``join``: when the third registration appears in
-  ``<root>/consumers``, which is when the others see it; ``leave``: the signal), the
-  ``steady`` rate over the :data:`STEADY_S` before it, the ``baseline`` it must come back
-  to, the lowest window after it (``dip``), and ``recovery_s``: the start of the first
-  1 s window after the event from which :data:`SUSTAIN` windows in a row each reach 90 %
-  of the baseline (0: it never fell below). The baseline is a rate measured in the same
-  run: for the leave, the steady rate of the two consumers before the join (the same
-  member count); for the join, the steady rate of the two before it scaled by
-  ``attainable(3) / attainable(2)``, where ``attainable(n) = min(n x threads / latency,
-  hosts / delay)`` -- the same when the crawl is bound by the hosts' gaps, as here. Also
-  ``lost_s``: the pages short of the baseline in the :data:`COST_S` after the event, in
-  seconds of the baseline rate (less sensitive to one slow window of a shared machine), and
-  per case ``steady_windows_below_90pct``: how many of the 1 s windows before the join, with
-  no event at all, were below 90 % of their own mean (the criterion's noise);
-* ``moved``: partitions that changed owner, from the consumers' ``ownership.changed`` log
-  events (the joiner's gains at the join; the survivors' gains at the leave), against
-  ``P / consumers`` and against the exact figure rendezvous hashing gives for these member
-  ids (:func:`zkcrawl.queue.partitions.moved`);
-* the books: every offered URL recorded (``missing`` must be 0), duplicates counted -- with
-  SIGTERM there should be none; with SIGKILL only what the killed consumer had in flight
-  may repeat (``dups_not_from_killed`` must be 0);
-* ``min_gap_s`` / ``hosts_below_delay``: the smallest gap between two requests to one host
-  *as the server saw them arrive*, across the whole run, hand-overs included.
+One case crawls ``hosts`` x ``per_host`` pages of the synthetic many-host site
+(:func:`zkcrawl.bench.site.start_site`) with two consumers; at a third of the pages a third
+joins, at two thirds one leaves (SIGTERM in case ``term``, SIGKILL in case ``kill``).
+Reported from the records' ``fetched_at`` in 1 s windows: the rate, per event its dip and
+``recovery_s`` against a baseline measured in the same run (:func:`recovery`,
+:func:`attainable`), the partitions ``moved`` against rendezvous hashing's exact figure,
+the books (``missing`` must be 0; duplicates only from a killed consumer) and the smallest
+gap between two requests to one host as the server saw them.
 
 Timings depend on the machine and its load: read them, do not assert them.
 """
@@ -60,9 +35,9 @@ from zkcrawl.bench.crawl import _read_lines, _wait_registered
 from zkcrawl.bench.hosts import env, log_events, record_spans, zookeeper
 from zkcrawl.bench.site import start_site, stop_benchsite
 from zkcrawl.queue import control
+from zkcrawl.queue.ingress import IngressQueue
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.layout import Layout
-from zkcrawl.queue.leases import LeaseQueue
 from zkcrawl.queue.partitions import assign, decode_root, moved
 from zkcrawl.zk.client import ZkClient
 
@@ -140,7 +115,7 @@ def attainable(consumers: int, threads: int, latency_ms: float, hosts: int, dela
 
 
 # -- one case ----------------------------------------------------------------------------
-class _Run:
+class _CaseConsumers:
     """The processes of one case: consumers started, stopped, waited for."""
 
     def __init__(self, zk_hosts: str, root: str, tag: str, tmp: Path, *, threads: int,
@@ -204,13 +179,13 @@ def case(zk_hosts: str, how: str, *, hosts: int, per_host: int, threads: int,
     tag = f"rebalance-{how}-{uuid.uuid4().hex[:6]}"
     root = f"/bench-{tag}"
     urls = [f"{bases[h]}/a/{i}.html" for i in range(1, per_host + 1) for h in range(hosts)]
-    run = _Run(zk_hosts, root, tag, tmp, threads=threads, delay=delay,
+    run = _CaseConsumers(zk_hosts, root, tag, tmp, threads=threads, delay=delay,
                session_timeout=session_timeout, partitions=partitions)
     ev: dict[str, float | None] = {}
     timeout = 90 + per_host * delay * 3 + len(urls) * latency_ms / 1000 + 3 * session_timeout
     zk = ZkClient(zk_hosts, session_timeout=30).connect()
     try:
-        LeaseQueue(zk, root, "bench").offer_many(Item(url=u, producer="bench") for u in urls)
+        IngressQueue(zk, root).offer_many(Item(url=u, producer="bench") for u in urls)
         control.set_state(zk, root, control.PAUSED, by="bench")
         run.spawn()
         run.spawn()
@@ -231,7 +206,7 @@ def case(zk_hosts: str, how: str, *, hosts: int, per_host: int, threads: int,
                    session_timeout=session_timeout)
 
 
-def _drive(zk: ZkClient, run: _Run, expected: int, how: str, ev: dict[str, float | None],
+def _drive(zk: ZkClient, run: _CaseConsumers, expected: int, how: str, ev: dict[str, float | None],
            deadline: float) -> None:
     """Join at 1/3 of the pages, leave at 2/3 (once the joiner is a member), then wait for
     every consumer to exit (bounded by ``deadline``)."""
@@ -260,7 +235,7 @@ def _stamp(rec: dict[str, Any]) -> float:
         return 0.0
 
 
-def _moved_by_logs(run: _Run, ev: dict[str, float | None]) -> dict[str, int]:
+def _moved_by_logs(run: _CaseConsumers, ev: dict[str, float | None]) -> dict[str, int]:
     """Partitions gained and lost per event, from the ``ownership.changed`` log events:
     at the join, those logged between the launch and the leave; at the leave, the
     survivors' after it (with 2 members: not those of consumers exiting at the end)."""
@@ -281,7 +256,7 @@ def _moved_by_logs(run: _Run, ev: dict[str, float | None]) -> dict[str, int]:
     return out
 
 
-def _report(how: str, run: _Run, urls: list[str], ev: dict[str, float | None],
+def _report(how: str, run: _CaseConsumers, urls: list[str], ev: dict[str, float | None],
             stats: dict[str, Any], p: int, dead: int, *, threads: int, latency_ms: float,
             hosts: int, per_host: int, delay: float, session_timeout: float
             ) -> dict[str, Any]:

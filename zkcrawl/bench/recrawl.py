@@ -1,24 +1,14 @@
-"""``zkcrawl bench recrawl`` and ``zkcrawl bench recrawl-store`` (issue #23): a re-crawl
-against the first crawl in one run, and the ``--recrawl`` store at scale.
+"""``zkcrawl bench recrawl`` and ``zkcrawl bench recrawl-store``: a re-crawl against the first
+crawl in one run, and the ``--recrawl`` store at scale.
 
-``recrawl``: the synthetic site (:mod:`zkcrawl.bench.site`, whose pages carry an ETag and
-answer a matching ``If-None-Match`` with 304) serves N unchanged articles; a throwaway
-ZooKeeper unless ``hosts`` is given. Pass 1 offers the N URLs as a ``--recrawl`` producer
-does (``meta.recrawl = {}``, each URL in a :class:`~producer.recrawl.RecrawlStore`), one
-consumer process crawls them and reports to ``<root>/fetched/``. Then the producer's
-re-crawl pass (:class:`~producer.recrawl.Recrawler`: drain ``fetched/`` into the store,
-offer what is due -- the clock moved past ``--recrawl-min``) offers them again with their
-validators, and the same consumer command crawls pass 2. Per pass: the bytes the site sent
-(heads included, from its ``/stats``), the consumer's CPU per page (psutil, first to last
-page), the records' ``changed``. The ratios pass 2 / pass 1 are the figures (issue: bytes
-<= 5 %, CPU per page <= 50 %, every page ``changed: false``). A third crawl, ``floor``, of
-N URLs the site answers with a bare 404 measures a page's fixed cost in the consumer in
-the same run: what no re-crawl can go below.
-
-``recrawl-store``: N URLs in a store on this machine's disk, nothing else: insert rate,
-bytes per URL on disk (after a WAL checkpoint), the time to find the first page of due URLs
-(500) and to count them all, and re-offers per second -- find due, mark offered, the
-store's side of a re-offer (the ZooKeeper side is ``zkcrawl bench offer``'s).
+* ``recrawl``: N unchanged articles of the synthetic site (ETags, 304 to a matching
+  ``If-None-Match``). Pass 1 offers them as a ``--recrawl`` producer does and one consumer
+  crawls them; the producer's re-crawl pass (:class:`~producer.recrawl.Recrawler`) offers
+  them again with their validators for pass 2. Per pass: the bytes the site sent, the
+  consumer's CPU per page, the records' ``changed``; the figures are the ratios pass 2 /
+  pass 1. A ``floor`` crawl of bare 404s measures a page's fixed cost in the same run.
+* ``recrawl-store``: N URLs in a store on this disk: insert rate, bytes per URL, the time
+  to find and count due URLs, and re-offers per second (the store's side of a re-offer).
 """
 
 from __future__ import annotations
@@ -43,8 +33,8 @@ from zkcrawl.bench.crawl import Probe, _env, _read_lines, _wait_registered, _zoo
 from zkcrawl.bench.site import start_benchsite, stop_benchsite
 from zkcrawl.queue import control
 from zkcrawl.queue.fetched import FetchedReader
+from zkcrawl.queue.ingress import IngressQueue
 from zkcrawl.queue.items import Item
-from zkcrawl.queue.leases import LeaseQueue
 from zkcrawl.zk.client import ZkClient
 
 __all__ = ["render", "render_store", "run_bench", "run_store"]
@@ -110,7 +100,7 @@ def _passes(hosts: str, base: str, tmp: Path, n: int, threads: int, latency_ms: 
     urls = [f"{base}/a/{i}.html" for i in range(1, n + 1)]
     store = RecrawlStore(str(tmp / "store.recrawl"), Schedule(HOUR, 30 * 24 * HOUR))
     zk = ZkClient(hosts, session_timeout=30).connect()
-    queue = LeaseQueue(zk, root, "bench")
+    queue = IngressQueue(zk, root)
     queue.offer_many(Item(url=u, producer="bench", meta={"source": "bench", "recrawl": {}})
                      for u in urls)
     store.add_new(urls)
@@ -150,7 +140,7 @@ def _floor(hosts: str, base: str, tmp: Path, n: int, threads: int, latency_ms: i
     root = f"/bench-floor-{uuid.uuid4().hex[:8]}"
     zk = ZkClient(hosts, session_timeout=30).connect()
     try:
-        LeaseQueue(zk, root, "bench").offer_many(
+        IngressQueue(zk, root).offer_many(
             Item(url=f"{base}/a/{i}.missing", producer="bench") for i in range(1, n + 1))
     finally:
         zk.close()

@@ -1,38 +1,15 @@
-"""Synthetic site for ``zkcrawl bench crawl``: many small pages, fixed latency, no threads.
-
-Run it in its own process so the server's CPU does not compete with the crawler's GIL::
+"""Synthetic site for the benches: many small pages, fixed latency, one asyncio event loop.
+Run it in its own process so its CPU does not compete with the crawler's::
 
     python -m zkcrawl.bench.site --port 0 --latency-ms 50 --articles 2000
     READY http://127.0.0.1:PORT
 
-Pages:
-
-* ``/`` -- links to every listing page.
-* ``/list/<p>`` (p = 1..ceil(articles/100)) -- 100 ``<a class="item" href="/a/<n>.html">``
-  links and ``<a rel="next" class="next">`` to the following page.
-* ``/a/<n>.html`` (n = 1..articles) -- a 5-15 KB HTML article with ``<title>Article n</title>``,
-  deterministic for a given ``n``; ``--page-kb KB``: 0.5-1.5 times KB instead (real articles'
-  HTML is commonly 30-100 KB).
-* ``/robots.txt`` -- allows everything.
-* ``/stats`` -- JSON counters (not delayed, not counted): ``requests``, ``by_kind``,
-  ``in_flight``, ``max_in_flight``, ``connections``, ``open_connections``, ``uptime_s``,
-  and per host (``host_requests``, ``host_min_gap_s``: the smallest gap between two
-  request arrivals at that host, ``null`` before its second request), ``first_request_at``
-  and ``last_request_at`` (Unix time of the first and last counted request).
-
-Many hosts (``--hosts N``, for ``zkcrawl bench hosts``): the site listens on N loopback
-addresses, ``127.77.x.y`` (Linux routes all of 127.0.0.0/8 to the loopback interface, so
-nothing is configured and no packet leaves the machine), one port each, and prints every
-base URL on its READY line. A crawler tells the hosts apart by their URL host, as it would
-real sites; the server tells them apart by the address a connection was accepted on, and
-measures the gap between requests per host where politeness is judged: on arrival.
-``--per-list`` sets how many articles a listing page links (``zkcrawl bench e2e``: 40, so
-2,000 articles make a 50-page chain).
-
-Every other response is delayed by ``--latency-ms`` with an event-loop timer: one loop serves
-thousands of concurrent keep-alive connections (HTTP/1.1, also HTTP/1.0 and
-``Connection: close``) with a plain asyncio Protocol (~0.1 ms of CPU per request), so the
-latency models a remote server, not a busy one on the crawler's own cores.
+Pages: ``/`` (the listings), ``/list/<p>`` (``--per-list`` article links and a ``next``
+link), ``/a/<n>.html`` (a deterministic 5-15 KB article; ``--page-kb`` to change),
+``/robots.txt`` (allow all) and ``/stats`` (JSON counters, per host the smallest gap
+between two request arrivals). Every counted response is delayed by ``--latency-ms`` on a
+timer, so the latency models a remote server, not a busy one. ``--hosts N`` listens on N
+loopback addresses (``127.77.x.y``), one host each, and measures politeness on arrival.
 """
 
 from __future__ import annotations

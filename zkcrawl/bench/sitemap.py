@@ -1,29 +1,15 @@
-"""``zkcrawl bench sitemap|watch``: the producer's sources that keep a crawl current, as
-ratios against a baseline measured in the same run.
+"""``zkcrawl bench sitemap|watch``: the producer's sources that keep a crawl current, as ratios
+against a baseline measured in the same run.
 
-``bench sitemap`` -- a gzipped sitemap of N (default 50,000, the protocol's maximum per
-file) URLs served on 127.0.0.1, and the same URLs in a file:
+* ``bench sitemap``: a gzipped sitemap of N URLs on 127.0.0.1 read by ``zkcrawl-producer
+  --sitemap`` (``sitemap``), against ``--from-file`` of the same URLs (``from_file``, the
+  baseline) and :func:`producer.sitemaps.decode` alone (``decode``): ``urls_per_s`` and
+  ``peak_rss_mb``, and their ``ratio``.
+* ``bench watch``: ``zkcrawl-producer --watch INTERVAL`` on a growing sample blog
+  (:mod:`zkcrawl.admin.samplesite`): listing pages read per quiet pass (target 1), and the
+  time from publishing an article to its offer against INTERVAL + one listing fetch.
 
-* ``sitemap``    ``zkcrawl-producer --sitemap URL`` in a process of its own: fetch,
-  inflate, parse, normalize, de-duplicate, offer;
-* ``from_file``  ``zkcrawl-producer --from-file PATH`` of the same URLs: the baseline (no
-  fetch, no XML);
-* ``decode``     :func:`producer.sitemaps.decode` alone, in this process: the parser's share.
-
-Each producer case reports ``urls_per_s`` (offered over the run's own elapsed time, from
-its ``producer.summary``) and ``peak_rss_mb`` (the process's maximum resident set, from
-``wait4``); ``ratio`` is sitemap / from_file for both.
-
-``bench watch`` -- a growing copy of the sample blog (:mod:`zkcrawl.admin.samplesite`) and
-``zkcrawl-producer --watch INTERVAL`` reading it: after the first pass, the listing pages
-read per quiet pass (the target is 1), then an article is published on page 1 and the
-time until it is offered (its item's ``enqueued_at``, stamped by the producer on this
-machine's clock) is measured against INTERVAL + one listing fetch, the fetch taken as the
-producer does it in a quiet pass (fetch, parse, offer: the pass's ``duration_s``); the HTTP
-fetch alone (the producer's ``listing.page`` events) is reported beside it.
-
-Without ``--zk`` a throwaway local ZooKeeper is started and stopped. Figures depend on the
-machine: compare the ratios, not the absolutes.
+Without ``--zk`` a throwaway ZooKeeper is used. Compare the ratios, not the absolutes.
 """
 
 from __future__ import annotations
@@ -79,7 +65,7 @@ class _Files(ThreadingHTTPServer):
     files: dict[str, tuple[str, bytes]]
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _SitemapSiteHandler(BaseHTTPRequestHandler):
     server: _Files
     protocol_version = "HTTP/1.1"
 
@@ -97,7 +83,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 @contextlib.contextmanager
 def _serve(files: dict[str, tuple[str, bytes]]) -> Iterator[str]:
-    httpd = _Files(("127.0.0.1", 0), _Handler)
+    httpd = _Files(("127.0.0.1", 0), _SitemapSiteHandler)
     httpd.files = files
     thread = threading.Thread(target=httpd.serve_forever, name="bench-site", daemon=True)
     thread.start()

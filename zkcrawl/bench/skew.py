@@ -1,27 +1,12 @@
 """``zkcrawl bench skew``: one big host among many small ones -- does a host hold back another?
 
-Every real crawl has this mix: one site with hundreds of articles and dozens with a handful.
-``bench hosts`` spreads its hosts round-robin and never shows it. Two cases on the synthetic
-site (:mod:`zkcrawl.bench.site`, one loopback address per host), in one run, same consumers
-(``procs`` x ``threads``, ``--domain-delay``, everything else default: hosts have owners,
-:mod:`consumer.ownership`):
-
-* ``alone``: ``small_hosts`` x ``per_small`` pages, the small hosts only, on a site of its own;
-* ``mixed``: the same pages shuffled (a fixed seed) among ``big`` pages of one big host.
-
-(The case with cluster turns on ``<root>/hosts`` that ``mixed`` was compared with is gone with
-them; its figures are in docs/benchmarks.md.)
-
-Measured, from the records (each fetch's start and end):
-
-* ``small_span_s``: from the first page's start to the last *small-host* page's end; the
-  ratio ``mixed / alone`` is the slowdown the big host inflicts on the others (1.0: none).
-  A case stops once every small-host page is recorded, or at its time limit: then the ratio
-  is computed against the limit and ``finished`` is false;
-* the big host's pace over the mixed case: its pages per second against ``1 / delay`` (the
-  most politeness allows), and the smallest gap between two of its requests as the server saw
-  them arrive (never below ``--domain-delay``);
-* ZooKeeper writes per page and client CPU per page (as ``bench hosts`` counts them).
+Two cases on the synthetic site (:mod:`zkcrawl.bench.site`, one loopback address per host),
+same consumers: ``alone`` (the small hosts' pages only) and ``mixed`` (the same pages
+shuffled among ``big`` pages of one big host). Reported from the records:
+``small_span_s`` and the ratio ``mixed / alone`` (1.0: the big host slows nobody;
+``finished`` false when a case hit its time limit), the big host's pace against
+``1 / delay`` and its smallest gap as the server saw it (never below ``--domain-delay``),
+ZooKeeper writes and client CPU per page.
 """
 
 from __future__ import annotations
@@ -53,8 +38,8 @@ from zkcrawl.bench.hosts import (
 )
 from zkcrawl.bench.site import start_site, stop_benchsite
 from zkcrawl.queue import control
+from zkcrawl.queue.ingress import IngressQueue
 from zkcrawl.queue.items import Item
-from zkcrawl.queue.leases import LeaseQueue
 from zkcrawl.zk.client import ZkClient
 
 SEED = 20261201
@@ -73,7 +58,7 @@ def case(zk_hosts: str, urls: list[str], small: set[str], *, procs: int, threads
     zk = ZkClient(zk_hosts, session_timeout=30).connect()
     children: list[subprocess.Popen[bytes]] = []
     try:
-        LeaseQueue(zk, root, "bench").offer_many(Item(url=u, producer="bench") for u in urls)
+        IngressQueue(zk, root).offer_many(Item(url=u, producer="bench") for u in urls)
         control.set_state(zk, root, control.PAUSED, by="bench")
         for i in range(procs):
             with open(logs[i], "wb") as err:

@@ -1,27 +1,15 @@
 """Per-host politeness: the minimum gap between two requests to one host (SPEC §4
-``--domain-delay``).
+``--domain-delay``), behind the small non-blocking :class:`Politeness` protocol (reserve a
+slot, back off, a host's minimum delay).
 
-The contract is the small :class:`Politeness` protocol: *reserve* a slot, be told to *back off*,
-be told a host's *minimum delay*; non-blocking (the caller does the waiting). The gap holds for
-the whole cluster because hosts have owners (SPEC §4): a host belongs to one partition, a
-partition to one consumer, and that consumer's :class:`LocalPoliteness` is the only table that
-schedules the host -- in memory, no ZooKeeper write per request. What must outlive the owner
-(a back-off, a host's own gap, its failures in a row) goes with the partition's checkpoint
-(:func:`zkcrawl.politeness.gate.hold_of`, :mod:`consumer.ownership`).
-
-One table per process: :class:`LocalPoliteness` keeps, per host, one :class:`HostState` --
-the next free slot, the host's own gap (robots.txt ``Crawl-delay``), the back-off deadline
-(``Retry-After``), the last request's start or end and the requests in flight.  The consumer's
-:class:`~zkcrawl.politeness.gate.HostGate` reads and writes those same records under the same
-lock (:meth:`LocalPoliteness.admit`, :meth:`~LocalPoliteness.started`,
-:meth:`~LocalPoliteness.finished`) instead of keeping copies of them.
-
-Two caps, one of each, named here (every caller uses these):
-
-* :data:`MAX_CRAWL_DELAY` (30 s), the longest *gap* a host may ask for;
-* :data:`MAX_BACK_OFF` (1 h), the longest a single *back-off* may hold a host.
-
-Times are ``time.monotonic()`` values of the calling process.
+* The gap holds for the whole cluster because hosts have owners: the owning consumer's
+  :class:`LocalPoliteness` is the only table that schedules a host -- in memory, no
+  ZooKeeper write per request; what must outlive the owner rides the partition's checkpoint.
+* One :class:`HostState` per host, read and written by the consumer's
+  :class:`~zkcrawl.politeness.gate.HostGate` under the same lock (no copies).
+* Two caps, named here: :data:`MAX_CRAWL_DELAY` (the longest gap a host may ask for) and
+  :data:`MAX_BACK_OFF` (the longest one back-off may hold a host).
+* Times are ``time.monotonic()`` values of the calling process.
 """
 
 from __future__ import annotations

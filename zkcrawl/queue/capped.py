@@ -1,35 +1,15 @@
-"""A cap on what one ZooKeeper directory may hold: its nodes and their bytes (issue #27).
+"""A cap on what one ZooKeeper directory may hold, its nodes and their bytes (ZooKeeper keeps
+every znode in memory): :class:`CappedDir`, the writers' side, for ``<root>/discovered/``
+and ``<root>/fetched/``.
 
-ZooKeeper keeps every znode in the memory of every ensemble member, so a directory that
-writers fill and a reader drains -- ``<root>/discovered/`` (consumer -> producer), and
-``<root>/fetched/`` in the same way -- must not grow without bound when the reader is slow,
-stopped or flooded. :class:`CappedDir` is the writers' side of that bound, reusable for any
-such directory:
-
-* **limits**: :class:`DirLimits` -- at most ``max_nodes`` nodes and ``max_bytes`` bytes.
-  ZooKeeper tells a directory's node count in O(1) (the parent's ``numChildren``) but not
-  its bytes, so the bytes are bounded through the writer's own per-node limit
-  ``node_bytes``: the directory holds at most :attr:`DirLimits.node_cap` =
-  ``min(max_nodes, max_bytes // node_bytes)`` nodes, hence at most ``max_bytes`` bytes of
-  data whatever the nodes hold.
-* **wait, bounded**: :meth:`CappedDir.room` returns at once while there is room (one
-  ``exists`` of the parent, cached :data:`RECHECK` seconds while the count is far from the
-  cap); when the directory is full it waits for the reader -- on a children watch, never a
-  blind sleep -- at most ``wait`` seconds, then says no. The caller records why
-  (:data:`DIRECTORY_FULL` and the directory's name) instead of writing.
-* **slack**: the check comes before the write, not in the same transaction, and a writer's
-  own count of what it let through is replaced by ZooKeeper's at each read: writers
-  overshoot the cap by what they let through but have not written yet (for discovered
-  links: the pages a consumer holds between the check and their group's commit);
-* **the reader reports it**: :class:`Backlog` -- one warning at most every
-  :data:`BACKLOG_EVERY` seconds while the directory holds half its default cap or more.
-
-The directories capped so: ``<root>/discovered/`` (:class:`~zkcrawl.queue.discovered.LinkBounds`,
-``--discovered-max-*``; a page waits, then its item is retried) and ``<root>/fetched/``
-(:class:`~zkcrawl.queue.fetched.FetchedWriter`, ``--fetched-max-*``; the reports' flush
-thread waits, then the reports are dropped with one warning: a report is never a page).
-To cap another: ``CappedDir(zk, path, DirLimits(nodes, bytes, node_bytes), wait)``,
-``room(n)`` before each write of ``n`` nodes, a :class:`Backlog` on the reader's side.
+* **Limits** (:class:`DirLimits`): at most :attr:`DirLimits.node_cap` nodes of at most
+  ``node_bytes`` each, hence at most ``max_bytes`` bytes.
+* **Wait, bounded**: :meth:`CappedDir.room` answers at once while there is room; a full
+  directory is waited on with a children watch, at most ``wait`` seconds, then refused
+  (the caller records :data:`DIRECTORY_FULL`).
+* **Slack**: writers may overshoot by what they let through but have not written yet.
+* **The reader reports it**: :class:`DirBacklog`, one warning at most every
+  :data:`BACKLOG_EVERY` seconds while the directory holds half its default cap.
 """
 
 from __future__ import annotations
@@ -41,7 +21,7 @@ from dataclasses import dataclass
 from zkcrawl.logs import get_logger
 from zkcrawl.zk import NoNodeError, WatchedEvent, ZkClient
 
-__all__ = ["BACKLOG_EVERY", "DIRECTORY_FULL", "RECHECK", "Backlog", "CappedDir", "DirLimits"]
+__all__ = ["BACKLOG_EVERY", "DIRECTORY_FULL", "RECHECK", "CappedDir", "DirBacklog", "DirLimits"]
 
 log = get_logger(__name__)
 
@@ -146,7 +126,7 @@ def _wait(changed: threading.Event, seconds: float, stop: threading.Event | None
         changed.wait(min(left, _STOP_S))
 
 
-class Backlog:
+class DirBacklog:
     """The reader's side of a capped directory: :meth:`seen` logs ``event`` (a warning,
     at most every ``every`` seconds) when the directory holds half of ``cap`` or more,
     with the node count, the most bytes they hold and ``note`` (what the writers do)."""

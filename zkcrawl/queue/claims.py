@@ -1,5 +1,7 @@
-"""What a claim hands out: a held item (:class:`Claimed`) and the results of settling held
-items -- the vocabulary shared by the queue recipe (:mod:`zkcrawl.queue.leases`) and its callers.
+"""What a claim hands out: a held item (:class:`Claimed`), the results of settling held
+items, the delivery modes and :class:`QueueSuspended` -- the vocabulary shared by the
+partitioned queue (:mod:`consumer.owned_queue`), the ingress (:mod:`zkcrawl.queue.ingress`)
+and their callers.
 
 The one home of the item's fate after a failed try (SPEC §3):
 
@@ -19,17 +21,24 @@ import time
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from zkcrawl.queue import items as wire
+from zkcrawl.errors import ZkCrawlError
+from zkcrawl.queue import items as item_codec
 from zkcrawl.queue.items import Item
 
 __all__ = ["AT_LEAST_ONCE", "AT_MOST_ONCE", "Claimed", "CompleteResult", "Delivery",
-           "QueueStats", "dead_letter_body", "retry_item", "too_large_to_retry"]
+           "QueueStats", "QueueSuspended", "dead_letter_body", "retry_item",
+           "too_large_to_retry"]
+
+
+class QueueSuspended(ZkCrawlError):
+    """Not connected to ZooKeeper right now: hold completions (or offers) and try again
+    later -- nothing was lost, nothing was counted twice."""
 
 
 class Delivery(StrEnum):
     """A queue's delivery guarantee (a ``str``: equal to its value, e.g. ``--delivery``'s)."""
 
-    AT_LEAST_ONCE = "at-least-once"  # a lease per claim, deleted on completion: none lost
+    AT_LEAST_ONCE = "at-least-once"  # settled only once its record is durable: none lost
     AT_MOST_ONCE = "at-most-once"  # delete on take (the seed's): in flight at a crash, lost
 
     def __repr__(self) -> str:  # the plain string it replaced, e.g. in argparse's messages
@@ -42,7 +51,8 @@ AT_MOST_ONCE = Delivery.AT_MOST_ONCE
 
 @dataclass
 class Claimed:
-    """An item this process holds (a lease, or already taken in at-most-once mode)."""
+    """An item this process holds (in a partition it owns, or already taken in at-most-once
+    mode)."""
 
     name: str
     seq: int
@@ -54,8 +64,10 @@ class Claimed:
     claimed_mono: float = field(default_factory=time.monotonic)
     session: int | None = None
     bare: bool = False
-    # Earlier claims of this znode whose holder died or lost its session (SPEC §3: a
-    # holder's death is an attempt); see zkcrawl.queue.leases, "Counting claims".
+    # Holder deaths this claim carries on top of the item's own ``attempt`` (SPEC §3: a
+    # holder's death is an attempt). A partition's next owner charges a death into the item
+    # itself (attempt + 1, meta.holder_deaths: zkcrawl.queue.partition_queue); 1 here marks
+    # an item that charge used up (consumer.owned_queue: dead-lettered ``abandoned``).
     deaths: int = 0
 
     @property
@@ -102,9 +114,9 @@ def retry_item(c: Claimed, error: str) -> Item | None:
     base = Item(url=c.item.url, attempt=c.attempt + 1, producer=c.item.producer,
                 meta={k: v for k, v in c.item.meta.items() if k != "last_error"},
                 enqueued_at=c.item.enqueued_at)
-    for again in (replace(base, meta={**base.meta, "last_error": error[:wire.ERROR_LIMIT]}),
+    for again in (replace(base, meta={**base.meta, "last_error": error[:item_codec.ERROR_LIMIT]}),
                   base):
-        if len(again.encode()) <= wire.ITEM_LIMIT:
+        if len(again.encode()) <= item_codec.ITEM_LIMIT:
             return again
     return None
 
@@ -115,10 +127,10 @@ def too_large_to_retry(error: str) -> str:
 
 
 def dead_letter_body(c: Claimed, error: str) -> bytes:
-    """``c``'s dead letter (:func:`zkcrawl.queue.items.dead_letter`). An ``abandoned`` item
+    """``c``'s dead letter (:func:`zkcrawl.queue.items.encode_dead_letter`). An ``abandoned`` item
     was not tried by this claim: its attempts are the dead holders'."""
     tries = c.attempt if error == ABANDONED else c.attempt + 1
-    return wire.dead_letter(c.name, c.url, error, tries, c.data, c.holder_deaths)
+    return item_codec.encode_dead_letter(c.name, c.url, error, tries, c.data, c.holder_deaths)
 
 
 def attempts_text(attempts: int, deaths: int) -> str:

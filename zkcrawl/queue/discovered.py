@@ -1,80 +1,39 @@
-"""Discovered links: ``<root>/discovered/dn-NNNNNNNNNN`` (SPEC §2), consumer -> producer.
+"""Discovered links: ``<root>/discovered/dn-NNNNNNNNNN`` (SPEC §2), consumer -> producer. The
+consumer's committer writes the links a page processor returns here; a producer run with
+``--follow`` drains them through its normalization, seen state and back-pressure.
 
-Links a page processor returns are not offered by the consumer (only a producer holds the
-seen state): the consumer's committer writes them here, and a producer run with ``--follow``
-drains them through its normalization, seen state and back-pressure. A node's data::
-
-    {"links": [{"url": "https://...", "from": "https://...", "depth": 1}, ...], "consumer": "c1"}
-
-Guarantees:
-
-* **before completion** (at-least-once): :meth:`DiscoveredWriter.write` returns once the
-  links are committed; the committer calls it for a group before it completes the group's
-  items, so an item is never deleted from the queue while the links it found are not in
-  ZooKeeper. A crash in between re-crawls the item and writes its links again: duplicates,
-  which the producer's seen state drops.
-* **batched and bounded**: a group's links go in few nodes, each at most :data:`NODE_BYTES`
-  (the reader's limit, far below ZooKeeper's 1 MB), several nodes a transaction of at most
-  ``MAX_TX_BYTES``; a link longer than ``URL_LIMIT`` never gets here (the consumer drops it).
-* **protected creates**: each transaction also creates an ephemeral marker
-  ``<root>/offers/<token>`` (as offers do); after ConnectionLoss the writer asks whether the
-  marker exists before it writes again, so no double batch while the session lives. After a
-  session loss it writes again: a possible duplicate batch, harmless (seen state).
-* **an outage is not a refusal**: ZooKeeper away for ``--zk-timeout`` is
-  :class:`~zkcrawl.queue.offers.QueueSuspended` (the committer keeps the group and asks
-  again); ZooKeeper *answering no* -- NoAuth on ``<root>/discovered`` (an ACL these
-  credentials may not create under), a node in the way -- is :class:`LinksRefused`, naming
-  the server's error (``cause``), never retried here: waiting changes nothing, so the
-  committer counts it as a failed attempt of the items whose links these were.
-* **bounded in ZooKeeper** (issue #27; ZooKeeper keeps every node in RAM): a page gives at
-  most ``--max-page-links`` links and ``--max-page-link-bytes`` bytes of them
-  (:func:`cap_page`; the rest dropped with one ``discovered.page_capped`` event), and the
-  directory holds at most ``--discovered-max-nodes`` nodes and ``--discovered-max-bytes``
-  bytes (:class:`~zkcrawl.queue.capped.CappedDir`, node count times :data:`NODE_BYTES`).
-  :class:`LinkBounds` applies both on the consumer's worker thread before the item settles:
-  a full directory makes the page wait (bounded by ``--discovered-wait``), then the item is
-  retried with the reason :data:`DISCOVERED_FULL` (a dead letter with it after
-  ``--max-attempts``: ``zkcrawl dead requeue --error discovered-full`` once the producer has
-  caught up) -- its links are never dropped silently. The reader reports the backlog
-  (``discovered.backlog``) when the directory holds half the default cap or more.
-* **untrusted on the way back**: :func:`decode` never raises; a node that is not such an
-  object, or larger than :data:`NODE_BYTES`, is one ``discovered.malformed`` warning and is
-  skipped (deleted by the drainer, never retried forever); entries that are not a link (no
-  string ``url``, a url over ``URL_LIMIT``, a negative or non-integer depth) are counted and
-  dropped, the node's other links kept.
+* **Before completion** (at-least-once): :meth:`DiscoveredWriter.write` returns once the
+  links are committed, and the committer calls it before it completes the group's items;
+  a crash in between writes them again (duplicates the seen state drops).
+* **Protected and bounded**: nodes of at most :data:`NODE_BYTES`, written in protected
+  transactions (:class:`~zkcrawl.queue.batch_dir.BatchWriter`: no double batch while the
+  session lives); a page's links and the directory are capped (:class:`LinkBounds`).
+* **An outage is not a refusal**: ZooKeeper away is
+  :class:`~zkcrawl.queue.claims.QueueSuspended`; ZooKeeper answering no is
+  :class:`~zkcrawl.queue.batch_dir.WriteRefused` (a failed attempt of the items, never
+  retried here).
+* **Untrusted on the way back**: :func:`decode` never raises; a bad node is one
+  ``discovered.malformed`` warning and is skipped, a bad entry dropped.
 """
 
 from __future__ import annotations
 
-import time
-import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from zkcrawl.errors import ZkCrawlError
 from zkcrawl.logs import get_logger
 from zkcrawl.queue import batches, untrusted
-from zkcrawl.queue.capped import Backlog, CappedDir, DirLimits
-from zkcrawl.queue.claims import Claimed
-from zkcrawl.queue.items import sort_names
+from zkcrawl.queue.batch_dir import BatchReader, BatchWriter, WriteRefused, transactions
+from zkcrawl.queue.capped import CappedDir, DirBacklog, DirLimits
+from zkcrawl.queue.claims import Claimed, QueueSuspended
 from zkcrawl.queue.layout import DISCOVERED_PREFIX, Layout
-from zkcrawl.queue.offers import MAX_TX_BYTES, QueueSuspended
 from zkcrawl.queue.untrusted import NODE_LIMIT, URL_LIMIT
-from zkcrawl.zk import (
-    ConnectionLoss,
-    NoNodeError,
-    RolledBackError,
-    RuntimeInconsistency,
-    SessionExpiredError,
-    ZkClient,
-    tx_ok,
-)
-from zkcrawl.zk.client import ZkAccessDenied
+from zkcrawl.zk import ZkClient
 
 __all__ = ["DISCOVERED_FULL", "MAX_DEPTH", "NODE_BYTES", "Decoded", "DiscoveredReader",
-           "DiscoveredWriter", "Link", "LinkBounds", "LinksRefused", "cap_page", "decode",
-           "encode", "link_depth"]
+           "DiscoveredWriter", "Link", "LinkBounds", "QueueSuspended", "WriteRefused",
+           "cap_page", "decode", "encode", "link_depth"]
 
 log = get_logger(__name__)
 
@@ -107,8 +66,18 @@ def cap_page(links: Sequence[str], max_links: int, max_bytes: int) -> tuple[tupl
 
 
 class LinkBounds:
-    """Per page and per directory bounds on the links a consumer hands over (module
-    docstring). :meth:`bound` runs on the worker threads; thread-safe."""
+    """Per page and per directory bounds on the links a consumer hands over (ZooKeeper keeps
+    every node in RAM). :meth:`bound` runs on the worker threads; thread-safe.
+
+    A page gives at most ``--max-page-links`` links and ``--max-page-link-bytes`` bytes of
+    them (:func:`cap_page`; the rest dropped with one ``discovered.page_capped`` event), and
+    the directory holds at most ``--discovered-max-nodes`` nodes and
+    ``--discovered-max-bytes`` bytes (:class:`~zkcrawl.queue.capped.CappedDir`, node count
+    times :data:`NODE_BYTES`). A full directory makes the page wait (bounded by
+    ``--discovered-wait``), then the item is retried with the reason :data:`DISCOVERED_FULL`
+    (a dead letter with it after ``--max-attempts``: ``zkcrawl dead requeue --error
+    discovered-full`` once the producer has caught up) -- its links are never dropped
+    silently."""
 
     def __init__(self, zk: ZkClient, root: str, max_links: int = MAX_PAGE_LINKS,
                  max_bytes: int = MAX_PAGE_LINK_BYTES, max_nodes: int = MAX_NODES,
@@ -164,6 +133,10 @@ class Decoded:
     dropped: int = 0
     error: str | None = None
 
+    @property
+    def kept(self) -> int:
+        return len(self.links)
+
 
 def decode(data: bytes | None) -> Decoded:
     """SPEC §2's discovered node, with the untrusted-data limits; never raises."""
@@ -211,174 +184,41 @@ def link_depth(claimed: Claimed) -> int:
     return depth + 1
 
 
-class LinksRefused(ZkCrawlError):
-    """ZooKeeper refused to store discovered links (not a connection problem). ``cause``:
-    the server's error, as its class name (``NoAuthError``); the message has the details
-    (for NoAuth: the path, the identity and the node's ACL)."""
-
-    def __init__(self, cause: str, detail: str) -> None:
-        super().__init__(f"writing discovered links failed: {detail}")
-        self.cause = cause
-
-
-class DiscoveredWriter:
+class DiscoveredWriter(BatchWriter):
     """The consumer side: :meth:`write` a group's links, protected, before its completion."""
 
-    def __init__(self, zk: ZkClient, root: str, consumer_id: str) -> None:
-        self.zk = zk
-        self.layout = Layout.of(root)
-        self.consumer = consumer_id
-        self.prefix = f"{self.layout.discovered}/{DISCOVERED_PREFIX}"
-        self._ensure_paths()
-        self.nodes = 0  # nodes written (for tests and stats)
+    what = "discovered links"
 
-    def _ensure_paths(self) -> None:
-        try:
-            self.zk.ensure_path(self.layout.discovered)
-            self.zk.ensure_path(self.layout.offers)
-        except ZkAccessDenied as exc:  # the root's ACL: a refusal like any other
-            raise LinksRefused("NoAuthError", str(exc)) from None
+    def __init__(self, zk: ZkClient, root: str, consumer_id: str) -> None:
+        super().__init__(zk, root, Layout.of(root).discovered, DISCOVERED_PREFIX, consumer_id)
+        self._ensure_paths()
 
     def write(self, links: Sequence[Link]) -> int:
         """Commit ``links``; returns the nodes created. Raises :class:`QueueSuspended` when
         ZooKeeper stays away for ``--zk-timeout`` (the caller keeps the group and asks
-        again), :class:`LinksRefused` when ZooKeeper refuses the write (the caller retries
+        again), :class:`WriteRefused` when ZooKeeper refuses the write (the caller retries
         the items, a dead letter after ``--max-attempts``: never completed without their
         links). Links of several transactions: those committed before a refusal stay (a
         second write of them is a duplicate the producer's seen state drops)."""
         if not links:
             return 0
         created = 0
-        for chunk in _transactions(encode(links, self.consumer)):
-            created += self._commit(chunk)
+        for chunk in transactions(encode(links, self.consumer)):
+            created += self.commit(chunk)
         self.nodes += created
         return created
 
-    def _commit(self, chunk: list[bytes]) -> int:
-        token = uuid.uuid4().hex
-        marker = f"{self.layout.offers}/{token}"
-        session = self.zk.session_id
-        started = time.monotonic()
-        for _ in range(5):
-            try:
-                results = self.zk.answer(self.zk.create_many_async(marker, self.prefix, chunk))
-            except (ConnectionLoss, SessionExpiredError):
-                if not self._wait_connected(started):
-                    raise QueueSuspended("ZooKeeper unreachable while writing discovered "
-                                         "links") from None
-                if self.zk.session_id == session and self.zk.exists(marker) is not None:
-                    self.zk.delete_async(marker)
-                    return len(chunk)  # the first try committed
-                session = self.zk.session_id
-                continue
-            if tx_ok(results):
-                self.zk.delete_async(marker)
-                return len(chunk)
-            cause = _cause(results)
-            if isinstance(cause, NoNodeError):
-                self._ensure_paths()  # removed by an admin meanwhile
-                continue
-            # Not a connection problem (NoAuth, a node in the way...): the caller must not
-            # wait for a reconnection that changes nothing -- it retries the items instead.
-            raise LinksRefused(type(cause).__name__, f"{cause!r} under {self.prefix}")
-        raise LinksRefused("NoNodeError", f"{self.layout.discovered} removed 5 times in a row")
 
-    def _wait_connected(self, started: float) -> bool:
-        # Bounded: --zk-timeout from the first try, as offers.
-        while time.monotonic() - started < self.zk.zk_timeout:
-            if self.zk.connected:
-                return True
-            time.sleep(0.05)
-        return self.zk.connected
-
-
-def _cause(results: Sequence[object]) -> Exception:
-    """The error of the op that failed a transaction: the ops before it come back as
-    ``RolledBackError`` (the marker's create, first), those after as ``RuntimeInconsistency``."""
-    errors = [r for r in results if isinstance(r, Exception)]
-    return next((e for e in errors if not isinstance(e, RolledBackError | RuntimeInconsistency)),
-                errors[0])
-
-
-def _transactions(nodes: list[bytes]) -> Iterable[list[bytes]]:
-    chunk: list[bytes] = []
-    size = 0
-    for data in nodes:
-        if chunk and size + len(data) > MAX_TX_BYTES:
-            yield chunk
-            chunk, size = [], 0
-        chunk.append(data)
-        size += len(data) + 64
-    if chunk:
-        yield chunk
-
-
-@dataclass(frozen=True)
-class Node:
-    """One discovered node as read: its name and what :func:`decode` made of it."""
-
-    name: str
-    decoded: Decoded
-
-
-class DiscoveredReader:
+class DiscoveredReader(BatchReader[Decoded]):
     """The producer side: list, read (in sequence order, a bounded batch), delete."""
 
     def __init__(self, zk: ZkClient, root: str) -> None:
-        self.zk = zk
-        self.path = Layout.of(root).discovered
-        zk.ensure_path(self.path)
-        self.backlog = Backlog("discovered.backlog", self.path,
-                               DirLimits(MAX_NODES, MAX_BYTES, NODE_BYTES),  # the default's
-                               note="consumers wait (--discovered-wait) when the cap is "
-                               "reached; drain faster or stop the hostile source")
-        self.cap = self.backlog.cap
-
-    def names(self) -> list[str]:
-        """The nodes waiting, oldest first; a backlog of half the default cap or more is
-        reported (``discovered.backlog``, at most every 30 s)."""
-        names = [n for _, n in sort_names_dn(self.zk.get_children(self.path))]
-        self.backlog.seen(len(names))
-        return names
-
-    def read(self, names: Sequence[str]) -> list[Node]:
-        """The nodes' links; a malformed node is one warning (and comes back with its error:
-        the caller deletes it like a drained one)."""
-        nodes: list[Node] = []
-        results = self.zk.get_many([f"{self.path}/{n}" for n in names])
-        for name, res in zip(names, results, strict=True):
-            if isinstance(res, NoNodeError):
-                continue  # drained by another producer meanwhile
-            if isinstance(res, Exception):
-                raise res
-            decoded = decode(res[0])
-            if decoded.error is not None:
-                log.warning("discovered.malformed", node=f"{self.path}/{name}",
-                            reason=decoded.error, skipped=True)
-            elif decoded.dropped:
-                log.warning("discovered.links_dropped", node=f"{self.path}/{name}",
-                            dropped=decoded.dropped, kept=len(decoded.links),
-                            reason="not a link: a string url of at most 8 KiB, a depth >= 0")
-            nodes.append(Node(name, decoded))
-        return nodes
-
-    def delete(self, names: Sequence[str]) -> None:
-        """Delete drained nodes in one transaction per 500 (gone already: fine)."""
-        for i in range(0, len(names), 500):
-            tx = self.zk.transaction()
-            for name in names[i:i + 500]:
-                tx.delete(f"{self.path}/{name}")
-            results = tx.commit()
-            if not tx_ok(results):  # one gone already fails the whole transaction
-                for name in names[i:i + 500]:
-                    try:
-                        self.zk.delete(f"{self.path}/{name}")
-                    except NoNodeError:
-                        pass
-
-
-def sort_names_dn(names: list[str]) -> list[tuple[int, str]]:
-    """``dn-NNNNNNNNNN`` names by sequence (wrap-safe, as the queue's); others ignored."""
-    mapped = {f"qn-{n[len(DISCOVERED_PREFIX):]}": n for n in names
-              if n.startswith(DISCOVERED_PREFIX)}
-    return [(seq, mapped[q]) for seq, q in sort_names(list(mapped))]
+        path = Layout.of(root).discovered
+        backlog = DirBacklog("discovered.backlog", path,
+                             DirLimits(MAX_NODES, MAX_BYTES, NODE_BYTES),  # the default's
+                             note="consumers wait (--discovered-wait) when the cap is "
+                             "reached; drain faster or stop the hostile source")
+        super().__init__(zk, path, DISCOVERED_PREFIX, decode, backlog, "discovered",
+                         ("discovered.links_dropped",
+                          "not a link: a string url of at most 8 KiB, a depth >= 0"))
+        self.cap = backlog.cap

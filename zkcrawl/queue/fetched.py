@@ -1,46 +1,16 @@
-"""Fetch outcomes: ``<root>/fetched/fn-NNNNNNNNNN`` (SPEC §2), consumer -> producer.
+"""Fetch outcomes: ``<root>/fetched/fn-NNNNNNNNNN`` (SPEC §2), consumer -> producer: what each
+fetch of a URL a ``--recrawl`` producer offered returned (only items whose ``meta.recrawl``
+is an object are reported), for the producer's per-URL schedule (``producer.recrawl``).
 
-A producer run with ``--recrawl`` keeps a per-URL schedule (``producer.recrawl``); what each
-fetch of a URL it offered returned comes back here, for it to learn from. A node's data::
-
-    {"fetched": [{"url": "https://...", "status": 200, "changed": false, "etag": "\\"v1\\"",
-                  "last_modified": "Tue, 01 Dec 2026 10:00:00 GMT",
-                  "signature": "<32 hex>", "at": 1796000000.0}, ...], "consumer": "c1"}
-
-Only items that ask for it are reported: those whose ``meta.recrawl`` is an object (a
-``--recrawl`` producer offers every URL so). Guarantees:
-
-* **batched across groups**, **protected creates**: handed over by the committer in the
-  hook that writes ``<root>/discovered/``, gathered by :class:`FetchedBuffer` (a node per
-  second, per ~400 reports, or 0.2 s after the last one) and written with
-  :class:`~zkcrawl.queue.discovered.DiscoveredWriter`'s transaction code, each node at most
-  :data:`NODE_BYTES`: ~0.003 ZooKeeper writes per page. A duplicate (a retried write) is a
-  second look at the same answer for the producer.
-* **a report is not the page**: it never holds an item back (the committer hands reports
-  to the buffer, whose own thread writes them). ZooKeeper *refusing* the write (NoAuth...)
-  is one ``fetched.refused`` warning; ZooKeeper *away* keeps the reports for a later try
-  (bounded); a consumer that stops loses at most its last second of reports. A lost report
-  only means the producer offers the URL again when its interval has passed, with the
-  validators it had.
-* **bounded in ZooKeeper** (issue #27; ZooKeeper keeps every node in RAM): the directory
-  holds at most ``--fetched-max-nodes`` nodes and ``--fetched-max-bytes`` bytes, by the
-  rule ``<root>/discovered/`` is held to (:class:`~zkcrawl.queue.capped.CappedDir`: node
-  count times :data:`NODE_BYTES`, the same slack). Reports go out a node per second, so
-  nodes are often small, and the count would waste the cap: once the directory holds half
-  its cap, :class:`FetchedBuffer` packs nodes full (:data:`FLUSH_ENTRIES`, or one per
-  :data:`PACK_S`). A flush that finds it full waits for
-  the producer to drain it, on a watch, at most ``--fetched-wait`` seconds (on the
-  buffer's thread: never the committer's); then its reports are dropped with the reason
-  :data:`FETCHED_FULL`, counted (:attr:`FetchedWriter.full`) and one ``fetched.full``
-  warning per episode -- a lost report, as above, never a lost page. The reader reports
-  the backlog (``fetched.backlog``) when the directory holds half the default cap or more.
-* **untrusted on the way back**: :func:`decode` never raises; a node that is not such an
-  object or is larger than :data:`NODE_BYTES` is skipped with its reason; an entry without
-  a string ``url`` of at most ``URL_LIMIT`` bytes or with a ``status`` outside 100..599 is
-  dropped and counted; ``etag``, ``last_modified`` and ``signature`` go through
-  :mod:`zkcrawl.web.validators` (a bad one becomes null, never sent to a server); ``at``
-  is clamped to [1995, now + 1 day]. Whether a URL was ever offered is the reader's
-  (the producer's store) to decide.
+* **A report is not the page**: :class:`FetchedBuffer` gathers reports across groups and
+  writes them on its own thread, so a report never holds an item back; ZooKeeper refusing
+  is one ``fetched.refused`` warning, ZooKeeper away keeps them for a later try (bounded).
+  A lost report only means the URL is offered again when its interval has passed.
+* **Batched, protected, bounded**: few nodes of at most :data:`NODE_BYTES`, written with
+  :class:`~zkcrawl.queue.batch_dir.BatchWriter`'s protected transactions; the directory is
+  capped by ``--fetched-max-nodes`` / ``--fetched-max-bytes`` (a full one drops reports
+  after ``--fetched-wait`` with :data:`FETCHED_FULL`, never pages).
+* **Untrusted on the way back**: :func:`decode` never raises.
 """
 
 from __future__ import annotations
@@ -55,11 +25,10 @@ from typing import Any
 from zkcrawl.logs import get_logger
 from zkcrawl.queue import batches, untrusted
 from zkcrawl.queue import discovered as links
-from zkcrawl.queue.capped import Backlog, CappedDir, DirLimits
-from zkcrawl.queue.discovered import DiscoveredWriter, LinksRefused, _transactions
-from zkcrawl.queue.items import sort_names
+from zkcrawl.queue.batch_dir import BatchReader, BatchWriter, WriteRefused, transactions
+from zkcrawl.queue.capped import CappedDir, DirBacklog, DirLimits
+from zkcrawl.queue.claims import QueueSuspended
 from zkcrawl.queue.layout import FETCHED_PREFIX, Layout
-from zkcrawl.queue.offers import QueueSuspended
 from zkcrawl.queue.untrusted import NODE_LIMIT, URL_LIMIT
 from zkcrawl.web.validators import (
     EARLIEST,
@@ -67,11 +36,10 @@ from zkcrawl.web.validators import (
     clean_last_modified,
     clean_signature,
 )
-from zkcrawl.zk import ConnectionLoss, NoNodeError, SessionExpiredError, ZkClient, tx_ok
-from zkcrawl.zk.client import ZkAccessDenied
+from zkcrawl.zk import ConnectionLoss, SessionExpiredError, ZkClient
 
 __all__ = ["FETCHED_FULL", "MAX_BYTES", "MAX_NODES", "NODE_BYTES", "WAIT", "Decoded", "Fetched",
-           "FetchedBuffer", "FetchedNode", "FetchedReader",
+           "FetchedBuffer", "FetchedReader",
            "FetchedWriter", "close_reports", "decode", "encode", "report_outcomes"]
 
 log = get_logger(__name__)
@@ -130,9 +98,18 @@ class Decoded:
     dropped: int = 0
     error: str | None = None
 
+    @property
+    def kept(self) -> int:
+        return len(self.entries)
+
 
 def decode(data: bytes | None, now: float | None = None) -> Decoded:
-    """SPEC §2's fetched node, with the untrusted-data limits; never raises."""
+    """SPEC §2's fetched node, with the untrusted-data limits; never raises. A node that is
+    not such an object or is larger than :data:`NODE_BYTES` is skipped with its reason; an
+    entry without a string ``url`` of at most ``URL_LIMIT`` bytes or with a ``status``
+    outside 100..599 is dropped and counted; ``etag``, ``last_modified`` and ``signature`` go
+    through :mod:`zkcrawl.web.validators` (a bad one becomes null); ``at`` is clamped to
+    [1995, now + 1 day]."""
     doc, why = untrusted.load_object(data, {"fetched": list, "consumer": str}, limit=NODE_BYTES)
     if doc is None:
         return Decoded((), None, error=why)
@@ -180,40 +157,31 @@ def _entry(raw: Any, now: float) -> Fetched | None:
                    clean_signature(raw.get("signature")), at)
 
 
-class FetchedWriter(DiscoveredWriter):
-    """The consumer side: :meth:`report` outcomes (the transaction code is
-    :class:`DiscoveredWriter`'s, aimed at ``<root>/fetched/``; the cap is
+class FetchedWriter(BatchWriter):
+    """The consumer side: :meth:`report` outcomes (protected transactions:
+    :class:`~zkcrawl.queue.batch_dir.BatchWriter`; the cap is
     :class:`~zkcrawl.queue.capped.CappedDir`, as discovered/'s)."""
+
+    what = "re-crawl reports"
 
     def __init__(self, zk: ZkClient, root: str, consumer_id: str, max_nodes: int = MAX_NODES,
                  max_bytes: int = MAX_BYTES, wait: float = WAIT) -> None:
-        self.zk = zk
-        self.layout = Layout.of(root)
-        self.consumer = consumer_id
-        self.prefix = f"{self.layout.fetched}/{FETCHED_PREFIX}"
+        super().__init__(zk, root, Layout.of(root).fetched, FETCHED_PREFIX, consumer_id)
         self.directory = CappedDir(zk, self.layout.fetched,
                                    DirLimits(max_nodes, max_bytes, NODE_BYTES), wait)
-        self.nodes = 0
         self.refused = 0  # entries ZooKeeper refused (warned, not retried)
         self.full = 0  # entries dropped: the directory stayed full (FETCHED_FULL)
         self._full_warned = False  # one fetched.full warning per episode
         try:
             self._ensure_paths()
-        except LinksRefused as exc:  # _commit's NoNode path asks again, and refuses then
+        except WriteRefused as exc:  # commit's NoNode path asks again, and refuses then
             self._warn(exc, 0)
-
-    def _ensure_paths(self) -> None:
-        try:
-            self.zk.ensure_path(self.layout.fetched)
-            self.zk.ensure_path(self.layout.offers)
-        except ZkAccessDenied as exc:  # the root's ACL: a refusal like any other
-            raise LinksRefused("NoAuthError", str(exc)) from None
 
     def report(self, entries: Sequence[Fetched], wait: float | None = None,
                stop: threading.Event | None = None) -> int:
         """Commit ``entries``; returns the nodes created (0 when ZooKeeper refused, or the
         directory stayed full for ``wait`` seconds, default ``--fetched-wait``, or until
-        ``stop`` was set: warned). Raises :class:`~zkcrawl.queue.offers.QueueSuspended`
+        ``stop`` was set: warned). Raises :class:`~zkcrawl.queue.claims.QueueSuspended`
         while ZooKeeper is away."""
         nodes = encode(entries, self.consumer) if entries else []
         if not nodes:
@@ -228,10 +196,10 @@ class FetchedWriter(DiscoveredWriter):
             return 0
         self._full_warned = False
         created = 0
-        for chunk in _transactions(nodes):
+        for chunk in transactions(nodes):
             try:
-                created += self._commit(chunk)
-            except LinksRefused as exc:
+                created += self.commit(chunk)
+            except WriteRefused as exc:
                 self._warn(exc, len(entries))
                 return created
         self.nodes += created
@@ -249,83 +217,31 @@ class FetchedWriter(DiscoveredWriter):
                     "it: the items completed; their URLs keep their old schedule "
                     "(raise --fetched-max-nodes/--fetched-max-bytes, or drain faster)")
 
-    def _warn(self, exc: LinksRefused, n: int) -> None:
+    def _warn(self, exc: WriteRefused, n: int) -> None:
         self.refused += n
         log.warning("fetched.refused", cause=exc.cause, error=str(exc)[:300], entries=n,
                     hint="the items complete; the producer's --recrawl state keeps their "
                     "old schedule")
 
 
-@dataclass(frozen=True)
-class FetchedNode:
-    """One fetched node as read: its name and what :func:`decode` made of it."""
-
-    name: str
-    decoded: Decoded
-
-
-class FetchedReader:
+class FetchedReader(BatchReader[Decoded]):
     """The producer side: list, read (a bounded batch, oldest first), delete."""
 
     def __init__(self, zk: ZkClient, root: str) -> None:
-        self.zk = zk
-        self.path = Layout.of(root).fetched
-        zk.ensure_path(self.path)
-        self.backlog = Backlog("fetched.backlog", self.path,
-                               DirLimits(MAX_NODES, MAX_BYTES, NODE_BYTES),  # the default's
-                               note="consumers' re-crawl reports wait (--fetched-wait) when "
-                               "the cap is reached, then are dropped (fetched-full)")
-
-    def names(self) -> list[str]:
-        """The nodes waiting, oldest first (names that are not ``fn-N`` ignored); a backlog
-        of half the default cap or more is reported (``fetched.backlog``, at most every
-        30 s)."""
-        children = self.zk.get_children(self.path)
-        self.backlog.seen(len(children))
-        mapped = {f"qn-{n[len(FETCHED_PREFIX):]}": n
-                  for n in children if n.startswith(FETCHED_PREFIX)}
-        return [mapped[q] for _, q in sort_names(list(mapped))]
-
-    def read(self, names: Sequence[str]) -> list[FetchedNode]:
-        """The nodes' entries; a malformed node is one warning and comes back with its error
-        (the caller deletes it like a drained one: never read for ever)."""
-        nodes: list[FetchedNode] = []
-        results = self.zk.get_many([f"{self.path}/{n}" for n in names])
-        for name, res in zip(names, results, strict=True):
-            if isinstance(res, NoNodeError):
-                continue
-            if isinstance(res, Exception):
-                raise res
-            decoded = decode(res[0])
-            if decoded.error is not None:
-                log.warning("fetched.malformed", node=f"{self.path}/{name}",
-                            reason=decoded.error, skipped=True)
-            elif decoded.dropped:
-                log.warning("fetched.entries_dropped", node=f"{self.path}/{name}",
-                            dropped=decoded.dropped, kept=len(decoded.entries),
-                            reason="not an outcome: a string url of at most 8 KiB, a "
-                            "status in 100..599 or null")
-            nodes.append(FetchedNode(name, decoded))
-        return nodes
-
-    def delete(self, names: Sequence[str]) -> None:
-        """Delete drained nodes, one transaction per 500 (gone already: fine)."""
-        for i in range(0, len(names), 500):
-            tx = self.zk.transaction()
-            for name in names[i:i + 500]:
-                tx.delete(f"{self.path}/{name}")
-            if not tx_ok(tx.commit()):
-                for name in names[i:i + 500]:
-                    try:
-                        self.zk.delete(f"{self.path}/{name}")
-                    except NoNodeError:
-                        pass
+        path = Layout.of(root).fetched
+        backlog = DirBacklog("fetched.backlog", path,
+                             DirLimits(MAX_NODES, MAX_BYTES, NODE_BYTES),  # the default's
+                             note="consumers' re-crawl reports wait (--fetched-wait) when "
+                             "the cap is reached, then are dropped (fetched-full)")
+        super().__init__(zk, path, FETCHED_PREFIX, decode, backlog, "fetched",
+                         ("fetched.entries_dropped", "not an outcome: a string url of at "
+                          "most 8 KiB, a status in 100..599 or null"))
 
 
 class FetchedBuffer:
     """The consumer's reports, gathered across committer groups into few large nodes: a
     node per :data:`FLUSH_S` or per :data:`FLUSH_ENTRIES` reports instead of one per group
-    (a group is ~30 items at speed: that was 0.07 ZooKeeper writes per page); full nodes
+    (~0.003 ZooKeeper writes per page); full nodes
     only (or one per :data:`PACK_S`) while ``<root>/fetched/`` holds half its cap.
 
     :meth:`add` never waits for ZooKeeper and never raises: the buffer's daemon thread

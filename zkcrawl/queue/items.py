@@ -1,6 +1,7 @@
-"""Queue items on the wire (SPEC §2): encoding, the decoding rule, dead letters.
+"""Queue items as stored in ZooKeeper (SPEC §2): encoding, the decoding rule, dead letters.
 
-Pure functions, no ZooKeeper: the queue recipe calls them, tests call them directly.
+Pure functions, no ZooKeeper: the queue recipe calls them (imported as ``item_codec``),
+tests call them directly.
 
 Decoding rule: a JSON object with a string ``url`` is an item; otherwise data that
 decodes as UTF-8 to one absolute http(s) URL (surrounding whitespace ignored) is
@@ -22,7 +23,8 @@ from zkcrawl.queue.untrusted import ITEM_LIMIT, URL_LIMIT
 from zkcrawl.textsafe import redact_userinfo
 
 __all__ = ["DEAD_DATA_LIMIT", "DEAD_PREFIX", "ERROR_LIMIT", "ITEM_LIMIT", "MAX_ATTEMPT", "PREFIX",
-           "URL_LIMIT", "Decoded", "Item", "dead_letter", "decode", "parse_seq", "sort_names"]
+           "URL_LIMIT", "Decoded", "Item", "decode", "encode_dead_letter", "parse_seq",
+           "sort_names"]
 
 PREFIX = ITEM_PREFIX
 DEAD_DATA_LIMIT = 4096
@@ -53,7 +55,7 @@ class Item:
         }
         if batch:
             # The protected-create token: lets an offer retried after ConnectionLoss
-            # find out whether its first try committed (see queue.LeaseQueue.offer_many).
+            # find out whether its first try committed (see queue.ingress.IngressQueue).
             doc["batch"] = batch
         return _ENCODER.encode(doc).encode("utf-8")
 
@@ -121,7 +123,7 @@ def _checked(decoded: Decoded) -> Decoded:
     return decoded
 
 
-def dead_letter(name: str, url: str | None, error: str, attempts: int, data: bytes,
+def encode_dead_letter(name: str, url: str | None, error: str, attempts: int, data: bytes,
                 holder_deaths: int = 0) -> bytes:
     """The dead letter's data (SPEC §2), never larger than ~4 KB of original data. URL
     credentials are masked in the URL, the error and the data (``***@host``): a dead letter
@@ -136,7 +138,7 @@ def dead_letter(name: str, url: str | None, error: str, attempts: int, data: byt
     doc = {"item": name, "url": url, "error": error[:ERROR_LIMIT], "attempts": attempts,
            "holder_deaths": max(0, min(attempts, holder_deaths)),
            "data": snippet, "dead_at": round(time.time(), 3)}
-    # ASCII-escaped: a lone surrogate in a hostile URL stays valid UTF-8 on the wire.
+    # ASCII-escaped: a lone surrogate in a hostile URL stays valid UTF-8 in the stored JSON.
     return json.dumps(doc, separators=(",", ":")).encode("ascii")
 
 

@@ -5,11 +5,11 @@ change here (and in SPEC §2). Pure: no ZooKeeper calls.
 
 ::
 
-    <root>/queue/qn-NNNNNNNNNN     items                 <root>/control       run state
-    <root>/leases/qn-NNNNNNNNNN    claims (ephemeral)    <root>/hosts/<host>  ignored (old)
+    <root>/queue/qn-NNNNNNNNNN     the ingress           <root>/control       run state
+    <root>/leases/qn-NNNNNNNNNN    old: per-item leases  <root>/hosts/<host>  ignored (old)
     <root>/dead/dl-NNNNNNNNNN      dead letters          <root>/offers/<tok>  offer markers
-    <root>/consumers/<id>          consumer status       <root>/claims/...    claim records
-    <root>/producers/<id>          producer status       <root>/discovered/   found links
+    <root>/consumers/<id>          consumer status       <root>/discovered/   found links
+    <root>/producers/<id>          producer status
     <root>/fetched/fn-NNNNNNNNNN   fetch outcomes (re-crawl state, consumer -> producer)
     <root>/partitions/<p>          a partition (data: its checkpoint; version: its epoch)
     <root>/partitions/<p>/owner    its owner (ephemeral)
@@ -71,10 +71,6 @@ class Layout:
         return f"{self.root}/hosts"
 
     @property
-    def claims(self) -> str:
-        return f"{self.root}/claims"
-
-    @property
     def discovered(self) -> str:
         return f"{self.root}/discovered"
 
@@ -104,7 +100,7 @@ class Layout:
     def lease(self, name: str) -> str:
         return f"{self.root}/leases/{name}"
 
-    def dead_letter(self, name: str) -> str:
+    def dead_letter_path(self, name: str) -> str:
         return f"{self.root}/dead/{name}"
 
     def consumer(self, consumer_id: str) -> str:
@@ -124,4 +120,4 @@ class Layout:
 
     def containers(self) -> tuple[str, ...]:
         """The persistent parents a consumer or producer makes sure exist."""
-        return (self.queue, self.leases, self.dead, self.offers)
+        return (self.queue, self.dead, self.offers)

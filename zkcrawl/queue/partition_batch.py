@@ -1,24 +1,15 @@
-"""A partition's batch node on the wire (SPEC §2): many items and their progress in one znode.
-
-``<root>/partitions/<p>/qn-NNNNNNNNNN`` holds up to :data:`BATCH_LIMIT` bytes::
+"""A partition's batch node as stored (SPEC §2): many items and their progress in one znode,
+written by producers, consumers (retries) and the ingress mover, read by every consumer.
+Pure functions (:mod:`zkcrawl.queue.partition_queue` calls them)::
 
     {"v": 1, "items": [<item>, ...], "started": [i, ...], "done": [i, ...], "token": "..."}
 
-Each ``<item>`` is an item object of SPEC §2 (or a bare-URL string); ``started`` and
-``done`` index into ``items``. Guarantees:
-
-* :func:`encode` never writes more than :data:`BATCH_LIMIT` bytes: :func:`pack` splits a
-  group of items into batches that fit (an item that alone would not fit is refused);
-* :func:`decode` never raises: data that is not a batch is one reason (the whole node is a
-  dead letter); an item that is not an item is a reason for that item only, and the good
-  items of the batch go on;
-* indices out of range, repeated or of the wrong type are dropped (hostile progress can
-  only make an item be done again, never skip one that was not done): an index is *done*
-  only when it is in ``done``, and *started* only when in ``started`` and not done.
-
-Pure functions, no ZooKeeper: :mod:`zkcrawl.queue.partition_queue` calls them.
-Status: the format of every queue node in a partition (SPEC §2), read by every consumer
-and written by producers, consumers (retries) and the ingress mover.
+* :func:`encode` never writes more than :data:`BATCH_LIMIT` bytes; :func:`pack` splits a
+  group into batches that fit (an item that alone would not fit is refused).
+* :func:`decode` never raises: data that is no batch is one reason (a dead letter), an entry
+  that is no item a reason for that entry only.
+* Bad indices are dropped: hostile progress can only make an item be done again, never skip
+  one (*done* only when in ``done``; *started* only when in ``started`` and not done).
 """
 
 from __future__ import annotations
@@ -28,12 +19,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from zkcrawl.queue import items as wire
+from zkcrawl.queue import items as item_codec
 from zkcrawl.queue import untrusted
 from zkcrawl.queue.items import Item
 
 # Bytes of one batch node (SPEC §2: 64 KiB of items): an item may itself be 64 KiB
-# (wire.ITEM_LIMIT), so a batch has room for the envelope and progress of one such item
+# (item_codec.ITEM_LIMIT), so a batch has room for the envelope and progress of one such item
 # beyond it -- else an item at the limit, or a retry grown to it, could not be queued.
 BATCH_LIMIT = 64 * 1024 + 1024
 MAX_ITEMS = 1000  # items a batch made here holds at most, whatever their size
@@ -172,7 +163,7 @@ def pack(items: Sequence[Item], *, max_items: int = MAX_ITEMS, token: str | None
     limit = max(1, min(max_items, MAX_ITEMS))
     for item in items:
         n = item_size(item)
-        if n + _HEAD > BATCH_LIMIT or n - 1 > wire.ITEM_LIMIT:  # n counts its comma
+        if n + _HEAD > BATCH_LIMIT or n - 1 > item_codec.ITEM_LIMIT:  # n counts its comma
             refused.append(item)
             continue
         # room for the progress lists too: at most ~8 bytes an index, twice
@@ -222,7 +213,7 @@ def _entry(entry: Any) -> tuple[Item | None, str | None, bytes]:
             raw = _ENCODER.encode(entry).encode("utf-8", "surrogatepass")
         except (TypeError, ValueError):
             return None, "malformed: not JSON", b""
-    decoded = wire.decode(raw)
+    decoded = item_codec.decode(raw)
     if decoded.item is None:
         return None, decoded.error or "malformed", raw
     return decoded.item, None, raw

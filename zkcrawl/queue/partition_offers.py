@@ -1,25 +1,15 @@
-"""The producer's side of the partitioned frontier: P of a root, offers straight into
-partitions, and how full each partition is (SPEC §2, §4; issue #22, items 1 and 6).
+"""The producer's side of the partitioned frontier (SPEC §2, §4): a root's P, offers straight
+into partitions, and how full each partition is.
 
-* :func:`recorded_partitions` -- the root's P, recorded by the first producer or consumer
-  (``--partitions``) with a conditional write; root data that is not to be trusted (P edited
-  by hand) is one line, exit 2. :func:`root_partitions` only reads it.
-* :class:`PartitionOffers` -- groups items by partition, packs each group into batches of at
-  most 64 KiB and commits them (:meth:`~zkcrawl.queue.partition_queue.PartitionQueue.
-  _create_protected`: transactions of at most 256 KiB, each with an ephemeral marker
-  ``<root>/offers/<token>``, so a lost answer is found committed or sent again, never doubled
-  while the session lives). :meth:`PartitionOffers.commit` yields the batches as their
-  transaction commits, so a caller knows exactly which items are in ZooKeeper.
-* **depth in items, cheap**: a partition's depth is the sum of its batch nodes' item counts:
-  one ``getChildren`` per partition (pipelined), the count of a batch this producer made is
-  known from its create, the count of another's (a consumer's retry batch, another producer,
-  the ingress mover) is read once (at most 2,000 of them per listing, in multi-reads of 100;
-  the rest count one item each until a later listing) and remembered while the node lives.
-  Done items of a batch still count until the batch is deleted (the count is from above:
-  back-pressure errs on the safe side). The ingress counts its children (one item each).
-  A partition is listed again only when an offer would pass its bound by what was known;
-  the listing arms a children watch, whose firing marks the partition *dirty* and sets
-  :attr:`PartitionOffers.changed` (the producer waits on it: no polling).
+* :func:`recorded_partitions`: the root's P, recorded once with a conditional write; root
+  data not to be trusted is one line, exit 2. :func:`root_partitions` only reads it.
+* :class:`PartitionOffers`: batches of at most 64 KiB per partition, committed in protected
+  transactions (an ephemeral marker: a lost answer never doubled while the session lives);
+  :meth:`PartitionOffers.commit` yields the batches as they commit.
+* **Depth in items, cheap and from above**: the sum of a partition's batch counts (known
+  from our creates, others read once, done items counted until their batch goes); a
+  partition is listed again only when an offer might pass its bound, and a children watch
+  sets :attr:`PartitionOffers.changed` (no polling).
 """
 
 from __future__ import annotations
@@ -31,19 +21,19 @@ from dataclasses import dataclass
 
 from zkcrawl.errors import UsageError
 from zkcrawl.logs import get_logger
-from zkcrawl.queue import items as wire
+from zkcrawl.queue import items as item_codec
 from zkcrawl.queue import partition_batch as pb
 from zkcrawl.queue import untrusted
+from zkcrawl.queue.ingress import MAX_TX_BYTES
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.layout import Layout
-from zkcrawl.queue.offers import MAX_TX_BYTES
 from zkcrawl.queue.partition_queue import PartitionQueue
 from zkcrawl.queue.partitions import DEFAULT_PARTITIONS, decode_root
 from zkcrawl.zk import BadVersionError, NoNodeError, WatchedEvent, Watcher, ZkClient, gather
 
 log = get_logger(__name__)
 
-_LIST_CHUNK = 256  # partitions listed per pipeline
+_LIST_CHUNK = 256  # partitions listed per pipelined round
 _READ_CHUNK = 100  # batches per multi-read (as PartitionQueue.read)
 _READS_PER_LISTING = 2000  # another's batches read per listing of a partition at most
 _ORIGINS_CACHED = 100_000  # scheme://host:port -> partition, memoised
@@ -196,7 +186,7 @@ class PartitionOffers:
             self.listings += len(chunk)
             for p, res in zip(chunk, listings, strict=True):
                 names = [] if isinstance(res, Exception) else \
-                    [n for n in res if n.startswith(wire.PREFIX)]
+                    [n for n in res if n.startswith(item_codec.PREFIX)]
                 if not isinstance(res, Exception):
                     with self._lock:  # no node, no watch: armed once it is made and listed
                         self._armed.add(p)

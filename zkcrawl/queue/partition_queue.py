@@ -1,58 +1,16 @@
 """The partitioned queue recipe (SPEC §2, §3): batches in partitions, owners that fence.
+Layout in :class:`~zkcrawl.queue.layout.Layout` and docs/concepts/zookeeper-layout.md; the
+full guarantees in :class:`PartitionQueue`'s docstring.
 
-Layout (:class:`~zkcrawl.queue.layout.Layout`)::
-
-    <root>/partitions/<p>                 persistent; data: the host state
-                                          (zkcrawl.queue.partition_state); version: the epoch
-    <root>/partitions/<p>/owner           ephemeral: {"consumer": id, "epoch": n, "since": t}
-    <root>/partitions/<p>/qn-NNNNNNNNNN   a batch (:mod:`zkcrawl.queue.partition_batch`)
-    <root>/queue/qn-NNNNNNNNNN            the ingress: one item, any client (a producer writes
-                                          batches into the partitions itself when the root
-                                          records P: zkcrawl.queue.partition_offers)
-
-Guarantees:
-
-* **offers are batched**: :meth:`PartitionQueue.offer` groups items by partition
-  (:func:`~zkcrawl.queue.partitions.partition_of` of the URL's host key), packs each group
-  into batches of at most 64 KiB and commits them in transactions of at most
-  ``MAX_TX_BYTES``, each with an ephemeral marker ``<root>/offers/<token>``: a transaction
-  whose answer was lost is found committed or sent again, never doubled while the session
-  lives (the rule of :mod:`zkcrawl.queue.offers`);
-* **ownership is the lease, fenced by an epoch**: :meth:`take` bumps the partition node's
-  version and creates the ephemeral owner node in one transaction, conditional on the
-  version it read, so two consumers never both take a partition; every later write of the
-  owner (:meth:`progress`, :meth:`adopt`, :meth:`release`) carries a ``check`` of that
-  version, so a zombie -- whose session ended and whose partition another took -- has every
-  write refused (:class:`Fenced`) and changes nothing;
-* **a holder's death is charged only for started items**: a batch records the items its
-  owner marked started; :meth:`adopt` (a new owner's first look at a batch) counts an
-  attempt for those only, turns the ones out of attempts into dead letters (``abandoned``),
-  and clears the marks -- one fenced write per batch that had any. The charged items stay
-  where they were (same batch, index and creation time: the identity a sink keys its rows
-  on, so a record written before the death is not stored twice); only a batch that would
-  outgrow 64 KiB by the charge moves them to a new batch at the tail;
-* **progress is one write**: items started, items done, items to retry (a new batch at the
-  partition's tail) and dead letters go in one fenced transaction; a batch whose items are
-  all done is deleted in it;
-* **the host state rides the checkpoint**: a checkpoint given a partition's new host state
-  (the back-offs in force, :mod:`zkcrawl.queue.partition_state`) writes it as the partition
-  node's data with a setData at the owner's version -- the same fence as the check it
-  replaces, so no write of its own; the version moves on with it, and this queue keeps the
-  owner's current version (:meth:`PartitionQueue.version`; every fenced write is built and
-  sent under one lock, so none checks a version another thread has just moved). An answer
-  lost is settled before the next fenced write (the node read: our data one version on, or
-  not). :meth:`take` decodes the state it read (untrusted: a reason, never an error);
-* **the ingress is moved, not copied**: :meth:`move_ingress` deletes ingress nodes (at the
-  version read) and creates their batches in the same transaction, so an item is in the
-  ingress or in its partition, never both and never neither; two movers racing lose
-  nothing (the loser's transaction fails whole); malformed ingress data is a dead letter;
-* everything read is untrusted: a batch that does not decode is a dead letter with its
-  data; an entry that is not an item is a dead letter and the others go on; a forged owner
-  node is only ever compared by its ZooKeeper session, never trusted for its content.
-
-Status: the consumer's queue (through :mod:`consumer.owned_queue`) and the producer's
-(:mod:`zkcrawl.queue.partition_offers`); ``zkcrawl bench frontier`` measures its writes per
-page. Ownership changes cost a few transactions however many partitions move.
+* **Offers are batched** and committed with an ephemeral marker: a transaction whose answer
+  was lost is never doubled while the session lives (:mod:`zkcrawl.queue.ingress`).
+* **Ownership is fenced by an epoch**: :meth:`~PartitionQueue.take` bumps the partition
+  node's version with the owner node in one transaction; every later owner write checks
+  that version, so a zombie changes nothing (:class:`Fenced`).
+* **A holder's death is charged only for started items**; progress (starts, dones, retries,
+  dead letters, the host state) is one fenced write.
+* **The ingress is moved, not copied**; everything read is untrusted (a bad batch or entry
+  becomes a dead letter, never an error).
 """
 
 from __future__ import annotations
@@ -67,13 +25,13 @@ from dataclasses import dataclass, field, replace
 
 from zkcrawl.errors import ZkCrawlError
 from zkcrawl.logs import get_logger
-from zkcrawl.queue import items as wire
+from zkcrawl.queue import items as item_codec
 from zkcrawl.queue import partition_batch as pb
 from zkcrawl.queue import partition_state as ps
 from zkcrawl.queue import untrusted
+from zkcrawl.queue.ingress import MAX_TX_BYTES
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.layout import Layout
-from zkcrawl.queue.offers import MAX_TX_BYTES
 from zkcrawl.queue.partitions import partition_of
 from zkcrawl.web.urls import host_key
 from zkcrawl.zk import (
@@ -177,7 +135,58 @@ def _owner_doc(consumer: str, epoch: int) -> bytes:
 
 
 class PartitionQueue:
-    """The partitioned queue of one root with ``partitions`` partitions."""
+    """The partitioned queue of one root with ``partitions`` partitions.
+
+    Layout (:class:`~zkcrawl.queue.layout.Layout`)::
+
+        <root>/partitions/<p>                 persistent; data: the host state
+                                              (zkcrawl.queue.partition_state); version: the epoch
+        <root>/partitions/<p>/owner           ephemeral: {"consumer": id, "epoch": n, "since": t}
+        <root>/partitions/<p>/qn-NNNNNNNNNN   a batch (:mod:`zkcrawl.queue.partition_batch`)
+        <root>/queue/qn-NNNNNNNNNN            the ingress: one item, any client (a producer writes
+                                              batches into the partitions itself when the root
+                                              records P: zkcrawl.queue.partition_offers)
+
+    Guarantees:
+
+    * **offers are batched**: :meth:`PartitionQueue.offer` groups items by partition
+      (:func:`~zkcrawl.queue.partitions.partition_of` of the URL's host key), packs each group
+      into batches of at most 64 KiB and commits them in transactions of at most
+      ``MAX_TX_BYTES``, each with an ephemeral marker ``<root>/offers/<token>``: a transaction
+      whose answer was lost is found committed or sent again, never doubled while the session
+      lives (the rule of :mod:`zkcrawl.queue.ingress`);
+    * **ownership is the lease, fenced by an epoch**: :meth:`take` bumps the partition node's
+      version and creates the ephemeral owner node in one transaction, conditional on the
+      version it read, so two consumers never both take a partition; every later write of the
+      owner (:meth:`progress`, :meth:`adopt`, :meth:`release`) carries a ``check`` of that
+      version, so a zombie -- whose session ended and whose partition another took -- has every
+      write refused (:class:`Fenced`) and changes nothing;
+    * **a holder's death is charged only for started items**: a batch records the items its
+      owner marked started; :meth:`adopt` (a new owner's first look at a batch) counts an
+      attempt for those only, turns the ones out of attempts into dead letters (``abandoned``),
+      and clears the marks -- one fenced write per batch that had any. The charged items stay
+      where they were (same batch, index and creation time: the identity a sink keys its rows
+      on, so a record written before the death is not stored twice); only a batch that would
+      outgrow 64 KiB by the charge moves them to a new batch at the tail;
+    * **progress is one write**: items started, items done, items to retry (a new batch at the
+      partition's tail) and dead letters go in one fenced transaction; a batch whose items are
+      all done is deleted in it;
+    * **the host state rides the checkpoint**: a checkpoint given a partition's new host state
+      (the back-offs in force, :mod:`zkcrawl.queue.partition_state`) writes it as the partition
+      node's data with a setData at the owner's version -- the same fence as the check it
+      replaces, so no write of its own; the version moves on with it, and this queue keeps the
+      owner's current version (:meth:`PartitionQueue.version`; every fenced write is built and
+      sent under one lock, so none checks a version another thread has just moved). An answer
+      lost is settled before the next fenced write (the node read: our data one version on, or
+      not). :meth:`take` decodes the state it read (untrusted: a reason, never an error);
+    * **the ingress is moved, not copied**: :meth:`move_ingress` deletes ingress nodes (at the
+      version read) and creates their batches in the same transaction, so an item is in the
+      ingress or in its partition, never both and never neither; two movers racing lose
+      nothing (the loser's transaction fails whole); malformed ingress data is a dead letter;
+    * everything read is untrusted: a batch that does not decode is a dead letter with its
+      data; an entry that is not an item is a dead letter and the others go on; a forged owner
+      node is only ever compared by its ZooKeeper session, never trusted for its content.
+    """
 
     def __init__(self, zk: ZkClient, root: str, partitions: int, *, consumer: str = "",
                  max_attempts: int = 3, max_items: int = pb.MAX_ITEMS) -> None:
@@ -230,7 +239,7 @@ class PartitionQueue:
         for item in refused:
             self.refused += 1
             log.warning("queue.offer_refused", url=item.url[:200],
-                        reason=f"item larger than {wire.ITEM_LIMIT} bytes")
+                        reason=f"item larger than {item_codec.ITEM_LIMIT} bytes")
 
     def _create_protected(self, creates: list[tuple[str, bytes]]) -> list[str]:
         """Sequential creates in transactions of at most MAX_TX_BYTES, each protected by an
@@ -541,9 +550,9 @@ class PartitionQueue:
         ``skip`` (known already); nodes that are not batches become dead letters (fenced)
         and are left out. ``watch`` fires once when the partition's children change."""
         path = self.layout.partition(owned.partition)
-        names = [n for _, n in wire.sort_names(
+        names = [n for _, n in item_codec.sort_names(
             [c for c in self.zk.get_children(path, watch=watch)
-             if c.startswith(wire.PREFIX) and c not in skip])][:limit]
+             if c.startswith(item_codec.PREFIX) and c not in skip])][:limit]
         out = Read()
         bad: list[tuple[str, int, bytes, str]] = []
         for name, res in zip(names, self.zk.get_many([f"{path}/{n}" for n in names]),
@@ -561,7 +570,7 @@ class PartitionQueue:
                 tx = self._fenced(owned)
                 tx.delete(f"{path}/{name}", version=version)
                 tx.create(self.layout.dead_prefix,
-                          wire.dead_letter(name, None, why, 0, data), sequence=True)
+                          item_codec.encode_dead_letter(name, None, why, 0, data), sequence=True)
                 self._commit(tx)
             out.dead += 1
         return out
@@ -591,7 +600,7 @@ class PartitionQueue:
             for res in gather([self.zk.get_children_async(p) for p in paths[i:i + 256]],
                               self.zk.zk_timeout):
                 if isinstance(res, list):
-                    total += sum(1 for c in res if c.startswith(wire.PREFIX))
+                    total += sum(1 for c in res if c.startswith(item_codec.PREFIX))
         return total
 
     def adopt(self, owned: Owned, node: BatchNode, *, keep_abandoned: bool = False
@@ -628,7 +637,7 @@ class PartitionQueue:
             else:
                 dead.append(self._dead(node.name, charged, "abandoned"))
         for i, why in b.errors.items():
-            dead.append(wire.dead_letter(node.name, None, why, 0, b.raws.get(i, b"")))
+            dead.append(item_codec.encode_dead_letter(node.name, None, why, 0, b.raws.get(i, b"")))
         settled = (set(b.in_flight) - set(again) - kept) | set(b.errors)
         if not settled and not again:
             return node
@@ -786,7 +795,7 @@ class PartitionQueue:
 
     def _dead(self, name: str, item: Item, error: str) -> bytes:
         data = pb.encode(pb.Batch((item,)))
-        return wire.dead_letter(name, item.url, error, item.attempt, data,
+        return item_codec.encode_dead_letter(name, item.url, error, item.attempt, data,
                                 holder_deaths=int(item.meta.get("holder_deaths", 0) or 0))
 
     def _fenced(self, owned: Owned) -> Multi:
@@ -808,7 +817,7 @@ class PartitionQueue:
     # -- the ingress -----------------------------------------------------------------
     def ingress_names(self, watch: Watcher | None = None) -> list[str]:
         """The ingress's item names, oldest first (one listing: a mover takes from it)."""
-        return [n for _, n in wire.sort_names(
+        return [n for _, n in item_codec.sort_names(
             self.zk.get_children(self.layout.queue, watch=watch))]
 
     def move_ingress(self, limit: int = INGRESS_PER_MOVE, watch: Watcher | None = None,
@@ -837,10 +846,11 @@ class PartitionQueue:
                 break  # the rest: the next move
             self.ingress_consumed += 1
             tx.delete(self.layout.item(name), version=int(stat.version))
-            decoded = wire.decode(data)
+            decoded = item_codec.decode(data)
             if decoded.item is None:
                 tx.create(self.layout.dead_prefix,
-                          wire.dead_letter(name, None, decoded.error or "malformed", 0, data),
+                          item_codec.encode_dead_letter(name, None,
+                                                        decoded.error or "malformed", 0, data),
                           sequence=True)
                 dead += 1
                 continue
@@ -851,7 +861,7 @@ class PartitionQueue:
             self._ensure_partition(p)
             for chunk, refused in pb.pack(group, max_items=self.max_items):
                 for item in refused:  # cannot happen for a decoded item; never dropped
-                    tx.create(self.layout.dead_prefix, wire.dead_letter(
+                    tx.create(self.layout.dead_prefix, item_codec.encode_dead_letter(
                         "ingress", item.url, "too large for a batch", item.attempt, b""),
                         sequence=True)
                 if chunk:
@@ -906,5 +916,5 @@ def _charged(item: Item) -> Item:
     meta = dict(item.meta)
     deaths = meta.get("holder_deaths", 0)
     meta["holder_deaths"] = (deaths if isinstance(deaths, int) and deaths >= 0 else 0) + 1
-    return Item(url=item.url, attempt=min(item.attempt + 1, wire.MAX_ATTEMPT),
+    return Item(url=item.url, attempt=min(item.attempt + 1, item_codec.MAX_ATTEMPT),
                 producer=item.producer, meta=meta, enqueued_at=item.enqueued_at)

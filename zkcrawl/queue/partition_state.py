@@ -1,40 +1,17 @@
 """A partition's checkpoint (SPEC §2, §3): the back-offs in force on its hosts, kept in the
-partition node's data so that they survive a hand-over.
+partition node's data so that they survive a hand-over. Pure functions, no ZooKeeper
+(:mod:`zkcrawl.queue.partition_queue` writes it in its fenced checkpoints)::
 
-``<root>/partitions/<p>`` holds, as JSON (at most :data:`STATE_LIMIT` bytes)::
+    {"v": 1, "at": <wall-clock s>, "hosts": {"<host[:port]>": [<until>, <delay>, "<reason>"]}}
 
-    {"v": 1, "at": <wall-clock s of the write>,
-     "hosts": {"<host[:port]>": [<until>, <delay>, "<reason>"], ...}}
-
-* ``until``: wall-clock epoch seconds before which the host must not be asked again (a
-  ``Retry-After`` or a "try later" back-off: reason ``retry-after``; a host that did not
-  answer: ``down``); 0 when none;
-* ``delay``: the host's own gap (robots.txt ``Crawl-delay``) when above ``--domain-delay``:
-  reason ``crawl-delay``; 0 when none. A new owner waits that long after taking the
-  partition before its first request to the host (the old owner's last request began before
-  it lost the partition, so ``taken + delay`` holds the gap whatever the old owner did last).
-
-Guarantees:
-
-* :func:`decode` never raises and trusts nothing (the one decoder,
-  :func:`zkcrawl.queue.untrusted.load_json`): data that is not a state is one reason and no
-  hold; an entry that is not a hold is dropped and counted; every value is clamped -- an
-  ``until`` never more than :data:`HOLD_CAP` (the longest back-off of
-  :mod:`zkcrawl.backoff`, ``HOST_DOWN.cap``) past the reader's clock, a ``delay`` never
-  more than :data:`~zkcrawl.politeness.local.MAX_CRAWL_DELAY`; at most :data:`READ_LIMIT`
-  bytes and :data:`MAX_HOSTS` entries are read;
-* :func:`encode` is bounded: at most :data:`MAX_HOSTS` entries and :data:`STATE_LIMIT`
-  bytes, the holds that end soonest dropped first (a ``delay`` counts as ending ``delay``
-  from now), expired ones never written; ``until`` is rounded *up* (to 10 ms), so a
-  reader never waits less than the writer would have.
-
-Clocks: ``until`` is the writer's wall clock, read by another machine's wall clock. zkcrawl
-assumes the consumers' clocks agree (NTP); a skew between two owners adds to the wait of the
-new owner (its clock behind) or cuts from it (its clock ahead), by the skew, never more than
-:data:`HOLD_CAP`. ``delay`` needs no clock agreement.
-
-Pure functions, no ZooKeeper: :mod:`zkcrawl.queue.partition_queue` writes the data in its
-fenced checkpoint transactions and reads it when it takes a partition.
+* ``until``: wall-clock time before which the host must not be asked (``retry-after``,
+  ``down``); ``delay``: its ``crawl-delay`` above ``--domain-delay``, waited after a take.
+* :func:`decode` never raises and trusts nothing: a bad state is one reason and no hold, a
+  bad entry is dropped, every value clamped (``until`` at most :data:`HOLD_CAP` ahead).
+* :func:`encode` is bounded (:data:`MAX_HOSTS`, :data:`STATE_LIMIT`: the holds that end
+  soonest dropped first) and rounds ``until`` up, so a reader never waits less.
+* Clocks are assumed to agree (NTP); a skew changes a wait by the skew, at most
+  :data:`HOLD_CAP`.
 """
 
 from __future__ import annotations

@@ -1,29 +1,13 @@
-"""Partitions of the frontier: which partition a host is in, which consumer owns it.
+"""Partitions of the frontier, the pure part (no ZooKeeper, no clock): which partition a host
+is in, which consumer owns it (SPEC §2, §3; docs/concepts/frontier.md).
 
-The partitioned frontier (SPEC §2, §3; docs/concepts/frontier.md) routes every host to
-exactly one of ``P`` partitions and every partition to exactly one live consumer, so that
-one process schedules each host in memory. This module is the pure part of that: no
-ZooKeeper, no clock.
-
-* :func:`partition_of` -- ``host -> p``: the first 8 bytes of BLAKE2b-64 of the host key
-  (:func:`zkcrawl.web.urls.host_key`: lower-case IDNA host, ``:port`` when not the scheme's
-  default) as a big-endian integer, mod ``P``. Stable across processes, machines, Python
-  versions and releases (no ``hash()``, whose seed changes per process); documented so a
-  producer in another language can route the same way.
-* :func:`assign` -- ``(P, members) -> {member: [p...]}``: rendezvous (highest random weight)
-  hashing. Each partition goes to the member with the highest ``BLAKE2b-64(member \\0 p)``.
-  **Sticky**: a member that joins takes only the partitions it now wins (about ``P / n``),
-  and a member that leaves hands over only its own; no other partition moves, so nobody stops
-  fetching while it happens (kazoo's ``SetPartitioner`` releases everything on any change;
-  Kafka's cooperative-sticky assignor, KIP-429, moves only what must move -- as here, without
-  a leader or an assignment round: every member computes the same answer from the member
-  list alone).
-* :func:`decode_root` -- the root's own data, ``{"partitions": P, ...}``, untrusted (any
-  client can write it): P outside 1..``MAX_PARTITIONS`` or malformed data is a reason.
-
-Used by the consumer's ownership (``--politeness owner``, :mod:`consumer.ownership`) and by
-the producer's offers into partitions (:mod:`zkcrawl.queue.partition_offers`, which also
-records P in the root: :func:`~zkcrawl.queue.partition_offers.recorded_partitions`).
+* :func:`partition_of` -- ``host -> p``: BLAKE2b-64 of the host key
+  (:func:`zkcrawl.web.urls.host_key`) as a big-endian integer, mod ``P``. Stable across
+  processes, machines and releases; documented so another language can route the same way.
+* :func:`assign` -- ``(P, members) -> {member: [p...]}``: rendezvous hashing. **Sticky**: a
+  join takes only what the joiner wins, a leave hands over only the leaver's; every member
+  computes the same answer from the member list alone (no leader, no assignment round).
+* :func:`decode_root` -- the root's ``{"partitions": P}``, untrusted: a bad P is a reason.
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
-"""One safe decoder for everything zkcrawl reads from ZooKeeper (SPEC §2).
+"""One safe decoder for everything zkcrawl reads from ZooKeeper (SPEC §2): any process that
+reaches the ensemble may have written any znode, so znode data is hostile until decoded here.
 
-Any process that reaches the ensemble may have written any znode, so znode data is
-hostile until decoded here. Guarantees of :func:`load_json`:
-
-* **never raises**: invalid UTF-8, invalid JSON, ``NaN``/``Infinity``, integers of more
-  digits than Python converts, nesting deeper than :data:`MAX_DEPTH` (checked *before*
-  the parser recurses, so no ``RecursionError``), data over the size cap -- each is a
-  short reason string instead;
-* **bounded cost**: the size cap comes first, then one linear scan; the nesting scan
-  only runs when the text holds more than :data:`MAX_DEPTH` brackets at all.
-
-:func:`fields` type-checks the decoded object against a small schema, so callers read
-``doc["consumer"]`` knowing it is a ``str``. :class:`MalformedLog` turns "this node is
-malformed" into one warning per node *version* (not per read), for the nodes whose bad
-data is only ignored (control, status, leases, hosts).
-
-Status: used by the item decoder (:mod:`zkcrawl.queue.items`), control, registry, cluster
-politeness and every admin command.
+* :func:`load_json` **never raises**: invalid UTF-8 or JSON, ``NaN``/``Infinity``, huge
+  integers, nesting deeper than :data:`MAX_DEPTH` (checked before the parser recurses), data
+  over the size cap -- each is a short reason string instead.
+* **Bounded cost**: the size cap first, then one linear scan.
+* :func:`fields` type-checks the decoded object against a small schema;
+  :class:`MalformedLog` warns once per node *version* for data that is only ignored.
 """
 
 from __future__ import annotations

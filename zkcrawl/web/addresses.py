@@ -1,49 +1,14 @@
 """The SSRF guard: which connected addresses a fetch may use (``--allow-private-addresses``).
 
-A queued URL or a redirect must not make the crawler connect to an internal address: a cloud
-metadata service on 169.254.169.254, an admin page on 127.0.0.1, a database on 10.x. The guard
-checks the address a connection is *actually opened to* -- after DNS, on every connection, so
-on every redirect hop (each hop is a new ``Transport.get``) -- never the host name in the URL,
-so DNS rebinding and odd spellings (``2130706433``, ``0x7f.1``, ``[::ffff:127.0.0.1]``) cannot
-slip through. The transports call :meth:`AddressGuard.blocked` when they open a connection
-(libcurl: ``CURLOPT_OPENSOCKETFUNCTION`` in :mod:`zkcrawl.web.transports.curl`; requests: a
-checked ``create_connection`` in :mod:`zkcrawl.web.transports.requests`); a reused keep-alive
-connection was checked when it was opened. A refused connection is the fetch outcome
-``error: "blocked-address"`` (permanent, never retried).
-
-What is blocked: everything that is not globally routable public unicast. Python's
-:mod:`ipaddress` does most of it (``is_global``, ``is_private``, ``is_loopback``,
-``is_link_local``, ``is_multicast``, ``is_reserved``, ``is_unspecified``, ``is_site_local``,
-``ipv4_mapped``, ``sixtofour``). Added here by hand, whatever the Python version's tables say:
-
-* **multicast** is blocked although ``ipaddress`` calls e.g. 224.0.1.1 and ff0e::1 global;
-* **embedded IPv4** is judged as that IPv4: IPv4-mapped ``::ffff:a.b.c.d``, NAT64
-  ``64:ff9b::/96`` and 6to4 ``2002::/16`` (``::ffff:127.0.0.1``, ``64:ff9b::a00:1`` and
-  ``2002:7f00:1::`` are blocked; ``ipaddress`` calls the latter two global); the deprecated
-  IPv4-compatible ``::a.b.c.d`` (``::/96``) is blocked outright;
-* named ranges, so the reason says what an address is and older Pythons (whose tables
-  missed some, CVE-2024-4032) block them too: 0.0.0.0/8, shared 100.64.0.0/10, IETF
-  192.0.0.0/24 (all of it), documentation (192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24,
-  2001:db8::/32, 3fff::/20), benchmarking 198.18.0.0/15, the 6to4 relay anycast
-  192.88.99.0/24, 240.0.0.0/4 and broadcast, discard-only 100::/64, Teredo 2001::/32 and the
-  rest of 2001::/23, local-use NAT64 64:ff9b:1::/48, SRv6 5f00::/16, unique-local fc00::/7,
-  site-local fec0::/10;
-* **cloud platform services on public addresses**: Azure's WireServer 168.63.129.16 (the
-  VM agent's channel: certificates, extensions, health), IBM Cloud's service network
-  161.26.0.0/16 and service endpoints 166.8.0.0/14. Every other cloud's metadata service is
-  in a range blocked above: 169.254.169.254 (AWS, GCP, Azure IMDS, Oracle, OpenStack,
-  DigitalOcean, Hetzner), 169.254.0.23 (Tencent), 100.100.100.200 (Alibaba), 192.0.0.192
-  (Oracle), fd00:ec2::254 (AWS), fd20:ce::254 (GCP).
-
-The guard is stricter than ``ipaddress``, never looser: whatever ``is_global`` is False for is
-blocked. ``AddressGuard(allow=(ip_network("10.1.0.0/16"),))`` exempts networks an operator
-does mean to crawl (an intranet; the tests' 127.0.0.2); ``AddressGuard.off()`` (or ``None``
-where a guard is expected) is ``--allow-private-addresses``: nothing is checked.
-
-Through an HTTP(S) proxy the connected address is the proxy's, which the operator chose: it
-is not checked. The target host is then resolved here and checked before the request
-(:meth:`AddressGuard.check_host`), best effort: the proxy resolves it again, maybe
-differently (split DNS, rebinding between the two look-ups).
+* A queued URL or a redirect cannot make the crawler connect to an internal address (a cloud
+  metadata service, 127.0.0.1, 10.x): :class:`AddressGuard` checks the address a connection
+  is *actually opened to* -- after DNS, on every connection and so every redirect hop --
+  never the host name, so DNS rebinding and odd spellings cannot slip through.
+* Blocked: everything that is not globally routable public unicast -- stricter than
+  :mod:`ipaddress`, never looser (the list: :class:`AddressGuard`). A refused connection is
+  the fetch outcome ``blocked-address`` (permanent).
+* Through an HTTP(S) proxy the proxy's address is not checked (the operator chose it); the
+  target host is resolved and checked first (:meth:`AddressGuard.check_host`), best effort.
 """
 
 from __future__ import annotations
@@ -204,9 +169,38 @@ def _embedded_v4(addr: Address) -> IPv4Address | None:
 
 
 class AddressGuard:
-    """Decides whether a connection to an address may be opened (see the module docstring).
+    """Decides whether a connection to an address may be opened. Immutable and thread-safe;
+    :meth:`blocked` is pure and never raises.
 
-    Immutable and thread-safe; :meth:`blocked` is pure and never raises."""
+    What is blocked: everything that is not globally routable public unicast. Python's
+    :mod:`ipaddress` does most of it (``is_global``, ``is_private``, ``is_loopback``,
+    ``is_link_local``, ``is_multicast``, ``is_reserved``, ``is_unspecified``, ``is_site_local``,
+    ``ipv4_mapped``, ``sixtofour``). Added here by hand, whatever the Python version's tables say:
+
+    * **multicast** is blocked although ``ipaddress`` calls e.g. 224.0.1.1 and ff0e::1 global;
+    * **embedded IPv4** is judged as that IPv4: IPv4-mapped ``::ffff:a.b.c.d``, NAT64
+      ``64:ff9b::/96`` and 6to4 ``2002::/16`` (``::ffff:127.0.0.1``, ``64:ff9b::a00:1`` and
+      ``2002:7f00:1::`` are blocked; ``ipaddress`` calls the latter two global); the deprecated
+      IPv4-compatible ``::a.b.c.d`` (``::/96``) is blocked outright;
+    * named ranges, so the reason says what an address is and older Pythons (whose tables
+      missed some, CVE-2024-4032) block them too: 0.0.0.0/8, shared 100.64.0.0/10, IETF
+      192.0.0.0/24 (all of it), documentation (192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24,
+      2001:db8::/32, 3fff::/20), benchmarking 198.18.0.0/15, the 6to4 relay anycast
+      192.88.99.0/24, 240.0.0.0/4 and broadcast, discard-only 100::/64, Teredo 2001::/32 and the
+      rest of 2001::/23, local-use NAT64 64:ff9b:1::/48, SRv6 5f00::/16, unique-local fc00::/7,
+      site-local fec0::/10;
+    * **cloud platform services on public addresses**: Azure's WireServer 168.63.129.16 (the
+      VM agent's channel: certificates, extensions, health), IBM Cloud's service network
+      161.26.0.0/16 and service endpoints 166.8.0.0/14. Every other cloud's metadata service is
+      in a range blocked above: 169.254.169.254 (AWS, GCP, Azure IMDS, Oracle, OpenStack,
+      DigitalOcean, Hetzner), 169.254.0.23 (Tencent), 100.100.100.200 (Alibaba), 192.0.0.192
+      (Oracle), fd00:ec2::254 (AWS), fd20:ce::254 (GCP).
+
+    The guard is stricter than ``ipaddress``, never looser: whatever ``is_global`` is False for is
+    blocked. ``AddressGuard(allow=(ip_network("10.1.0.0/16"),))`` exempts networks an operator
+    does mean to crawl (an intranet; the tests' 127.0.0.2); ``AddressGuard.off()`` (or ``None``
+    where a guard is expected) is ``--allow-private-addresses``: nothing is checked.
+    """
 
     __slots__ = ("_allow", "_enabled")
 

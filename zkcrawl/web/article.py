@@ -1,29 +1,17 @@
-"""Article extraction (``--extract article``, SPEC §4): main text and metadata of one page.
-
-:func:`extract_article` turns a fetched body into the record's ``fields``: ``text`` (the main
-text without navigation, comments and footers), ``author``, ``date`` (ISO 8601), ``language``,
-``canonical``, ``tags``, ``description`` and ``jsonld`` (the page's schema.org
-``Article``/``BlogPosting`` object) -- each None when the page has none. The main text and the
-fallback metadata come from trafilatura (which dates pages with htmldate); JSON-LD, the
-canonical link, the language and the tags are read here from the parsed tree, each value
-checked. (extruct would read JSON-LD too, at 0.2 ms per page, measured on the evaluation set,
-but re-parsing the page and pulling in rdflib, pyrdfa3, mf2py and html5lib for what is a
-bounded ``json.loads`` of the ``ld+json`` scripts of a tree already parsed: 0.03 ms.)
+"""Article extraction (``--extract article``, SPEC §4): :func:`extract_article` turns a fetched
+body into the record's ``fields`` -- ``text``, ``author``, ``date``, ``language``,
+``canonical``, ``tags``, ``description``, ``jsonld`` -- each None when the page has none.
+The main text and fallback metadata come from trafilatura; JSON-LD, the canonical link, the
+language and the tags are read here from the parsed tree.
 
 Guarantees (the body is hostile):
 
-* the body is decoded as the crawler decodes every page (:mod:`zkcrawl.web.decode`: BOM,
-  header, ``<meta>``, detection -- GBK and Big5 pages come out as text);
-* a body the extractor will not take gets an :class:`ArticleError` whose message is the
-  record's reason: ``extract: too-large`` (more than :data:`MAX_BYTES`, or a tree of more
-  than :data:`MAX_ELEMENTS` elements), ``extract: not-text`` (binary bytes: too many NULs,
-  controls or undecodable bytes); a failure inside a library is ``extract: failed: <Type>``;
-  nothing else is ever raised;
-* every value is JSON (no NaN), bounded in size (:data:`MAX_TAGS` tags of at most
-  :data:`MAX_TAG` characters, a JSON-LD object of at most :data:`MAX_JSONLD` bytes), and a
-  ``canonical`` is an absolute http(s) URL of at most ``URL_LIMIT`` bytes;
-* the work is linear in the (bounded) body: the time per page is bounded by the size caps;
-  the consumer's process pool (:mod:`consumer.extract_pool`) adds a wall-clock cap on top.
+* decoded as every page is (:mod:`zkcrawl.web.decode`);
+* nothing but :class:`ArticleError` is raised, its message the record's reason
+  (``extract: too-large``, ``not-text``, ``failed: <Type>``);
+* every value is JSON (no NaN) and bounded (:data:`MAX_TAGS`, :data:`MAX_TAG`,
+  :data:`MAX_JSONLD`); a ``canonical`` is an absolute http(s) URL of at most ``URL_LIMIT``;
+* the work is linear in the capped body; :mod:`consumer.extract_pool` adds a time cap.
 """
 
 from __future__ import annotations

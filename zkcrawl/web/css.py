@@ -1,4 +1,4 @@
-"""CSS selectors as Scrapy users write them, compiled to XPath 1.0 (issue #26).
+"""CSS selectors as Scrapy users write them, compiled to XPath 1.0.
 
 ``css_to_xpath("h1::text")`` -> ``descendant-or-self::h1/text()``: plain CSS through
 cssselect's HTML translator, plus the two pseudo-elements Scrapy (parsel) added --

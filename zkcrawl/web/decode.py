@@ -1,29 +1,14 @@
-"""Decoding of HTML bytes to text (pure, no I/O).
+"""Decoding of HTML bytes to text (pure, no I/O): :func:`decode_html` never raises and always
+returns text (undecodable bytes become U+FFFD). The encoding is chosen from, in order: a
+BOM (as the WHATWG sniffing algorithm does), the HTTP ``charset``, ``<meta>`` in the first
+4 KB, then detection (strict UTF-8, ``charset-normalizer``, windows-1252).
 
-:func:`decode_html` never raises and always returns text: undecodable bytes become U+FFFD.
-The encoding is chosen from, in order:
-
-1. a byte-order mark (BOM) — first, as in the WHATWG "encoding sniffing" algorithm that browsers
-   and html5lib follow: a BOM cannot be there by accident, while HTTP headers are often wrong;
-2. the ``charset`` parameter of the HTTP ``Content-Type``;
-3. ``<meta charset>`` / ``<meta http-equiv="Content-Type" content="...charset=...">`` in the
-   first 4 KB;
-4. detection: strict UTF-8 first (SPEC §4), then ``charset-normalizer``, then windows-1252.
-
-Guarantees:
-
-* Only the labels of the WHATWG Encoding Standard are accepted (the table is ``webencodings``'):
-  a page cannot name an arbitrary Python codec (``punycode`` decodes in quadratic time,
-  ``rot13``/``zlib``/``base64``/``idna``/``utf-7`` are not web text encodings).  Every codec
-  :func:`normalize_encoding` returns is in :data:`WEB_CODECS`, each of which decodes in time
-  linear in the input; so does everything else here (the ``<meta>`` scan and detection look at
-  bounded prefixes, the regexes cannot backtrack).
-* Unknown labels at any step are skipped, not fatal; so are the WHATWG ``replacement`` labels
-  (``iso-2022-kr``, ``hz-gb-2312``...: the standard decodes them to a single U+FFFD) and
-  ``x-user-defined`` (bytes to private-use characters): detection reads such pages instead.
-* Legacy encodings are widened to their supersets, as browsers do: GB2312/GBK -> GB18030,
-  Big5 -> Big5-HKSCS, Latin-1/ASCII -> windows-1252, Shift_JIS -> cp932, EUC-KR -> cp949; so
-  text in the wild that uses the superset's extra characters still decodes.
+* Only WHATWG Encoding Standard labels are accepted (``webencodings``' table): a page cannot
+  name an arbitrary Python codec; every codec in :data:`WEB_CODECS` decodes in linear time,
+  and so does everything else here (bounded prefixes, regexes that cannot backtrack).
+* Unknown, ``replacement`` and ``x-user-defined`` labels are skipped, not fatal.
+* Legacy encodings are widened to their supersets, as browsers do (GB2312/GBK -> GB18030,
+  Big5 -> Big5-HKSCS, Latin-1 -> windows-1252, Shift_JIS -> cp932, EUC-KR -> cp949).
 """
 
 from __future__ import annotations

@@ -1,66 +1,15 @@
-"""The fetcher shared by producer and consumer.
+"""The fetcher shared by producer and consumer: :class:`Fetcher` is the HTTP policy --
+robots.txt, politeness, redirects, limits, conditional re-crawls, the SSRF guard -- around
+a per-thread transport (:mod:`zkcrawl.web.transports`), the same for every transport.
 
-:meth:`Fetcher.fetch` never raises for network or HTTP problems: every outcome is a
-:class:`FetchResult` whose ``error`` is ``None`` or a short reason (SPEC §4 record ``error``):
-
-==================  ===========  =================================================
-error               retryable    meaning
-==================  ===========  =================================================
-``robots``          no           robots.txt disallows
-``http-NNN``        408/429/5xx  final status >= 400 (or a 3xx without Location)
-``content-type``    no           media type not in ``accept_types``
-``too-large``       no           more than ``max_bytes`` (body holds the first max_bytes)
-``timeout``         yes          connect/read timeout, or the total budget ran out
-``connection``      yes          refused, reset, DNS, TLS, truncated body, no answer
-``protocol``        no           the server broke HTTP in a way it will again: a status
-                                 line or header that does not parse, a header over the
-                                 transport's limit, an unknown Content-Encoding
-``redirects``       no           more than ``max_redirects`` hops, or a loop
-``bad-url``         no           not an http(s) URL, or an unusable redirect target
-``cancelled``       yes          :meth:`Fetcher.close` was called meanwhile
-``blocked-address`` no           the SSRF guard refused to connect: the address (after
-                                 DNS, on this hop or robots.txt's) is not public
-==================  ===========  =================================================
-
-An unreachable robots.txt (RFC 9309: "try later", not a disallow) gives the reason it could
-not be fetched -- ``connection``, ``timeout``, ``http-503`` -- retryable, with
-``from_robots`` set: a down host is a ``connection`` error whichever request met it first.
-A fetch at least :data:`ROBOTS_RECHECK` seconds after robots.txt was found unreachable asks
-for it again (the host's back-off paces those fetches), instead of failing for the 60 s the
-cache keeps the verdict. robots.txt is read once per fetch -- or once per item for a caller
-that asks first (:meth:`Fetcher.robots`: its verdict serves the fetch of the same URL that
-follows on the same thread within :data:`ROBOTS_RECHECK`).
-
-A "try later" answer (408, 429, 5xx) holds the host in the fetcher's politeness for
-:data:`zkcrawl.backoff.HOST_RETRY` -- its ``Retry-After``, else 1 s doubling with the item's
-``attempt`` up to 60 s -- once, here: ``FetchResult.backed_off`` tells the caller it is done.
-
-Bounds: connecting is bounded by ``connect_timeout``, a silence by ``timeout`` (in whole
-seconds with libcurl), and the whole request+body by ``total_timeout`` (default
-``2 * timeout``), so a server trickling one byte at a time is cut at the budget (the
-head included, on both transports).  The
-body never exceeds ``max_bytes`` in memory, decompressed or not.  The bytes are moved by a
-transport (:class:`~zkcrawl.web.transports.base.Transport`, one per thread): libcurl by
-default (:mod:`zkcrawl.web.transports.curl`), or a ``requests.Session`` with
-``http="requests"`` (:mod:`zkcrawl.web.transports.requests`). This module is the policy
-around it and the same code for either, so every outcome above means the same whatever the
-transport.
-
-``FetchSettings.guard`` (:class:`~zkcrawl.web.addresses.AddressGuard`, on by default) is the
-SSRF guard: the transport checks the address of every connection it opens -- after DNS, so
-on every redirect hop, each hop being a new ``Transport.get`` -- and refuses loopback,
-private, link-local, multicast, reserved... addresses (``blocked-address``). ``guard=None``
-or ``AddressGuard.off()`` is ``--allow-private-addresses``; ``AddressGuard(allow=...)``
-exempts networks. A transport factory of your own must build transports with
-``set_guard`` (both built-in ones have it) unless the guard is off.
-
-Conditional re-crawls (issue #23): ``fetch(url, validators)`` sends ``If-None-Match`` /
-``If-Modified-Since`` from :class:`~zkcrawl.web.validators.Validators` (cleaned there: no
-header value the server chose is sent back unchecked) on every hop; a final ``304`` to such a
-request is a success with ``not_modified`` set and an empty body -- never an ``http-304``
-error. A 304 to a request that sent no validator stays ``http-304``. The transports get the
-lines as ``headers=`` only when there are any, so a transport of your own without that
-keyword still serves first fetches.
+* :meth:`Fetcher.fetch` never raises for a network or HTTP problem: every outcome is a
+  :class:`FetchResult` whose ``error`` is None or a short reason (SPEC §4; the table is
+  :class:`Fetcher`'s docstring), retryable or not the same way on either transport.
+* Bounded: ``connect_timeout``, ``timeout`` of silence and ``total_timeout`` for the whole
+  request and body; the body never holds more than ``max_bytes``.
+* The SSRF guard (``FetchSettings.guard``, on by default) checks the address of every
+  connection, on every redirect hop; an unreachable robots.txt is "try later", never a
+  disallow; a "try later" answer backs the host off once, here (``backed_off``).
 """
 
 from __future__ import annotations
@@ -192,6 +141,68 @@ class Fetcher:
     :data:`~zkcrawl.web.transports.base.TransportFactory`), each with its own keep-alive
     connections, so connections are reused across the fetches of that thread and no lock is
     shared between threads on the request path. An unknown ``http`` name raises ValueError.
+
+    :meth:`Fetcher.fetch` never raises for network or HTTP problems: every outcome is a
+    :class:`FetchResult` whose ``error`` is ``None`` or a short reason (SPEC §4 record ``error``):
+
+    ==================  ===========  =================================================
+    error               retryable    meaning
+    ==================  ===========  =================================================
+    ``robots``          no           robots.txt disallows
+    ``http-NNN``        408/429/5xx  final status >= 400 (or a 3xx without Location)
+    ``content-type``    no           media type not in ``accept_types``
+    ``too-large``       no           more than ``max_bytes`` (body holds the first max_bytes)
+    ``timeout``         yes          connect/read timeout, or the total budget ran out
+    ``connection``      yes          refused, reset, DNS, TLS, truncated body, no answer
+    ``protocol``        no           the server broke HTTP in a way it will again: a status
+                                     line or header that does not parse, a header over the
+                                     transport's limit, an unknown Content-Encoding
+    ``redirects``       no           more than ``max_redirects`` hops, or a loop
+    ``bad-url``         no           not an http(s) URL, or an unusable redirect target
+    ``cancelled``       yes          :meth:`Fetcher.close` was called meanwhile
+    ``blocked-address`` no           the SSRF guard refused to connect: the address (after
+                                     DNS, on this hop or robots.txt's) is not public
+    ==================  ===========  =================================================
+
+    An unreachable robots.txt (RFC 9309: "try later", not a disallow) gives the reason it could
+    not be fetched -- ``connection``, ``timeout``, ``http-503`` -- retryable, with
+    ``from_robots`` set: a down host is a ``connection`` error whichever request met it first.
+    A fetch at least :data:`ROBOTS_RECHECK` seconds after robots.txt was found unreachable asks
+    for it again (the host's back-off paces those fetches), instead of failing for the 60 s the
+    cache keeps the verdict. robots.txt is read once per fetch -- or once per item for a caller
+    that asks first (:meth:`Fetcher.robots`: its verdict serves the fetch of the same URL that
+    follows on the same thread within :data:`ROBOTS_RECHECK`).
+
+    A "try later" answer (408, 429, 5xx) holds the host in the fetcher's politeness for
+    :data:`zkcrawl.backoff.HOST_RETRY` -- its ``Retry-After``, else 1 s doubling with the item's
+    ``attempt`` up to 60 s -- once, here: ``FetchResult.backed_off`` tells the caller it is done.
+
+    Bounds: connecting is bounded by ``connect_timeout``, a silence by ``timeout`` (in whole
+    seconds with libcurl), and the whole request+body by ``total_timeout`` (default
+    ``2 * timeout``), so a server trickling one byte at a time is cut at the budget (the
+    head included, on both transports).  The
+    body never exceeds ``max_bytes`` in memory, decompressed or not.  The bytes are moved by a
+    transport (:class:`~zkcrawl.web.transports.base.Transport`, one per thread): libcurl by
+    default (:mod:`zkcrawl.web.transports.curl`), or a ``requests.Session`` with
+    ``http="requests"`` (:mod:`zkcrawl.web.transports.requests`). This module is the policy
+    around it and the same code for either, so every outcome above means the same whatever the
+    transport.
+
+    ``FetchSettings.guard`` (:class:`~zkcrawl.web.addresses.AddressGuard`, on by default) is the
+    SSRF guard: the transport checks the address of every connection it opens -- after DNS, so
+    on every redirect hop, each hop being a new ``Transport.get`` -- and refuses loopback,
+    private, link-local, multicast, reserved... addresses (``blocked-address``). ``guard=None``
+    or ``AddressGuard.off()`` is ``--allow-private-addresses``; ``AddressGuard(allow=...)``
+    exempts networks. A transport factory of your own must build transports with
+    ``set_guard`` (both built-in ones have it) unless the guard is off.
+
+    Conditional re-crawls (issue #23): ``fetch(url, validators)`` sends ``If-None-Match`` /
+    ``If-Modified-Since`` from :class:`~zkcrawl.web.validators.Validators` (cleaned there: no
+    header value the server chose is sent back unchecked) on every hop; a final ``304`` to such a
+    request is a success with ``not_modified`` set and an empty body -- never an ``http-304``
+    error. A 304 to a request that sent no validator stays ``http-304``. The transports get the
+    lines as ``headers=`` only when there are any, so a transport of your own without that
+    keyword still serves first fetches.
     """
 
     def __init__(
@@ -202,7 +213,7 @@ class Fetcher:
         http: str | TransportFactory = "curl",
     ) -> None:
         self.settings = settings
-        self._new_wire = transport_factory(http)
+        self._new_transport = transport_factory(http)
         self._politeness = politeness
         if not settings.robots:
             robots = None
@@ -210,7 +221,7 @@ class Fetcher:
             robots = RobotsCache(self._fetch_robots, settings.user_agent)
         self._robots = robots
         self._local = threading.local()
-        self._wires: list[Transport] = []
+        self._transports: list[Transport] = []
         self._lock = threading.Lock()
         self._closed = threading.Event()
 
@@ -251,9 +262,9 @@ class Fetcher:
         (a transfer already running ends within its own time budget)."""
         self._closed.set()
         with self._lock:
-            wires, self._wires = self._wires, []
-        for wire in wires:
-            wire.close()
+            transports, self._transports = self._transports, []
+        for transport in transports:
+            transport.close()
 
     def __enter__(self) -> Fetcher:
         return self
@@ -303,31 +314,31 @@ class Fetcher:
 
     # -- internals ----------------------------------------------------------------------------
 
-    def _wire(self) -> Transport:
-        wire: Transport | None = getattr(self._local, "wire", None)
-        if wire is None:
-            wire = self._new_wire(self.settings.user_agent)
+    def _transport(self) -> Transport:
+        t: Transport | None = getattr(self._local, "transport", None)
+        if t is None:
+            t = self._new_transport(self.settings.user_agent)
             guard = active(self.settings.guard)
-            set_guard = getattr(wire, "set_guard", None)
+            set_guard = getattr(t, "set_guard", None)
             if set_guard is not None:
                 set_guard(guard)
             elif guard is not None:
-                wire.close()
-                raise TypeError(f"{type(wire).__name__} cannot check the addresses it connects "
+                t.close()
+                raise TypeError(f"{type(t).__name__} cannot check the addresses it connects "
                                 "to (no set_guard): FetchSettings(guard=None) to use it")
-            self._local.wire = wire
+            self._local.transport = t
             with self._lock:
-                self._wires.append(wire)
-        return wire
+                self._transports.append(t)
+        return t
 
     def _get(self, url: str, remaining: float, limit: int, accept: tuple[str, ...],
              extra: tuple[str, ...] = ()) -> Response:
         s = self.settings
         if extra:  # only then: a transport of one's own may not take headers=
-            return self._wire().get(url, connect=min(s.connect_timeout, remaining),
+            return self._transport().get(url, connect=min(s.connect_timeout, remaining),
                                     idle=min(s.timeout, remaining), budget=remaining,
                                     limit=limit, accept=accept, headers=extra)
-        return self._wire().get(url, connect=min(s.connect_timeout, remaining),
+        return self._transport().get(url, connect=min(s.connect_timeout, remaining),
                                 idle=min(s.timeout, remaining), budget=remaining,
                                 limit=limit, accept=accept)
 
@@ -417,7 +428,7 @@ class Fetcher:
                     headers=resp.headers)
 
     def _fetch_robots(self, robots_url: str) -> tuple[int, bytes]:
-        """Fetch robots.txt through this thread's wire (up to 5 redirects, RFC 9309
+        """Fetch robots.txt through this thread's transport (up to 5 redirects, RFC 9309
         §2.3.1.2; 500 KiB cap). Raises on network errors, which the cache treats as
         "unreachable". The guard refusing the origin itself raises BlockedAddress (the page
         is blocked too); refusing a redirect target is a robots.txt not found (allow all)."""

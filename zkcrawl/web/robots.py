@@ -1,40 +1,17 @@
-"""robots.txt cache (RFC 9309) on top of ``protego``.
+"""robots.txt cache (RFC 9309) on top of ``protego``: :class:`RobotsCache`, one entry per
+origin, kept ``ttl`` seconds. Thread-safe: one fetch per origin at a time, others wait for it
+(at most ``wait_timeout``).
 
-One entry per origin (``scheme://host:port``), kept ``ttl`` seconds.  What a fetch outcome means
-(RFC 9309 §2.3.1):
-
-* 2xx: the rules in the body (the caller caps the body at 500 KiB, as the RFC allows);
-* 4xx (and 3xx left over after the fetcher followed redirects): no usable file, allow all;
-* 5xx, status 0/None, or any exception from ``fetch_robots``: the site is unreachable, treat it
-  as a complete disallow *for now* ("try later", not a robots verdict), and try again after
-  ``unavailable_ttl`` (60 s) -- or sooner for a caller that asks with ``retry_after``.  Such a
-  verdict is marked temporary, with ``error`` saying what happened (``connection``,
-  ``timeout``, ``http-503``: a :class:`RobotsUnreachable`'s reason, else ``connection``), so
-  callers retry the page later and record the real reason instead of ``robots``;
-* :class:`~zkcrawl.web.addresses.BlockedAddress` from ``fetch_robots`` (the SSRF guard refused
-  to connect to the origin): a permanent disallow with ``blocked`` set, kept
-  ``unavailable_ttl`` (the host's DNS may change), so the page gets ``blocked-address`` too.
-
-URLs are normalized first (:func:`zkcrawl.web.urls.normalize_url`): the origin and the rules see
-the same ASCII, percent-encoded, dot-segment-free URL the fetcher asks for, so a lone surrogate
-or an IDN host never reaches ``fetch_robots`` un-encoded, and ``/a/../private`` is checked as
-``/private``.  A URL that does not normalize (not http(s), over 8 KiB...) is not allowed.
-:meth:`RobotsCache.decide` never raises, whatever the URL, the agent or the robots.txt body;
-a crawl delay it reports is a finite number of seconds >= 0.
-
-Bounded cost (issue #27): the rules are capped before protego parses them -- at most
-:data:`MAX_RULES` ``Allow``/``Disallow`` lines per user agent (a protego check reads the one
-agent's group, so this bounds every check), each at most :data:`MAX_RULE_BYTES`; the lines
-past a cap are dropped (one ``robots.rules_capped`` event per load, with the count), as the
-RFC lets a crawler ignore what lies past its size limit. And a URL is checked once per
-load of its robots.txt: :meth:`RobotsCache.decide` keeps the last :data:`MEMO` verdicts (a
-retried URL is not evaluated again); and the consumer asks once per item
-(:meth:`~zkcrawl.web.fetch.Fetcher.robots` before admitting it, a verdict its fetch
-reuses). 10,274 rules (500 KiB) cost 16.8 ms per check here,
-1,000 cost 1.9 ms.
-
-Thread-safe.  Only one fetch per origin runs at a time: other threads asking about that origin
-wait for it (bounded by ``wait_timeout``; on timeout they get a temporary disallow).
+* 2xx: the rules; 4xx (and a 3xx left over): allow all; 5xx, no answer or an exception:
+  unreachable, a *temporary* disallow with the real reason in ``error`` (never ``robots``),
+  asked again after ``unavailable_ttl``; the SSRF guard refusing the origin: a permanent
+  disallow with ``blocked`` set.
+* URLs are normalized first (:func:`zkcrawl.web.urls.normalize_url`); one that does not
+  normalize is not allowed. :meth:`RobotsCache.decide` never raises; a crawl delay is a
+  finite number of seconds >= 0.
+* Bounded cost: at most :data:`MAX_RULES` rules per agent, each at most
+  :data:`MAX_RULE_BYTES` (one ``robots.rules_capped`` event), and the last :data:`MEMO`
+  verdicts are kept.
 """
 
 from __future__ import annotations
@@ -154,7 +131,28 @@ def robots_url(url: str) -> str | None:
 
 
 class RobotsCache:
-    """Thread-safe robots.txt cache; see the module docstring for the rules."""
+    """Thread-safe robots.txt cache: one entry per origin (``scheme://host:port``), kept
+    ``ttl`` seconds. What a fetch outcome of robots.txt means (RFC 9309 §2.3.1):
+
+    * 2xx: the rules in the body (the caller caps the body at 500 KiB, as the RFC allows);
+    * 4xx (and 3xx left over after the fetcher followed redirects): no usable file, allow all;
+    * 5xx, status 0/None, or any exception from ``fetch_robots``: the site is unreachable, treat it
+      as a complete disallow *for now* ("try later", not a robots verdict), and try again after
+      ``unavailable_ttl`` (60 s) -- or sooner for a caller that asks with ``retry_after``.  Such a
+      verdict is marked temporary, with ``error`` saying what happened (``connection``,
+      ``timeout``, ``http-503``: a :class:`RobotsUnreachable`'s reason, else ``connection``), so
+      callers retry the page later and record the real reason instead of ``robots``;
+    * :class:`~zkcrawl.web.addresses.BlockedAddress` from ``fetch_robots`` (the SSRF guard refused
+      to connect to the origin): a permanent disallow with ``blocked`` set, kept
+      ``unavailable_ttl`` (the host's DNS may change), so the page gets ``blocked-address`` too.
+
+    URLs are normalized first (:func:`zkcrawl.web.urls.normalize_url`): the origin and the rules see
+    the same ASCII, percent-encoded, dot-segment-free URL the fetcher asks for, so a lone surrogate
+    or an IDN host never reaches ``fetch_robots`` un-encoded, and ``/a/../private`` is checked as
+    ``/private``.  A URL that does not normalize (not http(s), over 8 KiB...) is not allowed.
+    :meth:`RobotsCache.decide` never raises, whatever the URL, the agent or the robots.txt body;
+    a crawl delay it reports is a finite number of seconds >= 0.
+    """
 
     def __init__(
         self,

@@ -10,12 +10,24 @@ from zkcrawl.web.transports.base import (
     Response,
     Transport,
     TransportFactory,
+    ascii_url,
     ca_bundle,
     parse_head,
-    wire_url,
 )
-from zkcrawl.web.transports.curl import Wire, curl_proxy
+from zkcrawl.web.transports.curl import CurlTransport, curl_proxy
 
-__all__ = ["ACCEPT", "DRAIN_BYTES", "TRANSPORTS", "BodySink", "Response", "Transport",
-           "TransportFactory", "Wire", "ca_bundle", "curl_proxy", "parse_head",
-           "transport_factory", "wire_url"]
+__all__ = [
+    "ACCEPT",
+    "DRAIN_BYTES",
+    "TRANSPORTS",
+    "BodySink",
+    "CurlTransport",
+    "Response",
+    "Transport",
+    "TransportFactory",
+    "ascii_url",
+    "ca_bundle",
+    "curl_proxy",
+    "parse_head",
+    "transport_factory",
+]

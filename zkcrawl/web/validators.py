@@ -1,4 +1,4 @@
-"""Conditional re-crawls (issue #23): what a previous fetch returned, checked before reuse.
+"""Conditional re-crawls: what a previous fetch returned, checked before reuse.
 
 A re-crawled item carries ``meta.recrawl = {"etag", "last_modified", "signature"}`` (any of
 them absent or null); the consumer sends ``If-None-Match`` / ``If-Modified-Since`` from it

@@ -1,27 +1,16 @@
-"""A thin typed adapter around kazoo (which ships no type hints).
+"""A thin typed adapter around kazoo (which ships no type hints), owning the connection policy:
 
-It owns the connection policy:
-
-* **connect** waits at most ``zk_timeout`` seconds; an unreachable ensemble is a
-  :class:`~zkcrawl.errors.ZkUnavailable` (exit 75), never a hang. A TLS handshake that fails
-  (wrong CA, client certificate refused, not a TLS port), credentials the server refuses
-  (SASL) or a server that requires authentication the session lacks are a
-  :class:`~zkcrawl.zk.security.ZkSecurityError` (exit 2: configuration, not an outage),
-  raised at once rather than after the timeout.
-* **a refused loopback port**: asked to (``refused_fails``: a one-shot admin command, or a
-  person waiting at a terminal),
-  connect raises ZkUnavailable at once when every server is on this machine (loopback) and
-  refuses the TCP connection -- nothing listens there (:func:`refused_on_loopback`); a
-  supervised process keeps trying for the timeout, which its restart arithmetic counts on
-  (deploy/systemd: an outage must not trip the start limit).
-* **security** (:mod:`zkcrawl.zk.security`): credentials (digest or SASL DIGEST-MD5), the
-  ACL every created znode gets (``--zk-acl``), TLS; a NoAuth on a create/set/delete is a
-  :class:`ZkAccessDenied` naming the path and the identity, never the secret.
-* **reconnect** (kazoo's ``connection_retry``) goes on while the process runs,
-  with capped exponential delays, and is interrupted by :meth:`ZkClient.close`.
-* **commands** (kazoo's ``command_retry``, used by :meth:`ZkClient.retry`) are
-  retried a bounded number of times within a deadline; kazoo's default would
-  retry forever with growing delays, and a shutdown would hang in it.
+* **connect** waits at most ``zk_timeout``: an unreachable ensemble is
+  :class:`~zkcrawl.errors.ZkUnavailable` (exit 75), never a hang; a TLS, SASL or
+  authentication failure is :class:`~zkcrawl.zk.security.ZkSecurityError` (exit 2) at once.
+  Asked to (``refused_fails``), a refused loopback port fails at once too.
+* **security** (:mod:`zkcrawl.zk.security`): credentials, the ACL of every created znode,
+  TLS; a NoAuth on a write is :class:`ZkAccessDenied` naming the path and identity, never
+  the secret.
+* **reconnect** goes on while the process runs (capped exponential delays) until
+  :meth:`ZkClient.close`; **commands** (:meth:`ZkClient.retry`) are retried a bounded
+  number of times within a deadline, so a shutdown never hangs.
+* Pipelined calls and multi requests (:mod:`zkcrawl.zk.wire`) wait at most ``--zk-timeout``.
 """
 
 from __future__ import annotations

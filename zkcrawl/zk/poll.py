@@ -1,19 +1,13 @@
 """kazoo's threading handler with a ``select`` that costs one system call, not five.
 
 kazoo's :class:`~kazoo.handlers.threading.SequentialThreadingHandler` answers every
-``select`` of its connection loop -- one per loop turn, one before each read of a reply
-(a reply is two reads: its length, then its body), one before each write of a request --
-by building a new ``selectors.DefaultSelector``: on Linux an epoll instance made, the
-sockets registered, waited on, and closed again (``epoll_create1``, ``epoll_ctl`` per
-socket, ``epoll_wait``, ``close``) plus some forty lines of Python, about four times per
-ZooKeeper answer. In a consumer that is a good part of kazoo's I/O thread, itself about a
-fifth of a page's CPU (issue #23, ``zkcrawl bench recrawl``). :func:`poll_select` gives the
-same answer with one ``poll(2)`` and no kernel object: no limit on descriptor numbers (the
-reason kazoo left ``select(2)``), readiness as the selectors module reports it (any event
-but "writable" counts as readable for a socket waited on for reading -- a hang-up, an
-error -- and any but "readable" as writable for one waited on for writing), a socket in
-both lists reported as readable only (kazoo's ``elif``), the same errors for a bad
-timeout or descriptor (``TypeError``/``ValueError``).
+``select`` of its connection loop (several per ZooKeeper answer) by building and closing a
+new ``selectors.DefaultSelector`` -- an epoll instance on Linux. :func:`poll_select` gives
+the same answer with one ``poll(2)`` and no kernel object: no limit on descriptor numbers,
+readiness as the selectors module reports it (a hang-up or error counts as readable for a
+socket waited on for reading, and as writable for one waited on for writing), a socket in
+both lists reported readable only (kazoo's ``elif``), and the same errors for a bad timeout
+or descriptor (``TypeError``/``ValueError``).
 """
 
 from __future__ import annotations
@@ -33,8 +27,8 @@ _READ, _WRITE = 1, 2  # selectors.EVENT_READ, EVENT_WRITE
 
 def poll_select(rlist: list[Any], wlist: list[Any], xlist: list[Any],
                 timeout: float | None = None) -> tuple[list[Any], list[Any], list[Any]]:
-    """:func:`kazoo.handlers.utils.selector_select`'s answer, with one ``poll(2)`` (see the
-    module docstring); ``xlist`` is ignored, as kazoo does."""
+    """:func:`kazoo.handlers.utils.selector_select`'s answer, with one ``poll(2)``;
+    ``xlist`` is ignored, as kazoo does."""
     del xlist
     if timeout is not None:
         if not isinstance(timeout, int | float):

@@ -1,25 +1,14 @@
-"""ZooKeeper credentials, ACLs and TLS (SPEC §4 "Security flags"), as plain data.
+"""ZooKeeper credentials, ACLs and TLS (SPEC §4 "Security flags"), as plain data: no kazoo
+import, so settings can be checked without a connection
+(:class:`~zkcrawl.zk.client.ZkClient` turns them into kazoo's arguments).
 
-* :class:`ZkAuth` -- who this process is to ZooKeeper: ``digest:USER:PASSWORD`` (the
-  ``addauth digest`` scheme) or ``sasl:DIGEST-MD5:USER:PASSWORD`` (SASL, through kazoo's
-  ``sasl_options`` and the ``pure-sasl`` package). Its ``repr`` and every message built here
-  name the scheme and the user, never the secret.
-* :func:`creator_acl` -- the ACL every znode zkcrawl creates gets with ``--zk-acl creator``:
-  ALL (read, write, create, delete, admin) for that identity, READ for anyone.
-* :class:`ZkTls` -- TLS to ZooKeeper: CA bundle, client certificate and key.
-* The ACLs of a root's nodes: :func:`relied_on` lists the root and every node directly
-  under it that :class:`~zkcrawl.queue.layout.Layout` names; :func:`open_writers` finds
-  whether *others may write* a node -- an entry that needs no credentials (``world:anyone``,
-  or ``ip:RANGE``: every client from that range) with WRITE, CREATE, DELETE or ADMIN;
-  another named identity (``digest:ops``) is a deliberate grant, not "others" -- and
-  :func:`repaired_acl` the ACL that fixes it (this identity ALL, anyone READ, other
-  identities kept). ``ip:0.0.0.0/0`` counts as anyone, never as "writes will fail". Every
-  ACL read here is hostile data: any scheme, id or permission bits decode to a verdict,
-  never an exception (property-tested). Reading and fixing the ACLs of a live tree is
-  :mod:`zkcrawl.zk.acls`.
-
-No kazoo import here, so :mod:`zkcrawl.settings` can parse and check these without a
-connection; :class:`~zkcrawl.zk.client.ZkClient` turns them into kazoo's arguments.
+* :class:`ZkAuth`: ``digest:USER:PASSWORD`` or ``sasl:DIGEST-MD5:USER:PASSWORD``; its
+  ``repr`` and every message built here name the scheme and user, never the secret.
+* :func:`creator_acl`: with ``--zk-acl creator``, ALL for this identity, READ for anyone.
+* :class:`ZkTls`: CA bundle, client certificate and key.
+* :func:`relied_on`, :func:`open_writers`, :func:`repaired_acl`: which nodes of a root
+  matter, whether *others* (no credentials needed) may write them, and the ACL that fixes
+  it. Every ACL read is hostile data: it decodes to a verdict, never an exception.
 """
 
 from __future__ import annotations

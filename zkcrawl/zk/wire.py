@@ -1,28 +1,19 @@
 """Hand-serialized ZooKeeper requests: ``multi`` (:class:`Multi`, :class:`CreateMany`) and
-``multiRead`` (:class:`MultiRead`).
+``multiRead`` (:class:`MultiRead`), sent by :class:`Wire`. The bytes are ZooKeeper's
+documented jute format; kazoo has no ``multiRead``, and its ``transaction()`` costs more
+client CPU per op than the server spends on it.
 
 **This module uses kazoo's private and undocumented API**, and is the only one that does:
 
-* it sends requests through ``KazooClient._call(request, async_result)`` (private: kazoo's
-  own ``TransactionRequest.commit_async`` uses it), which queues any object with ``type``,
-  ``serialize()`` and ``deserialize(data, offset)`` for kazoo's connection thread;
-* it builds and reads the bytes with ``kazoo.protocol.serialization`` (``int_struct``,
-  ``multiheader_struct``, ``stat_struct``, the request classes' ``type`` codes) and maps
-  error codes with ``kazoo.exceptions.EXCEPTIONS`` -- importable, but not documented API;
-* a multi's ``type`` is ``Transaction.type`` on purpose: kazoo's connection un-chroots the
-  created paths of responses of that type (``Transaction.unchroot``).
+* ``KazooClient._call(request, async_result)`` (private; kazoo's own ``commit_async`` uses
+  it) queues any object with ``type``, ``serialize()`` and ``deserialize(data, offset)``;
+* ``kazoo.protocol.serialization`` structs and ``type`` codes, ``kazoo.exceptions.EXCEPTIONS``;
+* a multi's ``type`` is ``Transaction.type`` on purpose: kazoo un-chroots the created paths
+  of responses of that type.
 
-Why: kazoo has no ``multiRead`` (ZooKeeper 3.6+, opcode 22), and its pipelined
-``get_async`` costs a full trip through its connection loop per item (~0.5 ms here), which
-dominated a 25-item claim; and kazoo's ``transaction()`` validates and normalises every op's
-path and builds a namedtuple per op, which cost more client CPU than the server spends on
-the op (~9 µs per delete; a completion is two deletes per item). The wire format itself is
-ZooKeeper's documented jute format (MultiHeader + the per-op request/response records).
-
-Tested with kazoo 2.10.0 (the oldest ``pyproject.toml`` allows) and 2.11.0, whose
-``_call`` and ``protocol/serialization.py`` are identical; ``tests/test_zk.py`` checks the
-bytes against kazoo's own ``Transaction.serialize()`` and the results against kazoo's public
-``transaction()``/``get()`` on a real server. A kazoo upgrade must pass those tests.
+Tested with kazoo 2.10.0 and 2.11.0: ``tests/test_zk.py`` checks the bytes against kazoo's
+``Transaction.serialize()`` and the results against its public API on a real server. A kazoo
+upgrade must pass those tests.
 """
 
 from __future__ import annotations

@@ -1,21 +1,16 @@
 """``zkcrawl acl check|fix``: the ACLs of a crawl root (SPEC §4 "Security flags").
 
-* ``acl check``: each node a crawl relies on -- the root and every node directly under it
-  that :class:`~zkcrawl.queue.layout.Layout` names (queue, leases, dead, offers, consumers,
-  producers, control, hosts, claims, discovered, and whatever the layout adds) -- with its
-  ACL and a verdict: ``ok``, ``OPEN`` (others may write it: ``world:anyone`` or ``ip:``
-  with a write, create, delete or admin permission), ``denied`` (another identity's: this
-  one may not write it), ``missing``. Exit 1 when one is OPEN or denied.
-* ``acl fix``: with credentials, every node of the root, the root included and every node
-  below it (items, leases, hosts...), whose ACL lets others write gets this identity's
-  creator ACL (ALL for it, READ for anyone; other named identities kept). Nodes created
-  from then on get it anyway (``--zk-acl creator``). Exit 1 when a node could not be fixed,
-  naming it: no ADMIN permission on it, or another identity's node this one may not write
-  (remove it as its owner or ZooKeeper's superuser).
+* ``check``: each node a crawl relies on (the root and the nodes
+  :class:`~zkcrawl.queue.layout.Layout` names under it) with its ACL and a verdict: ``ok``,
+  ``OPEN`` (others may write it), ``denied`` (another identity's) or ``missing``; exit 1 on
+  OPEN or denied.
+* ``fix``: with credentials, every node of the root whose ACL lets others write gets this
+  identity's creator ACL (other named identities kept); exit 1 naming a node it could not
+  fix.
 
-A consumer or producer with credentials refuses, in one line, a root whose nodes others
-may write, and names this command; ``--zk-acl fix`` does the same repair at its start.
-Every ACL and node name shown comes from ZooKeeper: escaped (:func:`printable`).
+Consumers and producers with credentials refuse an open root in one line naming this
+command (``--zk-acl fix`` repairs at start). Shown names and ACLs are escaped
+(:func:`printable`).
 """
 
 from __future__ import annotations

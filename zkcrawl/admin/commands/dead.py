@@ -1,24 +1,15 @@
 """``zkcrawl dead list|requeue|purge``: the items that failed ``--max-attempts`` times.
 
-* ``dead list [--json]``: id, attempts, last error, URL, age.
-* ``dead requeue (--all | ID... | --error/--host/--older-than)``: offer each item again
-  with attempt 0 (the original
-  item's producer and meta kept, ``meta.requeued_from`` and ``meta.last_error`` added) and
-  delete the letter, one transaction per letter. A letter without a URL (a malformed item)
-  cannot be requeued: it is reported and left for ``purge``.
-* ``dead purge (--all | ID... | filters) --yes``: delete for good; refuses without ``--yes``.
+* ``list [--json]``: id, attempts, last error, URL, age.
+* ``requeue``: offer each item again with attempt 0 (its producer and meta kept,
+  ``meta.requeued_from`` and ``meta.last_error`` added) and delete the letter, one
+  transaction per letter; a letter without a URL is reported and left for ``purge``.
+* ``purge ... --yes``: delete for good; refuses without ``--yes``.
 
-Filters (on ``list`` too, combined with AND, and narrowing given IDs): ``--error REASON`` (a
-glob: ``http-5*``), ``--host HOST`` (``host[:port]`` of the URL, or the host name alone),
-``--older-than AGE`` (dead for at least AGE: ``90``, ``90s``, ``15m``, ``2h``, ``1d``).
-
-IDs are ``dl-0000000007`` or just ``7``, written right after the action. ``--yes``,
-``--all`` and the filters are flags only, on purpose: no environment variable or config key
-can confirm -- or widen -- a destructive command for you.
-
-A dead letter's URL and error come from crawled pages and znodes: the text list shows them
-through :func:`zkcrawl.textsafe.printable` (no control, ANSI or bidi character reaches the
-terminal), and ``--json`` is always valid UTF-8 (a lone surrogate becomes U+FFFD).
+Select with IDs (``dl-0000000007`` or ``7``), ``--all`` or the filters (on ``list`` too, ANDed):
+``--error`` (a glob), ``--host``, ``--older-than``. ``--yes``, ``--all`` and the filters are
+flags only: no environment variable or config key can confirm or widen a destructive command.
+Shown text is untrusted: through :func:`zkcrawl.textsafe.printable`; ``--json`` is valid UTF-8.
 """
 
 from __future__ import annotations
@@ -34,7 +25,7 @@ from collections.abc import Mapping
 from zkcrawl.admin.cluster import (
     DeadFilter,
     DeadLetter,
-    Outcome,
+    RepairOutcome,
     list_dead,
     purge_dead,
     requeue_dead,
@@ -127,7 +118,7 @@ def root_missing(zk: ZkClient, root: str) -> str | None:
             "(check --root)")
 
 
-def _report(verb: str, out: Outcome) -> ExitStatus:
+def _report(verb: str, out: RepairOutcome) -> ExitStatus:
     for name, new in out.done:
         print(f"{printable(name)} {verb}" + (f" as {printable(new)}" if new else ""))
     for name, why in out.skipped:

@@ -72,7 +72,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """No positionals."""
 
 
-class Progress:
+class DemoProgress:
     """A live bar on a TTY (redrawn in place), a plain line every few seconds otherwise."""
 
     def __init__(self, stream: IO[str], live: bool) -> None:
@@ -176,7 +176,7 @@ def execute(settings: Settings, ns: argparse.Namespace, env: Mapping[str, str]) 
                      threads=settings.threads, domain_delay=settings.domain_delay,
                      timeout=settings.timeout, out=settings.out or None)
     try:
-        res = run_demo(cfg, Progress(sys.stderr, live))
+        res = run_demo(cfg, DemoProgress(sys.stderr, live))
     except KeyboardInterrupt:
         print(f"zkcrawl demo: interrupted; every process it started is stopped; partial "
               f"results in {_rel(Path(settings.out_dir) / 'parts')}/", file=sys.stderr)

@@ -1,20 +1,12 @@
-"""``zkcrawl report RESULTS.jsonl|postgresql://...  [--html PATH] [--json]``: what happened
-in a crawl.
+"""``zkcrawl report RESULTS.jsonl|postgresql://...  [--html PATH] [--json]``: what happened in
+a crawl (the summary: :mod:`zkcrawl.admin.report`).
 
-Reads consumer result files (``-`` = stdin, ``.gz`` accepted) and PostgreSQL results
-tables (``postgresql://USER@HOST/DB?table=NAME``, every row of the table: the consumer's
-``--out``; needs ``zkcrawl[postgres]``), prints outcomes by reason,
-what broke (per reason its top URLs, with attempts and consumer; ok/failed per host),
-each consumer's share, hosts and where the time went (queue, dispatch, wait, process:
-p50/p95/max) with the dispatch/process verdict. ``--html PATH`` also writes one
-self-contained page (inline SVG histograms and per-consumer throughput; nothing fetched
-when viewed). ``--json`` prints the summary document instead of the text. ``--latest``
-counts each URL once, by its final outcome; ``--dead`` adds the dead letters of ``--root``
-(from ZooKeeper) to the failure totals.
-
-Bad lines and bad values are skipped and counted (``bad_lines``, ``bad_values``), never
-fatal: only an unreadable input or an unwritable ``--html`` path is an error (exit 2), and
-no record at all is exit 1.
+Reads result files (``-`` for stdin, ``.gz`` accepted) or a PostgreSQL results table, and
+prints outcomes by reason, what broke (top URLs, per host), each consumer's share and where
+the time went, with the verdict. ``--html PATH`` also writes one self-contained page,
+``--json`` prints the summary document, ``--latest`` counts each URL once by its final
+outcome, ``--dead`` adds ``--root``'s dead letters. Bad lines and values are counted, never
+fatal: exit 2 only for an unreadable input or unwritable ``--html``, 1 for no record at all.
 """
 
 from __future__ import annotations

@@ -1,28 +1,16 @@
 """``zkcrawl status [--consumer ID] [--json] [--watch S]``: the cluster at a glance.
 
-``--json`` prints the stable document of :func:`zkcrawl.admin.cluster.cluster_status` (one object;
-with ``--watch``, one object per line). Without it, a table; ``--watch S`` redraws it in
-place every S seconds on a terminal (appends blocks otherwise) until Ctrl-C.
-``--consumer ID`` shows one consumer instead (:func:`zkcrawl.admin.cluster.consumer_status`):
-its leases with their ages, what it fetches and what waits, the hosts its items wait on, its
-last heartbeat; an id that is neither registered nor holding a lease is exit 1.
+``--json`` prints the stable document of :func:`zkcrawl.admin.cluster.cluster_status` (with
+``--watch``, one object per line); otherwise a table, redrawn every S seconds with
+``--watch``, with the partitions block of :mod:`zkcrawl.admin.partition_status`.
+``--consumer ID`` shows one consumer (:func:`zkcrawl.admin.cluster.consumer_status`); an id
+neither registered nor holding a lease is exit 1.
 
-Wording, the same in the table and the JSON: leases are *held*, of which *fetching* now or
-*waiting* in a backlog; *ok* and *failed* items apart (processed = ok + failed); a host is
-*backed off* only by a Retry-After or a down host's back-off, not by items waiting their
-turn; a consumer whose heartbeat is 3 intervals old is *STALE*.
-
-Hosts have owners: where ``<root>/partitions`` exists a ``partitions`` block follows
-the header (:mod:`zkcrawl.admin.partition_status`): P, partitions owned and by whom, batches
-and items queued, the oldest batch, owner nodes not held by the consumer they name, the
-partitions WITHOUT AN OWNER that hold items (the first 20; all counted) and a table of the
-deepest ten partitions. A root made before hosts had owners may still hold
-``<root>/hosts`` nodes: one line says how many (ignored; they may be deleted).
-
-The table shows what consumers and producers published, which anyone who reaches the
-ensemble may have written: every value goes through :func:`zkcrawl.textsafe.printable`
-(no control, ANSI or bidi character reaches the terminal) and a number too large to format
-shows as ``-``. ``--json`` is ASCII JSON.
+* Words mean the same in the table and the JSON: leases *held*, *fetching* or *waiting*;
+  processed = ok + failed; *backed off* only by a Retry-After or a down host; *STALE* at 3
+  heartbeat intervals.
+* Published values are untrusted: the table shows them through
+  :func:`zkcrawl.textsafe.printable`; ``--json`` is ASCII JSON.
 """
 
 from __future__ import annotations
@@ -267,9 +255,9 @@ def render_consumer(doc: dict[str, Any], hosts: str) -> str:
                   f"items     {_cell(c['ok'])} ok, {_cell(c['failed'])} failed, "
                   f"{_number(c['items_per_s'])} items/s; {_cell(c['redelivered'])} "
                   "claimed again after a holder died (not fetches)",
-                  f"leases    {len(doc['leases'])} held: {_cell(c['in_flight'])} fetching now, "
-                  f"{_cell(c['waiting'])} waiting in its backlog (capacity "
-                  f"{_cell(c.get('capacity'))})"]
+                  f"leases    {len(doc['leases'])} started (marked in ZooKeeper); it holds "
+                  f"{_cell(c['in_flight'])} fetching now, {_cell(c['waiting'])} waiting in "
+                  f"its backlog (capacity {_cell(c.get('capacity'))})"]
     lines.append("hosts     " + (", ".join(
         f"{_cell(h['host'])} ({h['leased_items']} items)" for h in doc["hosts"][:10])
         or "no host"))

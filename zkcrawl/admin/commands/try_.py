@@ -1,27 +1,19 @@
-"""``zkcrawl try URL``: fetch one page the way the crawl would, and show what each side
-would do with it -- before a queue is filled with the wrong links.
+"""``zkcrawl try URL``: fetch one page the way the crawl would, and show what each side would
+do with it -- before a queue is filled with the wrong links. No ZooKeeper is needed and
+nothing is written anywhere.
 
-* **the fetch**: the crawler's own :class:`~zkcrawl.web.fetch.Fetcher` (robots.txt, the
-  SSRF guard -- ``--allow-private-addresses`` for 127.0.0.1 --, limits, redirects), the
-  consumer's user agent by default;
-* **the producer's view** of the page as a listing: the links ``--links``/``--links-css``
-  select, each kept (normalized, as it would be offered) or dropped with the producer's
-  reason (``javascript``, ``deny``, ``other-host``... and ``duplicate`` for a repeat on this
-  page), and the next page ``--next`` finds; how many ``<a>`` elements the page has and
-  their most common classes (a selector that selects nothing gets a ready-made one);
-* **the consumer's view** of the page as an item: the record it would write, built by the
-  same function the consumer's pool threads use (:func:`consumer.pipeline.page_record`),
-  and whether the item would be recorded at once or retried; with ``--processor`` (the
-  consumer's flag: ``[re:PATTERN ]module:callable``, first match wins) the page processor's
-  result -- fields, skip, the links it would hand to ``--follow`` --, or its failure; with
-  ``--extract article`` the article fields (main text, author, date...: what the consumer
-  with that flag records; here extracted in this process); with
-  ``--pipeline`` the record through that chain (``open()``, ``process()``, ``close()``, as the
-  consumer runs them: a pipeline with side effects has them here too).
+* **The fetch**: the crawler's own :class:`~zkcrawl.web.fetch.Fetcher` (robots.txt, the SSRF
+  guard, limits, redirects), the consumer's user agent by default.
+* **The producer's view**: the links ``--links``/``--links-css`` select, each kept
+  (normalized) or dropped with the producer's reason, the ``--next`` page, and the page's
+  most common ``<a>`` classes.
+* **The consumer's view**: the record it would write, built by the consumer's own
+  :func:`consumer.pipeline.page_record`, and whether it would be recorded or retried; with
+  ``--processor``, ``--extract article`` or ``--pipeline``, their results or failures (a
+  ``--pipeline`` stage's side effects happen here too).
 
-No ZooKeeper is needed and nothing is written anywhere. ``--json`` prints one object
-instead of the text. Exit status: 0 the page was fetched, 1 it was not (the reason is
-printed: robots, http-404, connection...), 2 a bad URL, selector, field or regex.
+``--json`` prints one object. Exit status: 0 fetched, 1 not fetched (the reason printed),
+2 a bad URL, selector, field or regex.
 """
 
 from __future__ import annotations
@@ -120,7 +112,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class Plan:
+class TryPlan:
     """Everything compiled before the fetch: a bad expression is exit 2, nothing fetched."""
 
     url: str
@@ -131,7 +123,7 @@ class Plan:
     results: ResultChain
 
 
-def make_plan(s: Settings, url: str) -> Plan:
+def make_plan(s: Settings, url: str) -> TryPlan:
     if normalize_url(url) is None:
         raise UsageError(f"not an absolute http(s) URL: {printable(url, 200)!r}")
     link_filter = LinkFilter(allow=compile_patterns(s.allow, "--allow"),
@@ -141,12 +133,12 @@ def make_plan(s: Settings, url: str) -> Plan:
     results = ResultChain.load(s.pipeline)
     results.failures.every = True  # zkcrawl try: every failure's traceback (issue #26)
     default = ArticleProcessor(fields) if s.extract == "article" else FieldsProcessor(fields)
-    return Plan(url.strip(), listing.compile_selectors(s.links, s.links_css, s.next),
+    return TryPlan(url.strip(), listing.compile_selectors(s.links, s.links_css, s.next),
                 fields, link_filter,
                 Processors(parse_routes(s.processor), default, trace_every=True), results)
 
 
-def producer_view(plan: Plan, res: FetchResult) -> dict[str, Any]:
+def producer_view(plan: TryPlan, res: FetchResult) -> dict[str, Any]:
     """What ``zkcrawl-producer`` would do with the page as a listing."""
     page = listing.page_from_result(plan.url, res, plan.selectors)
     view: dict[str, Any] = {"skipped": page.skipped, "error": page.error,
@@ -166,7 +158,7 @@ def producer_view(plan: Plan, res: FetchResult) -> dict[str, Any]:
     return view
 
 
-def consumer_view(plan: Plan, res: FetchResult, started: float) -> dict[str, Any]:
+def consumer_view(plan: TryPlan, res: FetchResult, started: float) -> dict[str, Any]:
     """What ``zkcrawl-consumer`` would write for the page as a first attempt (``started``:
     the fetch's monotonic start; ``process_ms`` is fetch + parse, as the consumer's)."""
     timing = {"queue_ms": 0.0, "dispatch_ms": 0.0, "wait_ms": 0.0, "polite_ms": 0.0,
@@ -203,7 +195,7 @@ def fetch_settings(s: Settings) -> FetchSettings:
                          max_bytes=s.max_bytes, robots=s.robots, guard=s.address_guard())
 
 
-def run(s: Settings, plan: Plan) -> dict[str, Any]:
+def run(s: Settings, plan: TryPlan) -> dict[str, Any]:
     """Fetch once, then both views of the same response."""
     with Fetcher(fetch_settings(s), http=s.http) as fetcher:
         started = time.monotonic()

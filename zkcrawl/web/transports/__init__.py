@@ -11,7 +11,7 @@ closes a circle.
 from __future__ import annotations
 
 from zkcrawl.web.transports.base import Response, Transport, TransportFactory
-from zkcrawl.web.transports.curl import Wire
+from zkcrawl.web.transports.curl import CurlTransport
 
 __all__ = ["TRANSPORTS", "Response", "Transport", "TransportFactory", "transport_factory"]
 
@@ -26,9 +26,9 @@ def transport_factory(http: str | TransportFactory) -> TransportFactory:
     if callable(http):
         return http
     if http == "curl":
-        return Wire
+        return CurlTransport
     if http == "requests":  # loaded on demand: requests and urllib3 cost start-up time
-        from zkcrawl.web.transports.requests import SessionWire
+        from zkcrawl.web.transports.requests import RequestsTransport
 
-        return SessionWire
+        return RequestsTransport
     raise ValueError(f"unknown HTTP transport {http!r}; one of {', '.join(TRANSPORTS)}")

@@ -1,29 +1,17 @@
-"""The transport seam: one HTTP GET on the wire, and what every transport shares.
-
-A transport moves bytes; policy -- robots.txt, politeness, redirects, retries, what an outcome
-means -- is :mod:`zkcrawl.web.fetch`'s. The implementations sit beside this module:
-:mod:`.curl` (libcurl, the default) and :mod:`.requests` (a ``requests.Session``), and
-:func:`zkcrawl.web.transports.transport_factory` picks one from ``--http``. They import this
-module; it imports neither.
+"""The transport seam: one HTTP GET, and what every transport shares. A transport moves bytes;
+the policy is :mod:`zkcrawl.web.fetch`'s. The implementations (:mod:`.curl`,
+:mod:`.requests`) import this module; it imports neither.
 
 The contract (:class:`Transport`), kept by both:
 
-* **One GET, never a redirect**: the caller follows them, so each hop passes robots.txt and
-  politeness again. Only ``http`` and ``https``.
-* **Never raises for network trouble**: the outcome is a :class:`Response`, whose ``error``
-  is one of :data:`ERRORS` (None when a response came back whole).
-* **Limits**: ``connect`` bounds the connection set-up, ``idle`` a silence, ``budget`` the
-  whole exchange (a server trickling bytes, or dripping its head, is cut there); the decoded
-  body is cut at ``limit`` bytes (a gzip bomb inflates no further). The body policy is one
-  class, :class:`BodySink`: a 2xx of an accepted media type is kept, an error or redirect
-  body is drained up to :data:`DRAIN_BYTES` for connection reuse, another media type is
-  refused.
-* **Request conventions**: :data:`ACCEPT`, URLs as :func:`wire_url` puts them on the wire,
-  HTTPS peers verified against :func:`ca_bundle`.
-* **The SSRF guard**: a transport that can check the addresses it connects to has
-  ``set_guard`` (:mod:`zkcrawl.web.addresses`).
-* **One per thread**: a transport is not thread-safe; each keeps its own keep-alive
-  connections.
+* **One GET, never a redirect** (the caller follows them), ``http`` and ``https`` only.
+* **Never raises for network trouble**: a :class:`Response` whose ``error`` is one of
+  :data:`ERRORS` or None.
+* **Limits**: ``connect``, ``idle`` and ``budget`` bound the time, ``limit`` the decoded
+  body; the body policy is :class:`BodySink` (an accepted 2xx kept, other bodies drained up
+  to :data:`DRAIN_BYTES` or refused).
+* **Conventions**: :data:`ACCEPT`, :func:`ascii_url`, HTTPS verified against
+  :func:`ca_bundle`; ``set_guard`` for the SSRF guard; one transport per thread.
 """
 
 from __future__ import annotations
@@ -36,8 +24,19 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from zkcrawl.web.addresses import BLOCKED_ADDRESS
 
-__all__ = ["ACCEPT", "DRAIN_BYTES", "ERRORS", "PROTOCOL", "BodySink", "Response", "Transport",
-           "TransportFactory", "ca_bundle", "parse_head", "wire_url"]
+__all__ = [
+    "ACCEPT",
+    "DRAIN_BYTES",
+    "ERRORS",
+    "PROTOCOL",
+    "BodySink",
+    "Response",
+    "Transport",
+    "TransportFactory",
+    "ascii_url",
+    "ca_bundle",
+    "parse_head",
+]
 
 try:  # the CA bundle requests would use; without it, the library's default
     import certifi
@@ -182,8 +181,8 @@ def parse_head(lines: list[bytes]) -> tuple[int | None, dict[str, str]]:
     return status, headers
 
 
-def wire_url(url: str) -> str:
-    """``url`` as it goes on the wire: non-ASCII host in IDNA, other non-ASCII characters
+def ascii_url(url: str) -> str:
+    """``url`` as it goes in the request: non-ASCII host in IDNA, other non-ASCII characters
     (and spaces) percent-encoded. ASCII URLs pass unchanged (the common case, cheap)."""
     if url.isascii() and " " not in url:
         return url

@@ -1,32 +1,16 @@
-"""The libcurl transport (pycurl), ``--http curl``, the default: :class:`Wire`, one curl easy
-handle per thread. A :class:`~zkcrawl.web.transports.base.Transport`: its contract (one GET,
-never a redirect; limits; the body policy of :class:`~zkcrawl.web.transports.base.BodySink`)
-is in :mod:`zkcrawl.web.transports.base`.
+"""The libcurl transport (pycurl), ``--http curl``, the default: :class:`CurlTransport`, one
+curl easy handle per thread, with the :class:`~zkcrawl.web.transports.base.Transport`
+contract (one GET, never a redirect, bounded time and size, the body policy of
+:class:`~zkcrawl.web.transports.base.BodySink`).
 
-Why libcurl: against the bench site (32 threads, 5-15 KB pages, 50 ms per response) a
-``requests.Session`` per thread costs ~1.4 ms of CPU per page and a urllib3 pool ~0.7 ms --
-mostly Python building requests and parsing headers while holding the GIL, which the other
-threads then wait for. libcurl does the whole exchange (headers, chunked framing, gzip) in C
-with the GIL released: ~0.3 ms per page. The handle keeps its own keep-alive connections and
-DNS cache.
-
-How the limits map: ``budget`` is ``CURLOPT_TIMEOUT``, ``idle`` libcurl's low-speed check
-(whole seconds), ``connect`` ``CURLOPT_CONNECTTIMEOUT``; the body sink's write callback
-stops the transfer at ``limit``. libcurl's errors map to the transport's: a timeout to
-``timeout``, a malformed URL or another scheme to ``bad-url``, a broken reply (bad
-Content-Length, bad content coding, an oversized header) to ``protocol``, the rest to
-``connection``. Proxies come from the environment the way libcurl reads it (``http_proxy``,
-``https_proxy``, ``all_proxy``, ``no_proxy``; ``HTTP_PROXY`` in capitals is ignored, as libcurl
-does against httpoxy).
-
-The SSRF guard (:mod:`zkcrawl.web.addresses`, :meth:`Wire.set_guard`): libcurl calls
-``CURLOPT_OPENSOCKETFUNCTION`` with the address it is about to connect to -- after DNS, for
-every new connection (a keep-alive connection was checked when it was opened) -- and
-:class:`Wire` refuses a blocked one (libcurl tries the host's next address, if any), so the
-GET ends with ``error="blocked-address"``. With a proxy configured, the connection is the
-proxy's (not checked: the operator chose it) and the target host is resolved and checked
-before the request instead (best effort); which URLs are proxied is decided as libcurl does
-(:func:`curl_proxy`), and where the two could disagree the check fails closed.
+* Limits: ``budget`` is ``CURLOPT_TIMEOUT``, ``idle`` the low-speed check (whole seconds),
+  ``connect`` ``CURLOPT_CONNECTTIMEOUT``; the write callback stops at ``limit``. Errors map
+  to ``timeout``, ``bad-url``, ``protocol`` (a broken reply) or ``connection``.
+* Proxies come from the environment as libcurl reads it (``HTTP_PROXY`` in capitals ignored).
+* The SSRF guard (:meth:`CurlTransport.set_guard`): ``CURLOPT_OPENSOCKETFUNCTION`` refuses a
+  blocked address of every new connection (``error="blocked-address"``); through a proxy the
+  target host is resolved and checked first, best effort, failing closed where
+  :func:`curl_proxy` and libcurl could disagree.
 """
 
 from __future__ import annotations
@@ -43,9 +27,9 @@ from urllib.parse import urlsplit
 import pycurl
 
 from zkcrawl.web.addresses import BLOCK_PRIVATE, BLOCKED_ADDRESS, AddressGuard, active
-from zkcrawl.web.transports.base import ACCEPT, PROTOCOL, BodySink, Response, ca_bundle, wire_url
+from zkcrawl.web.transports.base import ACCEPT, PROTOCOL, BodySink, Response, ascii_url, ca_bundle
 
-__all__ = ["Wire", "curl_proxy"]
+__all__ = ["CurlTransport", "curl_proxy"]
 
 _TIMEOUT_CODES = frozenset({pycurl.E_OPERATION_TIMEDOUT})
 _BAD_URL_CODES = frozenset({pycurl.E_URL_MALFORMAT, pycurl.E_UNSUPPORTED_PROTOCOL})
@@ -103,7 +87,7 @@ def _no_proxy(host: str, value: str) -> bool:
     return False
 
 
-class Wire:
+class CurlTransport:
     """One thread's libcurl handle. Not thread-safe: one per thread.
 
     ``guard``: the SSRF guard checked on every new connection (default: block every address
@@ -186,12 +170,12 @@ class Wire:
             c.setopt(pycurl.HTTPHEADER, [f"Accept: {ACCEPT}", *self._extra])
         sink = BodySink(limit, accept)
         try:
-            wire = wire_url(url)
-            c.setopt(pycurl.URL, wire)
+            target = ascii_url(url)
+            c.setopt(pycurl.URL, target)
         except (pycurl.error, UnicodeError, ValueError) as exc:
             return Response(error="bad-url", detail=str(exc))
         self._blocked = None
-        if self._guard is not None and (blocked := self._check_proxied(wire)) is not None:
+        if self._guard is not None and (blocked := self._check_proxied(target)) is not None:
             return Response(error=BLOCKED_ADDRESS, detail=f"through a proxy, {blocked}")
         limits = (max(1, int(connect * 1000)), max(1, int(budget * 1000)),
                   max(1, math.ceil(idle)))
@@ -208,7 +192,7 @@ class Wire:
         except pycurl.error as exc:
             code = exc.args[0] if exc.args else 0
             error, detail = _classify(code, sink), str(exc.args[-1] if exc.args else exc)
-            if code == pycurl.E_UNSUPPORTED_PROTOCOL and wire[:8].lower().startswith(
+            if code == pycurl.E_UNSUPPORTED_PROTOCOL and target[:8].lower().startswith(
                     ("http://", "https://")):
                 error = PROTOCOL  # an http(s) URL: the server's answer (HTTP/0.9...)
         status, head = sink.status_and_headers()

@@ -1,40 +1,17 @@
-"""The ``requests`` transport, ``--http requests``: :class:`SessionWire`, one
-``requests.Session`` per thread. A :class:`~zkcrawl.web.transports.base.Transport` with the
-contract of :mod:`zkcrawl.web.transports.base`, so :mod:`zkcrawl.web.fetch` runs the same
-policy over it as over libcurl, with the same outcomes. It is for library users who extend
-``requests``: auth plugins, mounted adapters, a Session of their own
-(``Fetcher(settings, http=lambda ua: SessionWire(ua, session=make_session()))``). It costs more
-CPU per page than libcurl (docs/guide/http.md has the measured figures).
+"""The ``requests`` transport, ``--http requests``: :class:`RequestsTransport`, one
+``requests.Session`` per thread, with the contract of :mod:`zkcrawl.web.transports.base` and
+the same outcomes as libcurl; for library users who extend ``requests`` (auth plugins,
+mounted adapters, a Session of their own). It costs more CPU per page (docs/guide/http.md).
 
-How the contract maps onto requests and urllib3:
-
-* **One GET** with ``allow_redirects=False``; only ``http`` and ``https`` are sent.
-* **The body** is streamed (``stream=True``) in chunks of at most :data:`CHUNK` decoded bytes
-  through :class:`~zkcrawl.web.transports.base.BodySink` (gzip and deflate are inflated one
-  bounded chunk at a time); anything cut short closes its connection. A content coding
-  urllib3 cannot inflate is ``protocol``, as is a head http.client cannot parse (a bad
-  status line, a header line over 64 KiB, more than 100 headers); an empty reply or a
-  truncated body stays ``connection``, retried.
-* **Time**: connecting within ``connect``; the head within ``min(idle, budget)`` of silence;
-  each body read within the smaller of ``idle`` and what is left of ``budget`` (the socket
-  timeout is set before every read). http.client reads the head with per-read timeouts
-  only, so while it reads, a :class:`Watchdog` (one thread per process) holds the
-  connection's deadline and shuts the socket down when ``budget`` runs out: a server
-  dripping header bytes gets ``timeout`` at the budget, as with libcurl.
-* **Connections**: keep-alive connections reused across the thread's fetches. No cookie is
-  kept or sent back (as with libcurl, whose cookie engine is off).
-* **Environment**: proxies as requests reads them (``trust_env``: ``http_proxy``,
-  ``https_proxy``, ``all_proxy``, ``no_proxy``, in either case -- unlike libcurl, which ignores
-  ``HTTP_PROXY`` in capitals -- and ``~/.netrc`` credentials).
-* **The SSRF guard** (:meth:`SessionWire.set_guard`): the Session's adapters get connection
-  pools whose connections resolve the host and check every address before connecting to it
-  (a blocked one is skipped, and when none is left the GET ends with
-  ``error="blocked-address"`` -- nothing was sent, not even a SYN). Per adapter instance,
-  never urllib3's globals. A request through a proxy (as requests chooses one) connects to
-  the proxy, which is not checked; its target host is resolved and checked here first, best
-  effort. A Session of your own must have only ``HTTPAdapter`` instances mounted (subclasses
-  too, as long as they use ``poolmanager``), and adapters mounted after the guard is set are
-  not checked; otherwise pass ``guard=None``.
+* One GET (``allow_redirects=False``, ``http``/``https`` only); the body streamed in chunks of
+  at most :data:`CHUNK` decoded bytes through the body sink; no cookie kept.
+* Time: ``connect``, ``idle`` and ``budget`` as with libcurl; while http.client reads the
+  head, a :class:`Watchdog` (one thread per process) shuts the socket at the budget.
+* Proxies and ``~/.netrc`` as requests reads them (``trust_env``).
+* The SSRF guard (:meth:`RequestsTransport.set_guard`): per-adapter connection pools check
+  every resolved address before connecting (never urllib3's globals); a proxy's target is
+  checked best effort. A Session of your own must mount only ``HTTPAdapter`` instances before
+  the guard is set, or pass ``guard=None``.
 """
 
 from __future__ import annotations
@@ -74,11 +51,11 @@ from zkcrawl.web.transports.base import (
     PROTOCOL,
     BodySink,
     Response,
+    ascii_url,
     ca_bundle,
-    wire_url,
 )
 
-__all__ = ["CHUNK", "PROTOCOL", "WATCHDOG", "SessionWire", "Watchdog"]
+__all__ = ["CHUNK", "PROTOCOL", "WATCHDOG", "RequestsTransport", "Watchdog"]
 
 CHUNK = 64 * 1024  # decoded bytes per read: a bound on what one read inflates
 # What urllib3 inflates here (gzip, deflate; br and zstd when their modules are installed).
@@ -248,7 +225,7 @@ def _guard_session(session: requests.Session, guard: AddressGuard | None) -> Non
         manager.pool_classes_by_scheme = classes
 
 
-class SessionWire:
+class RequestsTransport:
     """One thread's ``requests.Session``. Not thread-safe: one per thread. ``session``: a
     Session of your own (auth, adapters, cookies as you set them); the User-Agent and Accept
     headers are set on it, everything else is left as given. ``guard``: the SSRF guard
@@ -309,7 +286,7 @@ class SessionWire:
     def _get(self, url: str, deadline: float, connect: float, idle: float, budget: float,
              limit: int, accept: tuple[str, ...], headers: Sequence[str] = ()) -> Response:
         try:
-            target = wire_url(url)
+            target = ascii_url(url)
             if (blocked := self._check_proxied(target)) is not None:
                 return Response(error=BLOCKED_ADDRESS, detail=f"through a proxy, {blocked}")
             extra = dict(line.split(": ", 1) for line in headers) if headers else None

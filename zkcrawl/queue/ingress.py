@@ -1,14 +1,24 @@
-"""How items get into the queue: batched, protected offers and back-pressure.
+"""The ingress ``<root>/queue`` (SPEC §2): where any client may offer items, one znode each
+(JSON, or a bare URL as Curator writes it); the owner of partition 0 moves them into their
+partitions (:mod:`zkcrawl.queue.partition_queue`). :class:`IngressQueue` is zkcrawl's own
+client of it -- offers, the offer window and the depth for back-pressure; nothing here
+claims or settles an item (consumers own partitions: :mod:`consumer.owned_queue`). Named
+for its one role now: the per-item leases of the previous layout are gone.
 
-The producer side of :class:`zkcrawl.queue.leases.LeaseQueue` (which delegates here), kept
-apart from the claim side so each reads on its own. Guarantees: offers go in
-transactions of up to ``batch`` items and at most ``MAX_TX_BYTES`` (far below ZooKeeper's
-1 MB request limit); an item over ``ITEM_LIMIT`` (64 KiB, SPEC §2) is refused with a
-warning and not sent, the others go on; each transaction also creates an ephemeral marker
-``<root>/offers/<token>``, so a transaction retried after ConnectionLoss first asks
-whether its first try committed (Curator's ``withProtection`` idea): no silent double
-insert while the session lives, and a search by the items' ``batch`` token after a
-session loss.
+Guarantees:
+
+* offers go in transactions of up to ``batch`` items and at most ``MAX_TX_BYTES`` (far below
+  ZooKeeper's 1 MB request limit), pipelined through one :class:`OfferWindow`, so sequence
+  order is offer order;
+* an item over ``ITEM_LIMIT`` (64 KiB) is refused with a warning and not sent, the others go
+  on (:attr:`IngressQueue.refused`);
+* **protected creates**: each transaction also creates an ephemeral marker
+  ``<root>/offers/<token>``, so a transaction retried after ConnectionLoss first asks whether
+  its first try committed (Curator's ``withProtection`` idea): no silent double insert while
+  the session lives, and a search by the items' ``batch`` token after a session loss;
+  every wait is bounded by ``--zk-timeout`` (then :class:`~zkcrawl.queue.claims.QueueSuspended`);
+* **depth** is O(1) (the parent's stat), and :meth:`IngressQueue.wait_depth_below` blocks on
+  a watch, never polls.
 """
 
 from __future__ import annotations
@@ -19,12 +29,14 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TypeAlias, cast
+from typing import Any, TypeAlias, cast
 
-from zkcrawl.errors import ZkCrawlError
+from zkcrawl.errors import UsageError, ZkCrawlError
 from zkcrawl.logs import get_logger
-from zkcrawl.queue import items as wire
+from zkcrawl.queue import items as item_codec
+from zkcrawl.queue.claims import QueueSuspended
 from zkcrawl.queue.items import Item
+from zkcrawl.queue.layout import Layout
 from zkcrawl.zk import (
     ConnectionLoss,
     NoNodeError,
@@ -32,6 +44,7 @@ from zkcrawl.zk import (
     SessionExpiredError,
     WatchedEvent,
     ZkClient,
+    ZkState,
     tx_ok,
 )
 
@@ -43,8 +56,8 @@ log = get_logger(__name__)
 Offered: TypeAlias = Pending[list[str | Exception]]  # a batch's transaction in flight
 
 
-class QueueSuspended(ZkCrawlError):
-    """Not connected to ZooKeeper right now: hold completions and try again later."""
+class ItemRefused(UsageError):
+    """An offered item is over the size limit (SPEC §2): nothing was sent."""
 
 
 @dataclass(eq=False)
@@ -70,7 +83,7 @@ class OfferWindow:
     unsettled: :meth:`abandon` calls their ``lost`` callbacks, so the caller can count them.
     """
 
-    def __init__(self, offers: BatchOffers, depth: int = 2) -> None:
+    def __init__(self, offers: IngressQueue, depth: int = 2) -> None:
         self._offers = offers
         self.depth = max(1, depth)
         self._flight: deque[tuple[str, list[bytes], Offered, _Group]] = deque()
@@ -131,35 +144,61 @@ def _answered(pending: Pending[bool]) -> tuple[bool, bool]:
     return True, exc is None or isinstance(exc, NoNodeError)
 
 
-class BatchOffers:
-    """Offers and depth for one queue path."""
+class IngressQueue:
+    """Offers into ``<root>/queue`` and its depth (module docstring)."""
 
-    def __init__(self, zk: ZkClient, queue_path: str, offer_path: str, batch: int,
-                 connected: threading.Event, session: Callable[[], int | None]) -> None:
+    def __init__(self, zk: ZkClient, root: str, *, batch: int = 500) -> None:
+        layout = Layout.of(root)
         self.zk = zk
-        self.queue_path = queue_path
-        self.offer_path = offer_path
+        self.queue_path = layout.queue
+        self.offer_path = layout.offers
         self.batch = max(1, batch)
-        self._connected = connected
-        self._session = session
         self.refused = 0  # items over the size limit, never sent (SPEC §2)
+        self._connected = threading.Event()
+        if zk.connected:
+            self._connected.set()
+        self._sent_in: dict[str, int | None] = {}  # token -> session its last try went in
         # Marker deletes are pipelined (no round trip waited for); the ones not known to
         # have gone through are kept here and settled by :meth:`settle_markers`.
         self._marker_deletes: deque[tuple[str, Pending[bool]]] = deque()
         self._marker_failed: list[tuple[str, Pending[bool]]] = []
         self._marker_lock = threading.Lock()
+        for path in (self.queue_path, self.offer_path):
+            zk.ensure_path(path)
+        zk.add_listener(self._on_state)
+
+    def _on_state(self, state: str) -> bool:
+        """kazoo's thread: a flag only."""
+        if state == ZkState.CONNECTED:
+            self._connected.set()
+        else:
+            self._connected.clear()
+        return False
+
+    def close(self) -> None:
+        self.zk.remove_listener(self._on_state)
+
+    def offer(self, url: str, *, meta: dict[str, Any] | None = None,
+              producer: str | None = None) -> str:
+        """Offer one URL; its znode name. :class:`ItemRefused` if over the size limit."""
+        names = self.offer_many([Item(url=url, producer=producer, meta=meta or {})])
+        if not names:
+            raise ItemRefused(f"item for {url[:80]!r} is larger than {item_codec.ITEM_LIMIT} bytes")
+        return names[0]
 
     def offer_many(self, items: Iterable[Item]) -> list[str]:
         """Offer items in transactions; returns the created znode names in order (two
-        transactions in flight, through an :class:`OfferWindow`)."""
+        transactions in flight, through an :class:`OfferWindow`). Items over the size limit
+        are refused (counted in :attr:`refused`, logged), not sent."""
         names: list[str] = []
         window = OfferWindow(self)
         window.submit(items, names.extend)
         window.drain()
         return names
 
-    def window(self, depth: int = 2) -> OfferWindow:
-        """A pipeline of offer transactions for a caller that offers group after group."""
+    def offer_window(self, depth: int = 2) -> OfferWindow:
+        """A pipeline of offer transactions for a caller that offers group after group and
+        settles each as it commits."""
         return OfferWindow(self, depth)
 
     def _chunks(self, items: Iterable[Item]) -> Iterable[tuple[str, list[bytes]]]:
@@ -168,7 +207,7 @@ class BatchOffers:
         token = uuid.uuid4().hex
         for item in items:
             data = item.encode(batch=token)
-            if len(data) > wire.ITEM_LIMIT:
+            if len(data) > item_codec.ITEM_LIMIT:
                 self._refuse(item, len(data))
                 continue
             if chunk and (len(chunk) >= self.batch or size + len(data) > MAX_TX_BYTES):
@@ -185,14 +224,22 @@ class BatchOffers:
         """SPEC §2: an item over the limit is refused with a reason; the offer goes on."""
         self.refused += 1
         log.warning("queue.offer_refused", url=item.url[:200], bytes=size,
-                    reason=f"item larger than {wire.ITEM_LIMIT} bytes")
+                    reason=f"item larger than {item_codec.ITEM_LIMIT} bytes")
 
     def _offer_async(self, token: str, chunk: list[bytes]) -> Offered:
         """[create marker (ephemeral), create item (sequential) x n] as one transaction."""
+        self._sent_in[token] = self.zk.session_id  # the session its marker lives in
         return self.zk.create_many_async(f"{self.offer_path}/{token}",
-                                         f"{self.queue_path}/{wire.PREFIX}", chunk)
+                                         f"{self.queue_path}/{item_codec.PREFIX}", chunk)
 
     def _offer_result(self, token: str, chunk: list[bytes], pending: Offered) -> list[str]:
+        """The names ``pending`` created, after asking again what a lost answer did."""
+        try:
+            return self._answer(token, chunk, pending)
+        finally:
+            self._sent_in.pop(token, None)
+
+    def _answer(self, token: str, chunk: list[bytes], pending: Offered) -> list[str]:
         marker = f"{self.offer_path}/{token}"
         started = time.monotonic()
         for attempt in range(5):
@@ -243,7 +290,7 @@ class BatchOffers:
             names = self._names_with_token(token)
             self._drop_marker(marker)
             return names if len(names) == n else names + ["?"] * (n - len(names))
-        if self.zk.session_id == self._session():
+        if self.zk.session_id == self._sent_in.get(token):
             return None  # same session and no marker: the transaction did not commit
         # New session: the marker died with the old one; fall back to the data token.
         names = self._names_with_token(token)
@@ -300,11 +347,11 @@ class BatchOffers:
         return False
 
     def _names_with_token(self, token: str) -> list[str]:
-        names = [n for _, n in wire.sort_names(self.zk.get_children(self.queue_path))]
+        names = [n for _, n in item_codec.sort_names(self.zk.get_children(self.queue_path))]
         datas = self.zk.get_many([f"{self.queue_path}/{n}" for n in names])
         found = []
         for name, res in zip(names, datas, strict=True):
-            if not isinstance(res, Exception) and wire.decode(res[0]).batch == token:
+            if not isinstance(res, Exception) and item_codec.decode(res[0]).batch == token:
                 found.append(name)
         return found
 
@@ -327,7 +374,7 @@ class BatchOffers:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return depth
-            names = wire.sort_names(self.zk.get_children(self.queue_path))
+            names = item_codec.sort_names(self.zk.get_children(self.queue_path))
             if len(names) < low:
                 continue
             gone = threading.Event()
