@@ -26,7 +26,7 @@ from typing import Any
 
 import structlog
 
-from producer.summary import Counts
+from producer.summary import HELD_TOP, Counts
 from zkcrawl.errors import UsageError
 from zkcrawl.queue import partition_batch as pb
 from zkcrawl.queue.items import Item
@@ -44,7 +44,6 @@ _IN_FLIGHT = 2
 # the producer waits (and always at the end). A SIGKILL re-offers at most what committed in
 # the last window (docs/operations/reliability.md).
 CHECKPOINT_EVERY = 0.5
-TOP_HELD = 5  # partitions named on the status node
 _IDLE_LOOK = 0.2  # between handoffs, how often a committer holding items looks at the watch flag
 
 Origin = tuple[str, int | None]  # (meta.source, meta.depth: a --follow link's crawl depth)
@@ -134,7 +133,7 @@ class Offerer:
         many partitions, the fullest ones."""
         with self._hold_lock:
             sizes = [(len(v), p) for p, v in self._held.items() if v and p in self._full]
-        top = heapq.nlargest(TOP_HELD, sizes)
+        top = heapq.nlargest(HELD_TOP, sizes)
         return {"items": sum(n for n, _ in sizes), "partitions": len(sizes),
                 "top": [{"partition": p, "items": n} for n, p in top]}
 

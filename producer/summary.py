@@ -37,8 +37,8 @@ class Counts:
     offered: int = 0
     unoffered: int = 0  # extracted but not offered: stopped while the queue was full
     waits: int = 0  # times back-pressure held the producer
-    # Offers into partitions: items held back for full partitions, {"items", "partitions",
-    # "top": [{"partition", "items"}]} (producer.partition_offerer); None on the ingress.
+    # Items held back for full partitions, {"items", "partitions",
+    # "top": [{"partition", "items"}]} (producer.offerer); None in a dry run.
     held_back: dict[str, Any] | None = None
     mode: str = "ingress"  # where offers go: "ingress" or "partitions"
     listings: int = 0  # partitions listed to learn their depth (the cost of back-pressure)
@@ -90,7 +90,7 @@ class Counts:
 
 
 _MAX_COUNT = 10**12
-HELD_TOP = 5  # partitions a status node names at most (producer.partition_offerer)
+HELD_TOP = 5  # partitions a status node names at most (producer.offerer)
 
 
 def held_back_of(producer: object) -> dict[str, Any] | None:
