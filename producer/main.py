@@ -415,7 +415,6 @@ class _ProducerRun:
         partitions = use_partitions(self.zk, s.root, s.partitions)
         self.feed = PartitionOffers(self.zk, s.root, partitions)
         bound = partition_bound(s.max_depth, partitions, s.max_partition_depth)
-        self.counts.mode = "partitions"
         self.offerer = Offerer(
             self.feed, self.seen, self.counts, producer_id=plan.producer_id, batch=s.batch,
             max_depth=s.max_depth, max_partition_depth=bound,

@@ -40,7 +40,7 @@ class Counts:
     # Items held back for full partitions, {"items", "partitions",
     # "top": [{"partition", "items"}]} (producer.offerer); None in a dry run.
     held_back: dict[str, Any] | None = None
-    mode: str = "ingress"  # where offers go: "ingress" or "partitions"
+    mode: str = "partitions"  # where offers go (offers_into): the root's partitions
     listings: int = 0  # partitions listed to learn their depth (the cost of back-pressure)
     no_links: int = 0  # listing pages read on which the links selector selected nothing
     no_links_url: str | None = None  # the first of them, for `zkcrawl try URL`
