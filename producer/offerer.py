@@ -31,7 +31,7 @@ from zkcrawl.errors import UsageError
 from zkcrawl.queue import partition_batch as pb
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.partition_offers import PartitionOffers
-from zkcrawl.queue.untrusted import URL_LIMIT
+from zkcrawl.queue.untrusted import url_too_long
 from zkcrawl.seen import SeenSet
 
 log = structlog.get_logger(__name__)  # lazy: bound after logs.configure()
@@ -141,7 +141,7 @@ class Offerer:
     def add(self, url: str, source: str, depth: int | None = None) -> bool:
         """Accept ``url`` unless seen before or too long; True if new. Hands over full
         batches. ``depth`` (a followed link's) goes to the item's ``meta.depth``."""
-        if len(url) > URL_LIMIT // 4 and len(url.encode("utf-8", "surrogatepass")) > URL_LIMIT:
+        if url_too_long(url):
             self.counts.dropped["too-long"] += 1  # SPEC §2: a URL is at most 8 KiB
             return False
         if url in self._pending or url in self._inflight or url in self.seen:
