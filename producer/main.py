@@ -393,7 +393,6 @@ class _ProducerRun:
         self.progress = Progress(self.counts, progress_to) if progress_to else None
         self.registered = False
         self.offerer: Offerer | None = None
-        self.feed: PartitionOffers | None = None  # offers into partitions: their depths
         self.recrawl: RecrawlStore | None = None  # --recrawl: set by execute()
 
     def set_state(self, state: str) -> None:
@@ -413,11 +412,11 @@ class _ProducerRun:
     def start(self) -> None:
         s, plan = self.settings, self.plan
         partitions = use_partitions(self.zk, s.root, s.partitions)
-        self.feed = PartitionOffers(self.zk, s.root, partitions)
         bound = partition_bound(s.max_depth, partitions, s.max_partition_depth)
         self.offerer = Offerer(
-            self.feed, self.seen, self.counts, producer_id=plan.producer_id, batch=s.batch,
-            max_depth=s.max_depth, max_partition_depth=bound,
+            PartitionOffers(self.zk, s.root, partitions), self.seen, self.counts,
+            producer_id=plan.producer_id, batch=s.batch, max_depth=s.max_depth,
+            max_partition_depth=bound,
             max_held=held_bound(s.max_depth, s.batch, s.max_held), stop=self.stop,
             on_state=self.set_state, **_recrawl_offers(self.recrawl))
         log.info("producer.partitions", partitions=partitions, max_depth=s.max_depth,
@@ -473,12 +472,11 @@ class _ProducerRun:
         watcher.run()
 
     def _follower(self) -> Follower:
-        assert self.offerer is not None and self.feed is not None
+        assert self.offerer is not None
         s = self.settings
         return Follower(DiscoveredReader(self.zk, s.root), self.offerer,
-                        self.plan.follow_filter, self.counts,
-                        max_link_depth=s.max_link_depth, queue_depth=self.feed.pq.depth,
-                        stop=self.stop)
+                        self.plan.follow_filter, self.counts, max_link_depth=s.max_link_depth,
+                        queue_depth=self.offerer.feed.pq.depth, stop=self.stop)
 
     def finish(self) -> None:
         if self.progress:
