@@ -21,7 +21,7 @@ import structlog
 
 from producer.summary import Counts, no_links_note
 from zkcrawl import logs
-from zkcrawl.queue.untrusted import URL_LIMIT
+from zkcrawl.queue.untrusted import url_too_long
 from zkcrawl.seen import SeenSet
 from zkcrawl.textsafe import printable
 
@@ -45,7 +45,7 @@ class DryOfferer:
         return 0  # nothing is ever buffered
 
     def add(self, url: str, source: str) -> bool:
-        if len(url) > URL_LIMIT // 4 and len(url.encode("utf-8", "surrogatepass")) > URL_LIMIT:
+        if url_too_long(url):
             self.counts.dropped["too-long"] += 1
             return False
         with self._lock:

@@ -1,6 +1,6 @@
 """``zkcrawl-producer``: listing pages and sitemaps (or a URL list) to normalized,
 de-duplicated, batched offers with back-pressure into the root's partitions (SPEC §4;
-:mod:`producer.partition_offerer`); with ``--watch``, again every INTERVAL until a signal
+:mod:`producer.offerer`); with ``--watch``, again every INTERVAL until a signal
 (:mod:`producer.watch`).
 
 ``main(argv, env) -> ExitStatus`` runs in-process (tests); :func:`run` is the console entry.
@@ -33,8 +33,7 @@ import structlog
 from producer import dryrun, listing, watch
 from producer.dryrun import DryOfferer
 from producer.follow import Follower
-from producer.offerer import Offerer
-from producer.partition_offerer import PartitionOfferer, held_bound, partition_bound
+from producer.offerer import Offerer, held_bound, partition_bound
 from producer.recrawl import Recrawler, RecrawlStore, Schedule, parse_duration, store_path
 from producer.settings import ProducerSettings
 from producer.sitemaps import SitemapFile, SitemapSource
@@ -44,7 +43,6 @@ from zkcrawl.errors import ExitStatus, UsageError, ZkCrawlError, ZkUnavailable
 from zkcrawl.politeness.local import LocalPoliteness
 from zkcrawl.queue.discovered import DiscoveredReader
 from zkcrawl.queue.fetched import FetchedReader
-from zkcrawl.queue.ingress import IngressQueue
 from zkcrawl.queue.layout import Layout
 from zkcrawl.queue.partition_offers import PartitionOffers, recorded_partitions
 from zkcrawl.queue.registry import Registration, default_id
@@ -395,7 +393,6 @@ class _ProducerRun:
         self.progress = Progress(self.counts, progress_to) if progress_to else None
         self.registered = False
         self.offerer: Offerer | None = None
-        self.feed: PartitionOffers | None = None  # offers into partitions: their depths
         self.recrawl: RecrawlStore | None = None  # --recrawl: set by execute()
 
     def set_state(self, state: str) -> None:
@@ -414,17 +411,14 @@ class _ProducerRun:
 
     def start(self) -> None:
         s, plan = self.settings, self.plan
-        q = IngressQueue(self.zk, s.root, batch=s.batch)
-        common: dict[str, Any] = dict(producer_id=plan.producer_id, batch=s.batch,
-                                      max_depth=s.max_depth, stop=self.stop,
-                                      on_state=self.set_state, **_recrawl_offers(self.recrawl))
         partitions = use_partitions(self.zk, s.root, s.partitions)
-        self.feed = PartitionOffers(self.zk, s.root, partitions)
         bound = partition_bound(s.max_depth, partitions, s.max_partition_depth)
-        self.counts.mode = "partitions"
-        self.offerer = PartitionOfferer(
-            q, self.feed, self.seen, self.counts, max_partition_depth=bound,
-            max_held=held_bound(s.max_depth, s.batch, s.max_held), **common)
+        self.offerer = Offerer(
+            PartitionOffers(self.zk, s.root, partitions), self.seen, self.counts,
+            producer_id=plan.producer_id, batch=s.batch, max_depth=s.max_depth,
+            max_partition_depth=bound,
+            max_held=held_bound(s.max_depth, s.batch, s.max_held), stop=self.stop,
+            on_state=self.set_state, **_recrawl_offers(self.recrawl))
         log.info("producer.partitions", partitions=partitions, max_depth=s.max_depth,
                  max_partition_depth=bound, max_held=self.offerer.max_held)
         # An --id reused right after a crash: its old session may still hold the node.
@@ -459,11 +453,8 @@ class _ProducerRun:
     def _recrawl_pass(self) -> None:
         """--recrawl: learn <root>/fetched/, offer what is due (producer.recrawl)."""
         assert self.offerer is not None and self.recrawl is not None
-        s = self.settings
-        into = self.offerer if isinstance(self.offerer, PartitionOfferer) else None
-        done = Recrawler(self.recrawl, FetchedReader(self.zk, s.root), self.offerer.queue,
-                         producer_id=self.plan.producer_id, batch=s.batch,
-                         max_depth=s.max_depth, stop=self.stop, offerer=into).run_pass()
+        done = Recrawler(self.recrawl, FetchedReader(self.zk, self.settings.root),
+                         self.offerer, batch=self.settings.batch, stop=self.stop).run_pass()
         self.counts.offered += done.reoffered
 
     def _watch(self, producer: Producer, interval: float) -> None:
@@ -483,11 +474,9 @@ class _ProducerRun:
     def _follower(self) -> Follower:
         assert self.offerer is not None
         s = self.settings
-        depth = self.offerer.queue.depth if self.feed is None else self.feed.pq.depth
         return Follower(DiscoveredReader(self.zk, s.root), self.offerer,
-                        self.plan.follow_filter, self.counts,
-                        max_link_depth=s.max_link_depth, queue_depth=depth,
-                        stop=self.stop)
+                        self.plan.follow_filter, self.counts, max_link_depth=s.max_link_depth,
+                        queue_depth=self.offerer.feed.pq.depth, stop=self.stop)
 
     def finish(self) -> None:
         if self.progress:

@@ -32,8 +32,6 @@ import structlog
 
 from zkcrawl.errors import UsageError
 from zkcrawl.queue.fetched import Fetched, FetchedReader
-from zkcrawl.queue.ingress import IngressQueue
-from zkcrawl.queue.items import Item
 from zkcrawl.web.validators import Validators
 
 __all__ = ["APPLICATION_ID", "GROW", "JITTER", "SHRINK", "VERSION", "Due", "Learnt",
@@ -305,8 +303,8 @@ def _open(path: str) -> sqlite3.Connection:
 
 # -- the producer's re-crawl pass ---------------------------------------------------------
 class ItemOfferer(Protocol):
-    """What a pass into partitions needs of :class:`~producer.partition_offerer.
-    PartitionOfferer`: items with their own meta, a callback with their keys once committed."""
+    """What a pass needs of the producer's :class:`~producer.offerer.Offerer`: items with
+    their own meta, a callback with their keys once committed, a wait for the held ones."""
 
     def offer_item(self, url: str, meta: dict[str, object], key: object,
                    on_committed: Callable[[list[object]], None]) -> bool: ...
@@ -314,9 +312,7 @@ class ItemOfferer(Protocol):
     def drain(self) -> None: ...
 
 
-
 NODES_PER_ROUND = 100  # fetched/ nodes read, learnt and deleted together
-_WAIT_SLICE = 2.0  # a wait for queue room looks at the stop flag this often (a watch)
 
 
 @dataclass
@@ -338,17 +334,14 @@ class PassCounts:
 class Recrawler:
     """Drain ``<root>/fetched/`` into the store, then offer what is due; one thread.
 
-    ``reader``: a :class:`~zkcrawl.queue.fetched.FetchedReader`; ``queue``: the producer's
-    :class:`~zkcrawl.queue.ingress.IngressQueue` (offers go in transactions of ``batch``, and
-    never past ``max_depth`` queued items: the pass waits on a watch, or stops)."""
+    ``reader``: a :class:`~zkcrawl.queue.fetched.FetchedReader`; ``offerer``: the producer's
+    (its back-pressure holds the pass); the store is read ``batch`` URLs at a time."""
 
-    def __init__(self, store: RecrawlStore, reader: FetchedReader, queue: IngressQueue, *,
-                 producer_id: str, batch: int, max_depth: int,
-                 stop: threading.Event, offerer: ItemOfferer | None = None) -> None:
-        self.store, self.reader, self.queue = store, reader, queue
-        self.producer_id, self.batch, self.max_depth = producer_id, batch, max_depth
+    def __init__(self, store: RecrawlStore, reader: FetchedReader, offerer: ItemOfferer, *,
+                 batch: int, stop: threading.Event) -> None:
+        self.store, self.reader, self.offerer = store, reader, offerer
+        self.batch = batch
         self.stop = stop
-        self.offerer = offerer  # offers into partitions (producer.partition_offerer)
         self.counts = PassCounts()
 
     def run_pass(self, now: float | None = None) -> PassCounts:
@@ -385,33 +378,11 @@ class Recrawler:
         return len(names)
 
     def offer_due(self, now: float | None = None) -> int:
-        """Offer the URLs due at ``now`` in batches, their validators in ``meta.recrawl``;
-        a batch's next time moves on once its transaction committed."""
-        if self.offerer is not None:
-            return self._offer_due_partitioned(self.offerer, now)
-        offered = 0
-        while not self.stop.is_set():
-            room = self._room()
-            if room <= 0:
-                break
-            due = self.store.due(now, min(self.batch, room))
-            if not due:
-                break
-            stamp = time.time()
-            items = [Item(url=d.url, producer=self.producer_id, enqueued_at=stamp,
-                          meta={"source": "recrawl", "recrawl": d.validators.doc()})
-                     for d in due]
-            self.queue.offer_many(items)
-            self.store.offered([d.id for d in due], now)
-            offered += len(due)
-            self.counts.reoffered += len(due)
-        return offered
-
-    def _offer_due_partitioned(self, offerer: ItemOfferer, now: float | None) -> int:
-        """Into partitions: every due URL through the offerer (per-partition back-pressure:
-        a full partition's URLs are held while the others go on), read with a cursor so a
-        held one is not read again; the pass ends once the held ones committed too
-        (``drain``). A URL's next time moves on when its batch committed (the callback)."""
+        """Offer every URL due at ``now`` through the offerer, its validators in
+        ``meta.recrawl`` (per-partition back-pressure: a full partition's URLs are held
+        while the others go on), read with a cursor so a held one is not read again; ends
+        once the held ones committed too. A URL's next time moves on when its batch
+        committed (the callback)."""
         now = time.time() if now is None else now
         before = self.counts.reoffered
         cursor: tuple[float, int] | None = None
@@ -426,15 +397,8 @@ class Recrawler:
                 break
             cursor = (due[-1].due, due[-1].id)
             for d in due:
-                offerer.offer_item(d.url, {"source": "recrawl", "recrawl": d.validators.doc()},
-                                   d.id, committed)
-        offerer.drain()
+                self.offerer.offer_item(d.url, {"source": "recrawl",
+                                                "recrawl": d.validators.doc()},
+                                        d.id, committed)
+        self.offerer.drain()
         return self.counts.reoffered - before
-
-    def _room(self) -> int:
-        """Places left below ``max_depth``; waits (on a watch) while the queue is full."""
-        depth = int(self.queue.depth())
-        low = max(1, int(self.max_depth * 0.9))
-        while depth >= self.max_depth and not self.stop.is_set():
-            depth = int(self.queue.wait_depth_below(low, _WAIT_SLICE))
-        return self.max_depth - depth

@@ -84,14 +84,13 @@ class ProducerSettings(CommonSettings, WebOptions):
                         metavar="N", group=DEDUP)
     fp_rate: float = opt(0.001, "false-positive rate of the --seen Bloom filter: that share "
                          "of new URLs is wrongly skipped", metavar="F", group=DEDUP)
-    max_depth: int = opt(10_000, "back-pressure: wait while the queue holds N items",
+    max_depth: int = opt(10_000, "back-pressure: offer nothing more while the queue (the "
+                         "ingress and every partition) holds N items",
                          metavar="N", group=QUEUE)
     batch: int = opt(DEFAULT_BATCH, "items per ZooKeeper transaction", metavar="N", group=QUEUE)
-    partitions: int = opt(0, "offer into the root's partitions (hosts spread over P of them), "
-                          "recording P in a new root (0: offer into partitions only when the "
-                          "root records P, else into the ingress <root>/queue; a P other "
-                          "than the root's is ignored with a warning)", metavar="P",
-                          group=QUEUE)
+    partitions: int = opt(0, "how many partitions the hosts are spread over, recorded in "
+                          "a new root (0: the root's, or 256 on a new root; a P other than "
+                          "the root's is ignored with a warning)", metavar="P", group=QUEUE)
     max_partition_depth: int = opt(0, "back-pressure per partition: offer nothing more into "
                                    "a partition holding N items, hold its items in memory "
                                    "while the others go on (0: a quarter of --max-depth, at "

@@ -37,10 +37,10 @@ class Counts:
     offered: int = 0
     unoffered: int = 0  # extracted but not offered: stopped while the queue was full
     waits: int = 0  # times back-pressure held the producer
-    # Offers into partitions: items held back for full partitions, {"items", "partitions",
-    # "top": [{"partition", "items"}]} (producer.partition_offerer); None on the ingress.
+    # Items held back for full partitions, {"items", "partitions",
+    # "top": [{"partition", "items"}]} (producer.offerer); None in a dry run.
     held_back: dict[str, Any] | None = None
-    mode: str = "ingress"  # where offers go: "ingress" or "partitions"
+    mode: str = "partitions"  # where offers go (offers_into): the root's partitions
     listings: int = 0  # partitions listed to learn their depth (the cost of back-pressure)
     no_links: int = 0  # listing pages read on which the links selector selected nothing
     no_links_url: str | None = None  # the first of them, for `zkcrawl try URL`
@@ -90,7 +90,7 @@ class Counts:
 
 
 _MAX_COUNT = 10**12
-HELD_TOP = 5  # partitions a status node names at most (producer.partition_offerer)
+HELD_TOP = 5  # partitions a status node names at most (producer.offerer)
 
 
 def held_back_of(producer: object) -> dict[str, Any] | None:

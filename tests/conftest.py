@@ -137,6 +137,16 @@ def read_path(path: Path) -> str:
 
 
 @pytest.fixture(autouse=True)
+def _no_consumer_outlives_its_test() -> Iterator[None]:
+    """A consumer process a test spawned and did not stop (its test failed before) is
+    killed when the test ends."""
+    yield
+    from tests.test_consumer_support import reap_spawned
+
+    reap_spawned()
+
+
+@pytest.fixture(autouse=True)
 def _log_lines_stay_with_their_test() -> Iterator[None]:
     """The log writer thread writes in batches (zkcrawl.logs): a test's last lines must be
     out before the next test's stderr is captured (a producer test once read a processor

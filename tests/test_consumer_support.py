@@ -97,17 +97,34 @@ def records(*paths: Path, strict: bool = True) -> list[dict[str, Any]]:
     return out
 
 
+SPAWNED: list[subprocess.Popen[bytes]] = []  # killed after each test (tests/conftest.py)
+
+
 def spawn(args: Sequence[str], stderr: Path | int, **kw: Any) -> subprocess.Popen[bytes]:
-    """``python -m consumer.main ARGS`` as a real process (stderr to a file, or a pipe)."""
+    """``python -m consumer.main ARGS`` as a real process (stderr to a file, or a pipe);
+    one still running when its test ends is killed then (a failed wait must not leave a
+    consumer working through the next tests' ZooKeeper)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "consumer.main", *args]
     kw.setdefault("stdout", subprocess.DEVNULL)
     if not isinstance(stderr, Path):
-        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
                                 stderr=stderr, **kw)
-    with open(stderr, "wb") as err:
-        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
-                                stderr=err, **kw)
+    else:
+        with open(stderr, "wb") as err:
+            proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                                    stderr=err, **kw)
+    SPAWNED.append(proc)
+    return proc
+
+
+def reap_spawned() -> None:
+    """Kill what :func:`spawn` started and is still running."""
+    while SPAWNED:
+        proc = SPAWNED.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
 
 
 def stats_held(err: Path) -> int:

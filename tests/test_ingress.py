@@ -1,6 +1,6 @@
 """The ingress ``<root>/queue`` (zkcrawl.queue.ingress) against a real ZooKeeper: offers in
-order, batched and protected (a lost answer asked again, never doubled), markers settled,
-the offer window, depth and its wait. Consumers move the ingress into partitions: that is
+order, batched and protected (a lost answer asked again, never doubled), items over the
+limit refused. Consumers move the ingress into partitions: that is
 tests/test_partition_queue.py's and tests/test_owned_queue.py's."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def urls(n: int, prefix: str = "http://127.0.0.1/a/") -> list[Item]:
 
 
 def test_offers_are_queued_in_offer_order(zk, zk_root):
-    q = IngressQueue(zk, zk_root)
+    q = IngressQueue(zk, zk_root, batch=50)  # three transactions, two in flight
     names = q.offer_many(urls(120))
     queued = [n for _, n in item_codec.sort_names(zk.get_children(f"{zk_root}/queue"))]
     assert names == queued
@@ -42,7 +42,6 @@ def test_an_item_over_the_limit_is_refused_and_the_others_go_on(zk, zk_root):
 def test_a_reaped_queue_path_is_made_again_on_offer(zk, zk_root):
     q = IngressQueue(zk, zk_root)
     zk.delete(f"{zk_root}/queue")  # what the server does to an empty CONTAINER node
-    assert q.depth() == 0
     name = q.offer("http://127.0.0.1/after-reap")
     assert zk.get_children(f"{zk_root}/queue") == [name]
 
@@ -63,7 +62,7 @@ def test_offer_batches_and_protected_retry_finds_committed_batch(zk, zk_root):
     found = q.find_committed(marker, token, 1)
     assert found is not None and len(found) == 1
     assert q.find_committed(f"{zk_root}/offers/{'u' * 32}", "u" * 32, 1) is None
-    assert q.depth() == 51
+    assert len(zk.get_children(f"{zk_root}/queue")) == 51
 
 
 def test_a_lost_offer_is_checked_again_when_the_connection_goes_while_checking(
@@ -74,7 +73,7 @@ def test_a_lost_offer_is_checked_again_when_the_connection_goes_while_checking(
     not is sent again. (The losses are injected; the server and the transactions are real.)"""
     from zkcrawl.zk import ConnectionLoss
 
-    q = offers = IngressQueue(zk, zk_root, batch=10)
+    offers = IngressQueue(zk, zk_root, batch=10)
     real = offers.find_committed
     drops = iter([True, False, True, False])
 
@@ -100,28 +99,7 @@ def test_a_lost_offer_is_checked_again_when_the_connection_goes_while_checking(
     token = "n" * 32
     chunk = [Item(url=f"http://127.0.0.1/again/{i}").encode(batch=token) for i in range(2)]
     assert len(offers._offer_result(token, chunk, lost())) == 2
-    assert q.depth() == 5
-
-
-def test_a_marker_delete_lost_with_the_connection_is_sent_again_before_the_end(zk, zk_root):
-    """CI (the leader killed during the producer's offers): a committed batch's marker
-    delete, pipelined, was lost with the connection, and the session's close did not reach
-    the server either -- a marker stayed after a clean exit. settle_markers sends such
-    deletes again while connected. (The lost answer is injected; the nodes are real.)"""
-    from zkcrawl.zk import ConnectionLoss
-
-    q = offers = IngressQueue(zk, zk_root, batch=5)
-    assert len(q.offer_many(urls(12))) == 12
-    marker = f"{zk_root}/offers/{'m' * 32}"
-    zk.create(marker, b"", ephemeral=True)
-    lost = zk._kazoo.handler.async_result()
-    lost.set_exception(ConnectionLoss("answer lost"))
-    offers._marker_deletes.appendleft((marker, lost))  # the oldest delete, its answer lost
-    offers._drop_marker(f"{zk_root}/offers/{'x' * 32}")  # prunes: the lost one is kept
-    assert any(m == marker for m, _ in offers._marker_failed)
-    assert q.settle_markers() == 0
-    assert zk.get_children(f"{zk_root}/offers") == []
-    assert not offers._marker_deletes and not offers._marker_failed
+    assert len(zk.get_children(f"{zk_root}/queue")) == 5
 
 
 def test_delivery_and_run_state_are_str_enums():
@@ -144,63 +122,3 @@ def test_sequence_sort_is_wrap_safe():
         "qn-2147483646", "qn-2147483647", "qn--2147483648", "qn--2147483647"]
     assert [n for _, n in item_codec.sort_names(["qn-0000000010", "qn-0000000002"])] == [
         "qn-0000000002", "qn-0000000010"]
-
-
-def test_wait_depth_below_returns_when_items_leave(zk_factory, zk_root):
-    import threading
-
-    a, b = zk_factory(), zk_factory()
-    qa = IngressQueue(a, zk_root)
-    names = qa.offer_many(urls(40))
-    assert qa.wait_depth_below(30, timeout=0.2) == 40
-
-    def drain():  # what the ingress mover does: the oldest items leave
-        for name in names[:15]:
-            b.delete(f"{zk_root}/queue/{name}")
-
-    t = threading.Thread(target=drain)
-    t.start()
-    depth = qa.wait_depth_below(30, timeout=20)
-    t.join(20)
-    assert depth < 30
-
-
-def test_offer_window_settles_groups_in_order_with_two_in_flight(zk, zk_root):
-    q = IngressQueue(zk, zk_root, batch=50)
-    window = q.offer_window(2)
-    settled: list[tuple[int, int]] = []
-    seen_in_flight = []
-    for g in range(4):
-        window.submit(urls(120, prefix=f"http://127.0.0.1/w{g}/"),
-                      lambda names, g=g: settled.append((g, len(names))))
-        seen_in_flight.append(window.in_flight)
-    window.drain()
-    assert settled == [(0, 120), (1, 120), (2, 120), (3, 120)]
-    assert max(seen_in_flight) <= 2 and window.in_flight == 0
-    assert len(zk.get_children(f"{zk_root}/queue")) == 480
-
-
-def test_offer_window_hands_back_what_was_in_flight_on_a_failure(zk, zk_root, monkeypatch):
-    from zkcrawl.errors import ZkCrawlError
-
-    q = IngressQueue(zk, zk_root, batch=10)
-    window = q.offer_window(2)
-    done, lost = [], []
-    real = window._offers._offer_result
-    calls = iter(range(100))
-
-    def flaky(token, chunk, pending):  # the second transaction fails
-        names = real(token, chunk, pending)
-        if next(calls) == 1:
-            raise ZkCrawlError("offer failed: injected")
-        return names
-
-    monkeypatch.setattr(window._offers, "_offer_result", flaky)
-    try:
-        for g in range(3):
-            window.submit(urls(10, prefix=f"http://127.0.0.1/f{g}/"),
-                          lambda _n, g=g: done.append(g), lambda g=g: lost.append(g))
-        window.drain()
-    except ZkCrawlError:
-        window.abandon()
-    assert done == [0] and sorted(lost) == [1, 2]

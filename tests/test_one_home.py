@@ -1,9 +1,11 @@
 """One home for each rule (issue #22, item 9): the back-off formula (zkcrawl/backoff.py), the
 retry-or-dead decision (Claimed.may_retry), the retried item (claims.retry_item), the output
-record (consumer.pipeline.output_record) and JSON cleaning (zkcrawl/jsonclean.py) are each written
-once -- cheap AST scans fail when a copy comes back --; a "try later" answer backs its host
-off once and robots.txt is read once per item (real HTTP servers on 127.0.0.1, calls counted
-by wrappers); property tests of the back-off and of the JSON cleaning."""
+record (consumer.pipeline.output_record), JSON cleaning (zkcrawl/jsonclean.py) and the
+queue's URL length check (untrusted.url_too_long) are each written once, and the producer
+offers through one path (producer/offerer.py, into partitions) -- cheap AST scans fail when a
+copy comes back --; a "try later" answer backs its host off once and robots.txt is read once
+per item (real HTTP servers on 127.0.0.1, calls counted by wrappers); property tests of the
+back-off and of the JSON cleaning."""
 
 from __future__ import annotations
 
@@ -40,6 +42,9 @@ RETRY_ITEM_COPIES_LEFT: set[str] = set()
 #: zkcrawl/queue/partition_queue.py (another branch's) charges a holder's death against
 #: max_attempts itself, a copy of Claimed.abandoned -- to move there with that branch.
 ABANDON_COPIES_LEFT = {"zkcrawl/queue/partition_queue.py"}
+#: consumer/processors.py (another branch's) checks a found link's length itself: its
+#: ``if len(url) * 4 > URL_LIMIT and ...`` becomes ``if untrusted.url_too_long(url)``.
+URL_CHECK_COPIES_LEFT = {"consumer/processors.py"}
 
 
 def _modules() -> dict[str, ast.Module]:
@@ -111,6 +116,24 @@ def test_json_cleaning_is_written_once() -> None:
         return (isinstance(n, ast.FunctionDef) and "isfinite" in _names(n)
                 and any(isinstance(c, ast.DictComp) for c in ast.walk(n)))
     assert _where(cleaner) == {"zkcrawl/jsonclean.py"}
+
+
+def test_the_url_length_check_is_written_once() -> None:
+    def checks(n: ast.AST) -> bool:  # len(<text>.encode("utf-8", "surrogatepass")) > URL_LIMIT
+        return (isinstance(n, ast.Compare) and "URL_LIMIT" in _names(n)
+                and any(isinstance(c, ast.Constant) and c.value == "surrogatepass"
+                        for c in ast.walk(n)))
+    assert _where(checks) - URL_CHECK_COPIES_LEFT == {"zkcrawl/queue/untrusted.py"}
+
+
+def test_the_producer_offers_through_one_path() -> None:
+    def offers(n: ast.AST) -> bool:  # the ingress client, or a commit into partitions
+        return ((isinstance(n, ast.ImportFrom) and n.module == "zkcrawl.queue.ingress")
+                or (isinstance(n, ast.Name) and n.id == "PartitionOffers"))
+    producer = {path for path in _where(offers) if path.startswith("producer/")}
+    assert producer == {"producer/main.py", "producer/offerer.py"}
+    assert not any(isinstance(n, ast.ImportFrom) and n.module == "zkcrawl.queue.ingress"
+                   for path in producer for n in ast.walk(MODULES[path]))
 
 
 # -- the back-off rule ----------------------------------------------------------------------

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from producer.partition_offerer import partition_bound
+from producer.offerer import partition_bound
 from tests.conftest import wait_for
 from tests.queue_view import queued_count, queued_counter
 from tests.test_producer_cli import _producer, _summary

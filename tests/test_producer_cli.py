@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from producer.main import main
-from producer.partition_offerer import partition_bound
+from producer.offerer import partition_bound
 from producer.summary import Counts, render_table
 from tests.conftest import wait_for
 from tests.queue_view import queued_count, queued_counter, queued_items

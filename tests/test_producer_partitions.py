@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from producer.main import main
-from producer.partition_offerer import held_bound, partition_bound
+from producer.offerer import held_bound, partition_bound
 from tests.conftest import wait_for
 from tests.test_producer_cli import _producer, _summary
 from zkcrawl.queue import items as item_codec
@@ -291,24 +291,22 @@ def test_recrawl_reoffers_go_into_partitions_and_move_their_due_time(zk, zk_root
     and the cursor reads each due URL once."""
     import time
 
-    from producer.partition_offerer import PartitionOfferer
+    from producer.offerer import Offerer
     from producer.recrawl import Recrawler, RecrawlStore, Schedule
     from producer.summary import Counts
     from zkcrawl.queue.fetched import FetchedReader
-    from zkcrawl.queue.ingress import IngressQueue
 
     store = RecrawlStore(str(tmp_path / "s.recrawl"), Schedule(min_s=60, max_s=3600))
     urls = [f"http://h{i}.example/r" for i in range(30)]
     store.add_new(urls, time.time() - 7200)
     seen = SeenSet.open(None, 1000, 0.001)
     stop = threading.Event()
-    offerer = PartitionOfferer(IngressQueue(zk, zk_root), PartitionOffers(zk, zk_root, 4),
-                               seen, Counts(), max_partition_depth=1000, max_held=100,
-                               producer_id="p", batch=7, max_depth=1000, stop=stop)
+    offerer = Offerer(PartitionOffers(zk, zk_root, 4), seen, Counts(), producer_id="p",
+                      batch=7, max_depth=1000, max_partition_depth=1000, max_held=100,
+                      stop=stop)
     try:
         offerer.add(urls[0], "listing")  # already on its way: the re-offer skips it
-        rc = Recrawler(store, FetchedReader(zk, zk_root), offerer.queue, producer_id="p",
-                       batch=7, max_depth=1000, stop=stop, offerer=offerer)
+        rc = Recrawler(store, FetchedReader(zk, zk_root), offerer, batch=7, stop=stop)
         assert rc.offer_due() == 29
         offerer.drain()
     finally:
@@ -385,10 +383,9 @@ def test_follow_deletes_a_node_once_its_links_committed_and_a_full_partition_hol
     (a crash now drains it again: nothing lost), the others go; once the partition has room
     its links are offered and its node goes too."""
     from producer.follow import Follower
-    from producer.partition_offerer import PartitionOfferer
+    from producer.offerer import Offerer
     from producer.summary import Counts
     from zkcrawl.queue.discovered import DiscoveredReader, DiscoveredWriter, Link
-    from zkcrawl.queue.ingress import IngressQueue
     from zkcrawl.web.urls import LinkFilter
 
     feed = PartitionOffers(zk, zk_root, 8)
@@ -401,9 +398,9 @@ def test_follow_deletes_a_node_once_its_links_committed_and_a_full_partition_hol
     big_node = reader.names()[0]
     writer.write([Link(u, "http://seed.example/", 1) for u in small])
     counts, stop = Counts(), threading.Event()
-    offerer = PartitionOfferer(IngressQueue(zk, zk_root), feed, SeenSet.open(None, 1000, 0.001),
-                               counts, max_partition_depth=20, max_held=100, producer_id="p",
-                               batch=50, max_depth=1000, stop=stop)
+    offerer = Offerer(feed, SeenSet.open(None, 1000, 0.001), counts, producer_id="p",
+                      batch=50, max_depth=1000, max_partition_depth=20, max_held=100,
+                      stop=stop)
     follower = Follower(reader, offerer, LinkFilter(), counts, max_link_depth=5,
                         queue_depth=feed.pq.depth, stop=stop)
     try:

@@ -61,6 +61,16 @@ def test_parse_duration_units() -> None:
         90, 900, 3600, 30 * DAY, 14 * DAY]
 
 
+class NoOffers:
+    """The offerer of a Recrawler that only drains (``drain_once`` offers nothing)."""
+
+    def offer_item(self, *_args: object) -> bool:
+        raise AssertionError("a drain offers nothing")
+
+    def drain(self) -> None:
+        raise AssertionError("a drain offers nothing")
+
+
 def _fetched(url: str, status: int | None, changed: bool | None, at: float) -> Fetched:
     return Fetched(url, status, changed, '"e"', None, "a" * 32, at)
 
@@ -198,7 +208,6 @@ def test_forged_fetched_nodes_are_drained_and_change_nothing(zk: ZkClient, zk_ro
 
     from producer.recrawl import Recrawler
     from zkcrawl.queue.fetched import FetchedReader, FetchedWriter
-    from zkcrawl.queue.ingress import IngressQueue
 
     store = RecrawlStore(str(tmp_path / "s"), SCHED)
     store.add_new(["https://h/known"], time.time())
@@ -208,8 +217,7 @@ def test_forged_fetched_nodes_are_drained_and_change_nothing(zk: ZkClient, zk_ro
     FetchedWriter(zk, zk_root, "evil").report(
         [Fetched("https://h/never-offered", 404, None, None, None, None, time.time()),
          Fetched("https://h/known", 200, False, '"x"', None, None, time.time())])
-    rc = Recrawler(store, reader, IngressQueue(zk, zk_root), producer_id="p", batch=10,
-                   max_depth=100, stop=threading.Event())
+    rc = Recrawler(store, reader, NoOffers(), batch=10, stop=threading.Event())
     while rc.drain_once():
         pass
     assert reader.names() == []  # every node gone, the forged ones too: never read again

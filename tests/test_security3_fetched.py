@@ -101,6 +101,7 @@ def test_a_waiting_flush_goes_on_when_the_producer_drains(zk, zk_root, tmp_path:
     """The producer's --recrawl drain (its Recrawler) empties a full directory: the flush
     that waited on the watch writes, and the producer learns those reports."""
     from producer.recrawl import Recrawler
+    from tests.test_recrawl import NoOffers
 
     path = _fill(zk, zk_root, 3)
     writer = FetchedWriter(zk, zk_root, "c1", max_nodes=3, wait=30.0)
@@ -115,8 +116,7 @@ def test_a_waiting_flush_goes_on_when_the_producer_drains(zk, zk_root, tmp_path:
         assert len(zk.get_children(path)) == 3
         store = RecrawlStore(str(tmp_path / "s"), Schedule(3600.0, 86400.0))
         store.add_new([_report(i).url for i in range(5)], time.time())
-        recrawler = Recrawler(store, FetchedReader(zk, zk_root), IngressQueue(zk, zk_root),
-                              producer_id="p", batch=10, max_depth=100,
+        recrawler = Recrawler(store, FetchedReader(zk, zk_root), NoOffers(), batch=10,
                               stop=threading.Event())
         drained = time.monotonic()
         assert recrawler.drain_once()  # the three old nodes

@@ -3,10 +3,9 @@ on a fresh root of the same ZooKeeper:
 
 * ``seed_offer``: the seed's one sequential create per URL, timed on a sample;
 * ``producer``: ``zkcrawl-producer --from-file`` of N URLs in-process, end to end (read,
-  normalize, de-duplicate, batched transactions into the partitions), back-pressure out of
-  the way;
-* ``producer_partitions``: the same with ``--partitions P`` given; both report URLs/s,
-  ZooKeeper writes (``mntr``) and znodes created per URL;
+  normalize, de-duplicate, batched transactions into P partitions), back-pressure out of
+  the way: URLs/s, ZooKeeper writes (``mntr``) and znodes created per URL; the median of
+  ``runs`` runs, each on a fresh root;
 * ``seen``: the de-duplication state's memory for 1,000,000 URLs and its measured
   false-positive rate.
 
@@ -72,9 +71,9 @@ def bench_seed(zk: ZkClient, root: str, urls: list[str]) -> dict[str, Any]:
 
 
 def bench_producer(hosts: str, root: str, path: Path, n: int, batch: int,
-                   partitions: int = 0) -> dict[str, Any]:
+                   partitions: int) -> dict[str, Any]:
     """The producer, in-process and end to end, from ``--from-file`` to committed items
-    (``partitions``: straight into that many partitions, else the ingress)."""
+    in ``partitions`` partitions (``root`` is new: it records them)."""
     import threading
 
     from producer.main import execute, make_plan
@@ -99,7 +98,7 @@ def bench_producer(hosts: str, root: str, path: Path, n: int, batch: int,
     writes = None if before is None or after is None else after["writes"] - before["writes"]
     return {"urls_per_s": round(n / elapsed, 1), "urls": n, "offered": offered,
             "elapsed_s": round(elapsed, 3), "batch": batch, "exit_status": int(status),
-            "partitions": partitions or None, "nodes": nodes,
+            "partitions": partitions, "nodes": nodes,
             "nodes_per_url": round(nodes / n, 4),
             "zk_writes": writes, "writes_per_url": None if writes is None
             else round(writes / n, 5)}
@@ -160,10 +159,9 @@ def _drop(hosts: str, root: str) -> None:
 
 def run_bench(hosts: str | None, n: int = 100_000, json_out: bool = False, *,
               seed_sample: int = SEED_SAMPLE, seen_n: int = SEEN_N, batch: int | None = None,
-              partitions: int = 256, pairs: int = 1) -> dict[str, Any]:
-    """Run the cases (the two producer ones ``pairs`` times, alternating: A B, B A, ...)
-    and return the figures (``json_out`` is accepted for the CLI,
-    which prints; :func:`render` gives the table)."""
+              partitions: int = 256, runs: int = 1) -> dict[str, Any]:
+    """Run the cases (the producer ``runs`` times) and return the figures (``json_out`` is
+    accepted for the CLI, which prints; :func:`render` gives the table)."""
     del json_out
     import structlog
 
@@ -190,7 +188,7 @@ def run_bench(hosts: str | None, n: int = 100_000, json_out: bool = False, *,
                 seed = bench_seed(zk, root, sample)
             finally:
                 zk.close()
-            prod, part, roots = _pairs(hosts, root, path, n, batch, partitions, pairs)
+            prod, roots = _runs(hosts, root, path, n, batch, partitions, runs)
         finally:
             if server is not None:
                 server.stop()  # the data directory goes with the temporary directory
@@ -199,56 +197,36 @@ def run_bench(hosts: str | None, n: int = 100_000, json_out: bool = False, *,
                     _drop(hosts, r)
     seen = bench_seen(seen_n)
     return {"n": n, "zk": "throwaway local" if server is not None else hosts,
-            "seed_offer": seed, "producer": prod, "producer_partitions": part,
+            "seed_offer": seed, "producer": prod,
             "speedup": round(prod["urls_per_s"] / seed["urls_per_s"], 1),
-            "partitions_vs_ingress": {
-                "urls_per_s": round(part["urls_per_s"] / prod["urls_per_s"], 3),
-                "nodes_per_url": round(part["nodes_per_url"] / prod["nodes_per_url"], 4)
-                if prod["nodes_per_url"] else None,
-                "writes_per_url": round(part["writes_per_url"] / prod["writes_per_url"], 3)
-                if part["writes_per_url"] is not None and prod["writes_per_url"] else None},
             "seen_bytes_per_url": seen["bytes_per_url"], "seen": seen,
             "cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
             "targets": {"producer_urls_per_s": 15_000, "speedup": 10,
                         "seen_bytes_per_url": 4.0}}
 
 
-def _pairs(hosts: str, root: str, path: Path, n: int, batch: int, partitions: int,
-           pairs: int) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
-    """The ingress and the partitioned producer runs, alternating, each on a fresh root; the
-    run of each case with the median URLs/s, with every run's figure in ``runs``."""
-    runs: dict[str, list[dict[str, Any]]] = {"ingress": [], "partitions": []}
-    roots = []
-    for i in range(max(1, pairs)):
-        order = ("ingress", "partitions") if i % 2 == 0 else ("partitions", "ingress")
-        for case in order:
-            r = f"{root}-{case[0]}{i}"
-            roots.append(r)
-            runs[case].append(bench_producer(hosts, r, path, n, batch,
-                                             partitions if case == "partitions" else 0))
-    picked = []
-    for case in ("ingress", "partitions"):
-        ordered = sorted(runs[case], key=lambda x: x["urls_per_s"])
-        best = dict(ordered[(len(ordered) - 1) // 2])
-        best["runs_urls_per_s"] = [x["urls_per_s"] for x in runs[case]]
-        picked.append(best)
-    return picked[0], picked[1], roots
+def _runs(hosts: str, root: str, path: Path, n: int, batch: int, partitions: int,
+          runs: int) -> tuple[dict[str, Any], list[str]]:
+    """The producer ``runs`` times, each on a fresh root: the run with the median URLs/s,
+    with every run's figure in ``runs_urls_per_s``; and the roots."""
+    roots = [f"{root}-p{i}" for i in range(max(1, runs))]
+    done = [bench_producer(hosts, r, path, n, batch, partitions) for r in roots]
+    ordered = sorted(done, key=lambda x: x["urls_per_s"])
+    median = dict(ordered[(len(ordered) - 1) // 2])
+    median["runs_urls_per_s"] = [x["urls_per_s"] for x in done]
+    return median, roots
 
 
 def render(out: dict[str, Any]) -> str:
     """A readable table of :func:`run_bench`'s result."""
     seed, prod, seen = out["seed_offer"], out["producer"], out["seen"]
-    part, vs = out["producer_partitions"], out["partitions_vs_ingress"]
     rows = [
         ("seed_offer (1 create/URL)", f"{seed['urls_per_s']:>10,.0f} URLs/s",
          f"sample of {seed['sample']}"),
         ("producer (end to end)", f"{prod['urls_per_s']:>10,.0f} URLs/s",
-         f"{prod['offered']} offered, batch {prod['batch']}, {prod['elapsed_s']} s, "
-         f"{prod['nodes_per_url']} znodes and {prod['writes_per_url']} writes per URL"),
-        (f"producer, {part['partitions']} partitions", f"{part['urls_per_s']:>10,.0f} URLs/s",
-         f"{part['offered']} offered, {part['elapsed_s']} s, {part['nodes_per_url']} znodes "
-         f"and {part['writes_per_url']} writes per URL; vs ingress: URLs/s x{vs['urls_per_s']}"
-         f", znodes x{vs['nodes_per_url']}, writes x{vs['writes_per_url']}"),
+         f"{prod['offered']} offered into {prod['partitions']} partitions, batch "
+         f"{prod['batch']}, {prod['elapsed_s']} s, {prod['nodes_per_url']} znodes and "
+         f"{prod['writes_per_url']} writes per URL"),
         ("speedup", f"{out['speedup']:>10.1f} x", "target >= 10x"),
         ("seen state", f"{out['seen_bytes_per_url']:>10.2f} B/URL",
          f"{seen['urls']:,} URLs at fp {seen['fp_rate']} (measured {seen['measured_fp_rate']})"
@@ -269,11 +247,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=None)
     ap.add_argument("--seen-n", type=int, default=SEEN_N)
     ap.add_argument("--partitions", type=int, default=256)
-    ap.add_argument("--pairs", type=int, default=1, help="producer runs per case, alternating")
+    ap.add_argument("--runs", type=int, default=1, help="producer runs (the median is shown)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     out = run_bench(args.zk, args.items, args.json, seen_n=args.seen_n, batch=args.batch,
-                    partitions=args.partitions, pairs=args.pairs)
+                    partitions=args.partitions, runs=args.runs)
     print(json.dumps(out) if args.json else render(out))
     return 0
 

@@ -2,9 +2,10 @@
 crawl in one run, and the ``--recrawl`` store at scale.
 
 * ``recrawl``: N unchanged articles of the synthetic site (ETags, 304 to a matching
-  ``If-None-Match``). Pass 1 offers them as a ``--recrawl`` producer does and one consumer
-  crawls them; the producer's re-crawl pass (:class:`~producer.recrawl.Recrawler`) offers
-  them again with their validators for pass 2. Per pass: the bytes the site sent, the
+  ``If-None-Match``). Pass 1 offers them as a ``--recrawl`` producer does (its
+  :class:`~producer.offerer.Offerer`, into the partitions) and one consumer crawls them; the
+  producer's re-crawl pass (:class:`~producer.recrawl.Recrawler`) offers them again with
+  their validators for pass 2. Per pass: the bytes the site sent, the
   consumer's CPU per page, the records' ``changed``; the figures are the ratios pass 2 /
   pass 1. A ``floor`` crawl of bare 404s measures a page's fixed cost in the same run.
 * ``recrawl-store``: N URLs in a store on this disk: insert rate, bytes per URL, the time
@@ -23,18 +24,24 @@ import threading
 import time
 import urllib.request
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import structlog
 
+from producer.offerer import Offerer
 from producer.recrawl import Recrawler, RecrawlStore, Schedule
+from producer.summary import Counts
 from zkcrawl.bench.crawl import Probe, _env, _read_lines, _wait_registered, _zookeeper
 from zkcrawl.bench.site import start_benchsite, stop_benchsite
 from zkcrawl.queue import control
 from zkcrawl.queue.fetched import FetchedReader
 from zkcrawl.queue.ingress import IngressQueue
 from zkcrawl.queue.items import Item
+from zkcrawl.queue.partition_offers import PartitionOffers, recorded_partitions
+from zkcrawl.seen import SeenSet
 from zkcrawl.zk.client import ZkClient
 
 __all__ = ["render", "render_store", "run_bench", "run_store"]
@@ -100,19 +107,21 @@ def _passes(hosts: str, base: str, tmp: Path, n: int, threads: int, latency_ms: 
     urls = [f"{base}/a/{i}.html" for i in range(1, n + 1)]
     store = RecrawlStore(str(tmp / "store.recrawl"), Schedule(HOUR, 30 * 24 * HOUR))
     zk = ZkClient(hosts, session_timeout=30).connect()
-    queue = IngressQueue(zk, root)
-    queue.offer_many(Item(url=u, producer="bench", meta={"source": "bench", "recrawl": {}})
-                     for u in urls)
-    store.add_new(urls)
+    hooks = {"meta": {"recrawl": {}}, "on_offered": store.add_new}  # as --recrawl's
+    with _offerer(zk, root, n, hooks) as offerer:
+        for url in urls:
+            offerer.add(url, "bench")
+        offerer.drain()
     out: dict[str, Any] = {"n": n, "threads": threads, "latency_ms": latency_ms,
                            "cpus": os.cpu_count()}
     before = _site_bytes(base)
     out["first"] = _crawl(hosts, root, threads, latency_ms, tmp, "first", n)
     out["first"]["bytes"] = _site_bytes(base) - before
-    recrawler = Recrawler(store, FetchedReader(zk, root), queue, producer_id="bench",
-                          batch=500, max_depth=n + 1, stop=threading.Event())
     started = time.perf_counter()
-    done = recrawler.run_pass(now=time.time() + 2 * HOUR)  # past --recrawl-min
+    with _offerer(zk, root, n) as offerer:
+        recrawler = Recrawler(store, FetchedReader(zk, root), offerer, batch=500,
+                              stop=threading.Event())
+        done = recrawler.run_pass(now=time.time() + 2 * HOUR)  # past --recrawl-min
     out["producer_pass"] = {**done.doc(), "seconds": round(time.perf_counter() - started, 3)}
     zk.close()
     before = _site_bytes(base)
@@ -131,6 +140,20 @@ def _passes(hosts: str, base: str, tmp: Path, n: int, threads: int, latency_ms: 
             again["cpu_ms_per_page"] / out["floor"]["cpu_ms_per_page"], 3)
         if out["floor"]["cpu_ms_per_page"] else None}
     return out
+
+
+@contextmanager
+def _offerer(zk: ZkClient, root: str, n: int, hooks: dict[str, Any] | None = None
+             ) -> Iterator[Offerer]:
+    """The producer's offerer into ``root``'s partitions, its bounds above ``n`` items."""
+    feed = PartitionOffers(zk, root, recorded_partitions(zk, root))
+    offerer = Offerer(feed, SeenSet.open(None, n + 1, 0.001), Counts(), producer_id="bench",
+                      batch=500, max_depth=n + 1, max_partition_depth=n + 1, max_held=n + 1,
+                      stop=threading.Event(), **(hooks or {}))
+    try:
+        yield offerer
+    finally:
+        offerer.close()
 
 
 def _floor(hosts: str, base: str, tmp: Path, n: int, threads: int, latency_ms: int

@@ -28,7 +28,7 @@ from zkcrawl.queue.batch_dir import BatchReader, BatchWriter, WriteRefused, tran
 from zkcrawl.queue.capped import CappedDir, DirBacklog, DirLimits
 from zkcrawl.queue.claims import Claimed, QueueSuspended
 from zkcrawl.queue.layout import DISCOVERED_PREFIX, Layout
-from zkcrawl.queue.untrusted import NODE_LIMIT, URL_LIMIT
+from zkcrawl.queue.untrusted import NODE_LIMIT, url_too_long
 from zkcrawl.zk import ZkClient
 
 __all__ = ["DISCOVERED_FULL", "MAX_DEPTH", "NODE_BYTES", "Decoded", "DiscoveredReader",
@@ -116,7 +116,7 @@ class Link:
 
 def encode(links: Iterable[Link], consumer: str) -> list[bytes]:
     """The nodes' data for ``links``, each at most :data:`NODE_BYTES` (a link that alone
-    would not fit is left out: the consumer never hands over one over ``URL_LIMIT``)."""
+    would not fit is left out: the consumer never hands over one over ``untrusted.URL_LIMIT``)."""
     return batches.pack((link.doc() for link in links), "links", consumer,
                         too_large=lambda doc, n: log.warning(
                             "discovered.link_too_large", url=str(doc.get("url", ""))[:200],
@@ -165,7 +165,7 @@ def _link(entry: Any) -> Link | None:
     if isinstance(depth, bool) or not isinstance(depth, int) or not 0 <= depth <= MAX_DEPTH:
         return None
     for text in (url, source):
-        if len(text) * 4 > URL_LIMIT and len(text.encode("utf-8", "surrogatepass")) > URL_LIMIT:
+        if url_too_long(text):
             return None
     try:
         url.encode("utf-8")  # a \\u escape can carry a lone surrogate: not a URL

@@ -118,7 +118,7 @@ def _checked(decoded: Decoded) -> Decoded:
     """The URL limit (SPEC §2), in UTF-8 bytes."""
     assert decoded.item is not None
     url = decoded.item.url
-    if len(url) * 4 > URL_LIMIT and len(url.encode("utf-8", "surrogatepass")) > URL_LIMIT:
+    if untrusted.url_too_long(url):
         return Decoded(None, f"malformed: url longer than {URL_LIMIT} bytes")
     return decoded
 

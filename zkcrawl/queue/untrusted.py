@@ -50,6 +50,11 @@ def _finite(text: str) -> float:
 _DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
 
 
+def url_too_long(text: str) -> bool:
+    """``text`` is over ``URL_LIMIT`` UTF-8 bytes (SPEC §2); encoded only when it may be."""
+    return len(text) * 4 > URL_LIMIT and len(text.encode("utf-8", "surrogatepass")) > URL_LIMIT
+
+
 def too_deep(text: str, limit: int = MAX_DEPTH) -> bool:
     """True when JSON ``text`` nests arrays/objects deeper than ``limit``, or holds a string
     that is never closed (linear time)."""
