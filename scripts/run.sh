@@ -119,8 +119,10 @@ case "$what" in
     need_venv
     say "ruff check"
     "$venv/bin/ruff" check .
-    say "mypy (strict, see pyproject.toml): zkcrawl producer consumer"
-    "$venv/bin/mypy" zkcrawl producer consumer
+    # -p zkcrawl: zkcrawl.producer and zkcrawl.consumer included, under those names (through
+    # the symlinks zkcrawl/producer and zkcrawl/consumer to the top-level directories).
+    say "mypy (strict, see pyproject.toml): -p zkcrawl"
+    "$venv/bin/mypy" -p zkcrawl
     say "docs: mkdocs build --strict (no broken link or anchor, no page outside the nav)"
     docs_site="$(mktemp -d)"
     # Not --quiet: it hides the warnings from --strict as well, and the build passes with them.

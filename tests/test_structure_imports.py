@@ -18,8 +18,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("zkcrawl", "consumer", "producer")
-# consumer/ and producer/ may install as zkcrawl.consumer and zkcrawl.producer: one name each.
-ALIASES = {"zkcrawl.consumer": "consumer", "zkcrawl.producer": "producer"}
+# consumer/ and producer/ install as zkcrawl.consumer and zkcrawl.producer (pyproject.toml's
+# package-dir): a module is named as installed; a former top-level name maps to it.
+ALIASES = {"consumer": "zkcrawl.consumer", "producer": "zkcrawl.producer"}
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,8 @@ def canonical(name: str) -> str:
 
 
 def modules(root: Path) -> dict[str, Path]:
-    """Module name -> file, for every package in ``PACKAGES`` under ``root``."""
+    """Module name -> file, for every package in ``PACKAGES`` under ``root`` (the directories:
+    rglob does not follow zkcrawl/consumer, zkcrawl/producer, the symlinks to them)."""
     found: dict[str, Path] = {}
     for package in PACKAGES:
         for path in sorted((root / package).rglob("*.py")):
