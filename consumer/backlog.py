@@ -10,7 +10,7 @@ diagram and who calls what: :class:`Backlog`'s docstring).
   thread per READY.
 * **Every wait is bounded** by its ``timeout``, so flags set by a signal handler are seen.
 * **Per host**: :meth:`~Backlog.host_load` is what the worker caps
-  (:class:`~consumer.parking.Parking`).
+  (:class:`~zkcrawl.consumer.parking.Parking`).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from consumer.pipeline import Outcome
-from consumer.timing import ItemTiming
+from zkcrawl.consumer.pipeline import Outcome
+from zkcrawl.consumer.timing import ItemTiming
 from zkcrawl.queue.claims import Claimed
 
 __all__ = ["COOLING", "GONE", "MARKING", "READY", "RUNNING", "SETTLING", "Backlog", "Task",
@@ -86,7 +86,7 @@ class Backlog:
                  +---- marked -----+-- MARKING
 
     A task admitted to start (its host's slot taken at the gate) waits MARKING, off the pool
-    thread, until its start mark is written (:meth:`consumer.owned_queue.OwnedQueue.mark`: a
+    thread, until its start mark is written (:meth:`zkcrawl.consumer.owned_queue.OwnedQueue.mark`: a
     holder's death is charged only for the items it had started, and the mark must be durable
     before the request); :meth:`~Backlog.marked` brings it back READY at the very front, with
     ``marked`` set: the next pool thread performs it without admitting it again. A pool
@@ -126,7 +126,7 @@ class Backlog:
       take this lock to notify) are seen within it.
     * **Per host**: :meth:`~Backlog.host_load` counts a host's tasks that still need the host
       (READY, COOLING, MARKING, RUNNING) -- what the worker caps so that no host fills the table
-      (:class:`~consumer.parking.Parking`).
+      (:class:`~zkcrawl.consumer.parking.Parking`).
 
     One lock guards the table, the two deques, the heap and the running count; three conditions
     share it: ``work`` (a task became READY), ``cooled`` (the heap changed, or the cluster was

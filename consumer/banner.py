@@ -18,8 +18,8 @@ from typing import Any
 
 import structlog
 
-from consumer.settings import ConsumerSettings
 from zkcrawl import logs
+from zkcrawl.consumer.settings import ConsumerSettings
 from zkcrawl.textsafe import printable, redact_userinfo
 
 __all__ = ["facts", "show", "text"]

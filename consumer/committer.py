@@ -2,7 +2,7 @@
 
 One thread, ``committer`` (:class:`GroupCommit`), takes the items the pool threads finished,
 waits :data:`COMMIT_WINDOW` for a group, then: (1) writes the group -- the records through
-the ``--pipeline`` chain (:mod:`consumer.results`), then one sink batch (one fsync, or one
+the ``--pipeline`` chain (:mod:`zkcrawl.consumer.results`), then one sink batch (one fsync, or one
 database transaction; a record the sink refuses makes its item a dead letter); (2) hands the
 group to ``before_settle`` (discovered links go to ZooKeeper before their items complete;
 refused links are a failed attempt of their items); (3) tells the caller the group is
@@ -25,10 +25,10 @@ from typing import Generic, TypeVar
 
 import structlog
 
-from consumer.pipeline import COMPLETE, DEAD, RETRY, OutcomeKind
-from consumer.queue_seam import WorkerQueue
-from consumer.results import ResultChain
-from consumer.sink import Entry, Record, ResultSink
+from zkcrawl.consumer.pipeline import COMPLETE, DEAD, RETRY, OutcomeKind
+from zkcrawl.consumer.queue_seam import WorkerQueue
+from zkcrawl.consumer.results import ResultChain
+from zkcrawl.consumer.sink import Entry, Record, ResultSink
 from zkcrawl.errors import SinkError
 from zkcrawl.queue.batch_dir import WriteRefused
 from zkcrawl.queue.claims import Claimed, QueueSuspended
@@ -78,11 +78,11 @@ class GroupCommit(Generic[T]):
 
     1. **writes** the group (:meth:`GroupCommit.write`, the one step between "records of this
        group" and "per-item results"): the records through the ``--pipeline`` chain
-       (:mod:`consumer.results`: dropped, changed, or a retryable failure), then every record in one
-       :meth:`~consumer.sink.ResultSink.write_batch` -- one write and one fsync for JSON Lines,
-       one transaction for PostgreSQL. The sink answers per record: stored (durable), or
-       refused with a reason (a constraint or type error in the database), which turns that
-       item into a dead letter with the reason; the rest of the group is unaffected;
+       (:mod:`zkcrawl.consumer.results`: dropped, changed, or a retryable failure), then every
+       record in one :meth:`~zkcrawl.consumer.sink.ResultSink.write_batch` -- one write and one
+       fsync for JSON Lines, one transaction for PostgreSQL. The sink answers per record: stored
+       (durable), or refused with a reason (a constraint or type error in the database), which turns
+       that item into a dead letter with the reason; the rest of the group is unaffected;
     2. hands the group to ``before_settle(tokens)`` (the consumer writes the links its page
        processors found to ``<root>/discovered/`` there: in ZooKeeper before the items that
        found them are completed). An item the chain or the sink failed is not handed over: its
@@ -99,7 +99,7 @@ class GroupCommit(Generic[T]):
        and error it is settled with: the consumer logs ``item.done``/``item.failed`` there, so a
        done line always has its record stored);
     4. only then settles the group in ZooKeeper: completions in batched transactions
-       (:meth:`~consumer.queue_seam.WorkerQueue.complete`), then each retry, dead letter or
+       (:meth:`~zkcrawl.consumer.queue_seam.WorkerQueue.complete`), then each retry, dead letter or
        release.
     """
 

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
-from consumer import banner
-from consumer.backlog import COOLING, MARKING, READY, RUNNING, SETTLING, Task
-from consumer.committer import GroupCommit, Settle
 from zkcrawl import logs
+from zkcrawl.consumer import banner
+from zkcrawl.consumer.backlog import COOLING, MARKING, READY, RUNNING, SETTLING, Task
+from zkcrawl.consumer.committer import GroupCommit, Settle
 from zkcrawl.errors import SinkError
 from zkcrawl.queue import control
 from zkcrawl.queue.discovered import DiscoveredWriter, Link, link_depth
@@ -38,7 +38,7 @@ from zkcrawl.zk.session import SessionState
 from zkcrawl.zk.types import ZkState
 
 if TYPE_CHECKING:
-    from consumer.worker import Worker
+    from zkcrawl.consumer.worker import Worker
 
 __all__ = ["ORDER", "Component", "ConsumerState", "Lifecycle", "Stopping", "parts"]
 
@@ -267,7 +267,7 @@ class OwnershipPart:
 
 
 class BacklogPart:
-    """The capped queue in front of the pool (:class:`~consumer.backlog.Backlog`): closed
+    """The capped queue in front of the pool (:class:`~zkcrawl.consumer.backlog.Backlog`): closed
     last of the item parts; what is still SETTLING then is released."""
 
     name = "backlog"
@@ -318,7 +318,7 @@ class Links:
 
 
 class Committer:
-    """The group commit (:class:`~consumer.committer.GroupCommit`): records to the sink in
+    """The group commit (:class:`~zkcrawl.consumer.committer.GroupCommit`): records to the sink in
     one batch, then completions in ZooKeeper."""
 
     name = "committer"

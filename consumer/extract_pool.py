@@ -1,5 +1,5 @@
 """A small pool of extraction processes (``--extract-workers N``): the pool threads hand each
-page to one of N child processes (``python -m consumer.extract_pool``, a socket pair per
+page to one of N child processes (``python -m zkcrawl.consumer.extract_pool``, a socket pair per
 child) so article extraction, pure Python for the most part, does not hold the fetch
 threads' GIL.
 
@@ -60,7 +60,8 @@ class _Child:
     def __init__(self, timeout: float) -> None:
         parent, child = socket.socketpair()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "consumer.extract_pool", str(child.fileno()), str(timeout)],
+            [sys.executable, "-m", "zkcrawl.consumer.extract_pool", str(child.fileno()),
+             str(timeout)],
             pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, close_fds=True)
         child.close()
         self.conn = Connection(parent.detach())

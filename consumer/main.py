@@ -4,7 +4,7 @@
 Signal handlers are installed here and nowhere else: SIGTERM/SIGINT (:mod:`zkcrawl.signals`)
 ask the worker to stop (finish within ``--grace``), a second one to release everything and
 exit at once; SIGHUP asks the sink to reopen ``--out`` between two groups (logrotate without
-``copytruncate``; :meth:`consumer.sink.ResultSink.request_reopen`, a flag). SIGHUP is routed
+``copytruncate``; :meth:`zkcrawl.consumer.sink.ResultSink.request_reopen`, a flag). SIGHUP is routed
 before ZooKeeper is connected, so a rotation during start-up does not kill the process.
 
 With ``--metrics-port`` the server listens before ZooKeeper is connected: ``/livez`` answers
@@ -22,17 +22,17 @@ import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 
-from consumer.extract_pool import extraction
-from consumer.metrics import Metrics, MetricsServer
-from consumer.owned_queue import OwnedQueue
-from consumer.ownership import Ownership, recorded_partitions
-from consumer.pipeline import ItemHandler
-from consumer.processors import ArticleProcessor, FieldsProcessor, Processors, parse_routes
-from consumer.queue_seam import WorkerQueue
-from consumer.results import ResultChain
-from consumer.settings import CRAWL_DELAY_CAP, ConsumerSettings
-from consumer.sink import ResultSink, open_sink
-from consumer.worker import Worker
+from zkcrawl.consumer.extract_pool import extraction
+from zkcrawl.consumer.metrics import Metrics, MetricsServer
+from zkcrawl.consumer.owned_queue import OwnedQueue
+from zkcrawl.consumer.ownership import Ownership, recorded_partitions
+from zkcrawl.consumer.pipeline import ItemHandler
+from zkcrawl.consumer.processors import ArticleProcessor, FieldsProcessor, Processors, parse_routes
+from zkcrawl.consumer.queue_seam import WorkerQueue
+from zkcrawl.consumer.results import ResultChain
+from zkcrawl.consumer.settings import CRAWL_DELAY_CAP, ConsumerSettings
+from zkcrawl.consumer.sink import ResultSink, open_sink
+from zkcrawl.consumer.worker import Worker
 from zkcrawl.errors import ExitStatus
 from zkcrawl.logs import get_logger
 from zkcrawl.politeness.gate import HostGate
@@ -67,7 +67,7 @@ def open_consumer(settings: ConsumerSettings, sink: ResultSink,
     The process's parts start in the order below and close in the reverse one (an
     :class:`~contextlib.ExitStack`): the ``--pipeline`` chain, the metrics server, the
     ZooKeeper session, the queue, the politeness; the Worker's own parts start and stop
-    inside (:mod:`consumer.components`)."""
+    inside (:mod:`zkcrawl.consumer.components`)."""
     fields = parse_field_specs(settings.field)
     processors, results = extensions or load_extensions(settings)
     metrics = Metrics()
@@ -114,7 +114,7 @@ def load_extensions(settings: ConsumerSettings) -> Extensions:
 
 
 def _ownership(settings: ConsumerSettings, zk: ZkClient, consumer_id: str) -> Ownership:
-    """Hosts have owners (SPEC §3, consumer.ownership): this consumer's share of the
+    """Hosts have owners (SPEC §3, zkcrawl.consumer.ownership): this consumer's share of the
     partitions. ``--politeness cluster`` and ``local`` name the modes before owners: they
     mean owner now, said once."""
     if settings.politeness != "owner":
@@ -127,8 +127,8 @@ def _ownership(settings: ConsumerSettings, zk: ZkClient, consumer_id: str) -> Ow
 
 def _queue(settings: ConsumerSettings, zk: ZkClient, consumer_id: str,
            ownership: Ownership) -> WorkerQueue:
-    """The partitions this consumer owns (consumer.owned_queue), the worker's queue seam
-    (consumer.queue_seam)."""
+    """The partitions this consumer owns (zkcrawl.consumer.owned_queue), the worker's queue seam
+    (zkcrawl.consumer.queue_seam)."""
     return OwnedQueue(zk, settings.root, consumer_id, ownership, settings.max_attempts,
                       delivery=settings.delivery)
 
@@ -138,7 +138,7 @@ OWNER_HORIZON_S = 0.5  # seconds of a host's gap an owner holds in its table
 
 def _cap_hosts(queue: object, worker: Worker) -> None:
     """The owned queue hands out no more of a host than half a second of its gap (at least
-    one item, at most a quarter of the worker's table, consumer.parking's bound): the rest
+    one item, at most a quarter of the worker's table, zkcrawl.consumer.parking's bound): the rest
     stay in ZooKeeper, unmarked -- with ``--delivery at-most-once`` too, whose items cannot
     be given back once taken. An owner's hosts are its own, so a short horizon is enough to
     keep each at its pace, and the table holds as many hosts as it can. No gap

@@ -109,7 +109,7 @@ class _OwnershipFigures:
     """``zkcrawl_consumer_partitions_owned``, ``zkcrawl_consumer_members_seen``,
     ``zkcrawl_consumer_handovers_total``, ``_rebalances_total``, ``_partitions_taken_total``,
     ``_holds_inherited_total``, ``_states_ignored_total``, ``zkcrawl_consumer_hosts_active``
-    and ``_hosts_backed_off`` (hosts have owners, :mod:`consumer.ownership`), read at
+    and ``_hosts_backed_off`` (hosts have owners, :mod:`zkcrawl.consumer.ownership`), read at
     scrape time; nothing before :meth:`Metrics.count_ownership`."""
 
     def __init__(self) -> None:
@@ -232,7 +232,7 @@ class Metrics:
 
     def count_ownership(self, snapshot: Callable[[], Mapping[str, int]]) -> None:
         """From now on the ownership figures read ``snapshot()`` at scrape time
-        (:meth:`consumer.ownership.Ownership.snapshot`)."""
+        (:meth:`zkcrawl.consumer.ownership.Ownership.snapshot`)."""
         self._ownership.snapshot = snapshot
 
     def set_ready_probe(self, probe: Health) -> None:

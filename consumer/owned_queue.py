@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from consumer.ownership import Ownership
+from zkcrawl.consumer.ownership import Ownership
 from zkcrawl.logs import get_logger
 from zkcrawl.queue import items as item_codec
 from zkcrawl.queue import partition_state as ps
@@ -143,8 +143,8 @@ class _Part:
 
 class OwnedQueue:
     """The owned partitions of one consumer as a claimable queue: the worker's queue seam
-    (:class:`~consumer.queue_seam.WorkerQueue`) over :class:`~zkcrawl.queue.partition_queue.
-    PartitionQueue`, for the partitions :class:`~consumer.ownership.Ownership` gives this
+    (:class:`~zkcrawl.consumer.queue_seam.WorkerQueue`) over :class:`~zkcrawl.queue.partition_queue.
+    PartitionQueue`, for the partitions :class:`~zkcrawl.consumer.ownership.Ownership` gives this
     consumer. Guarantees:
 
     * it claims only from partitions whose owner node it holds (taken with an epoch; the others
@@ -170,12 +170,12 @@ class OwnedQueue:
       nothing of it is in flight; the owner of partition 0 also moves the ingress
       (``<root>/queue``) into the partitions;
     * **a back-off in force survives a hand-over**: the hosts of a settled item are looked up in
-      this consumer's politeness (:meth:`~consumer.ownership.Ownership.hold`); when one's
+      this consumer's politeness (:meth:`~zkcrawl.consumer.ownership.Ownership.hold`); when one's
       Retry-After, down-host back-off or Crawl-delay changed, the partition's host state
       (:mod:`zkcrawl.queue.partition_state`) rides the next checkpoint as the partition node's
       data -- the setData that is also the transaction's fence, no write of its own. A partition
       taken reads it (untrusted: a state that does not decode is ignored with a warning and
-      its reason, the partition crawled as usual) and seeds :meth:`~consumer.ownership.
+      its reason, the partition crawled as usual) and seeds :meth:`~zkcrawl.consumer.ownership.
       Ownership.taken`, so the first request to such a host waits until its hold ends.
 
     Costs, in ZooKeeper writes: a checkpoint at most every ``MARK_S`` while items start (their

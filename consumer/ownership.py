@@ -61,8 +61,8 @@ class Ownership:
 
     * **A back-off in force survives the hand-over**: a partition taken brings the host state its
       previous owners checkpointed (:mod:`zkcrawl.queue.partition_state`, written by
-      :mod:`consumer.owned_queue`); :meth:`taken` seeds :meth:`not_before` with it, so a host
-      that said ``Retry-After: 120`` (or was down, or asks a ``Crawl-delay`` above the gap) is
+      :mod:`zkcrawl.consumer.owned_queue`); :meth:`taken` seeds :meth:`not_before` with it, so a
+      host that said ``Retry-After: 120`` (or was down, or asks a ``Crawl-delay`` above the gap) is
       asked again no sooner than its hold ends (a Crawl-delay: that long after the take), and
       never sooner than one gap after the take. The holds are wall-clock times: the consumers'
       clocks are assumed to agree (NTP); a skew adds to or cuts from the wait, never past
@@ -99,7 +99,7 @@ class Ownership:
         self.states_ignored = 0  # takes whose host state was malformed, whole or in part
         self._seeded: dict[int, dict[str, float]] = {}  # p -> host -> monotonic not-before
         self._gate: HostGate | None = None
-        # per owned partition (active hosts, backed-off hosts): consumer.owned_queue's
+        # per owned partition (active hosts, backed-off hosts): zkcrawl.consumer.owned_queue's
         self.figures: Callable[[], dict[int, tuple[int, int]]] = dict
         self._on_change: Callable[[], None] = lambda: None
         self._dirty = threading.Event()
@@ -232,7 +232,7 @@ class Ownership:
         """The partition's owner node is ours since ``at`` (monotonic): its hosts wait one
         gap from then (the previous owner let go with nothing in flight, or its session
         ended -- after its last request began), not the hand-over wait of a mere member
-        list change (:mod:`consumer.owned_queue`); a host the take's ``state`` holds waits
+        list change (:mod:`zkcrawl.consumer.owned_queue`); a host the take's ``state`` holds waits
         until its hold ends (a Crawl-delay: that long after ``at``), clamped by the
         decoder (never past ``HOLD_CAP`` from now)."""
         seeds = self._seeds(at, state) if state is not None else {}

@@ -13,7 +13,7 @@ record and decides its outcome (SPEC §3). It talks HTTP through the shared
 An item's ``attempt`` counts failed fetches and holder deaths (records say which); a
 re-crawl item is fetched with its validators and reports a
 :class:`~zkcrawl.queue.fetched.Fetched`. (The user's ``--pipeline`` stages are
-:mod:`consumer.results`.)
+:mod:`zkcrawl.consumer.results`.)
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from typing import Any
 
 import structlog
 
-from consumer.processors import FieldWatch, Processors
-from consumer.timing import ItemTiming
 from zkcrawl.backoff import HOST_RETRY
+from zkcrawl.consumer.processors import FieldWatch, Processors
+from zkcrawl.consumer.timing import ItemTiming
 from zkcrawl.page import Page
 from zkcrawl.politeness.gate import HostGate
 from zkcrawl.queue.claims import ABANDONED, DEATHS_META, Claimed

@@ -18,8 +18,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from consumer.timing import Timings
 from zkcrawl import logs
+from zkcrawl.consumer.timing import Timings
 from zkcrawl.textsafe import printable
 
 __all__ = ["REDRAW", "SHORT_STATS", "Console", "progress_line", "summary_event",

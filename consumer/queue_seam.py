@@ -1,7 +1,7 @@
 """The worker's queue seam: what the consumer's worker and committer ask of a queue.
 
 Implemented, structurally (it does not import this module), by
-:class:`consumer.owned_queue.OwnedQueue` (the partitions this consumer owns), and by test
+:class:`zkcrawl.consumer.owned_queue.OwnedQueue` (the partitions this consumer owns), and by test
 doubles. Guarantees every implementation gives:
 
 * :meth:`~WorkerQueue.claim` returns items this process holds until it completes,
@@ -28,7 +28,7 @@ __all__ = ["WorkerQueue"]
 
 
 class WorkerQueue(Protocol):
-    """The queue surface :class:`consumer.worker.Worker` and its committer use."""
+    """The queue surface :class:`zkcrawl.consumer.worker.Worker` and its committer use."""
 
     @property
     def delivery(self) -> str: ...

@@ -26,7 +26,7 @@ from typing import Any
 
 import structlog
 
-from consumer.processors import ERROR_LIMIT, FailureLog, failure_text, load_object
+from zkcrawl.consumer.processors import ERROR_LIMIT, FailureLog, failure_text, load_object
 from zkcrawl.errors import UsageError
 from zkcrawl.page import ResultPipeline
 

@@ -1,7 +1,7 @@
-"""The sinks' former import path: re-exports :mod:`consumer.sinks` (the interface, the JSON
-Lines sink and :func:`~consumer.sinks.open_sink`). New code imports from there."""
+"""The sinks' former import path: re-exports :mod:`zkcrawl.consumer.sinks` (the interface, the JSON
+Lines sink and :func:`~zkcrawl.consumer.sinks.open_sink`). New code imports from there."""
 
-from consumer.sinks import (
+from zkcrawl.consumer.sinks import (
     Entry,
     JsonLinesSink,
     Record,

@@ -1,5 +1,5 @@
-"""The PostgreSQL sink's former import path: re-exports :mod:`consumer.sinks.postgres`."""
+"""The PostgreSQL sink's former import path: re-exports :mod:`zkcrawl.consumer.sinks.postgres`."""
 
-from consumer.sinks.postgres import PostgresSink
+from zkcrawl.consumer.sinks.postgres import PostgresSink
 
 __all__ = ["PostgresSink"]

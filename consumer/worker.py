@@ -1,11 +1,11 @@
 """The consumer's Worker: claim -> schedule -> pool -> fetch/extract/sink -> outcome. The
 guarantees in full are :class:`Worker`'s docstring; docs/concepts/architecture.md maps it.
 
-:meth:`Worker.run` starts the parts (:mod:`consumer.components`, stopped in reverse) and
+:meth:`Worker.run` starts the parts (:mod:`zkcrawl.consumer.components`, stopped in reverse) and
 loops on :meth:`Worker.tick`. Stopping is decided in one place,
-:class:`~consumer.components.Stopping`; the session in one place,
+:class:`~zkcrawl.consumer.components.Stopping`; the session in one place,
 :class:`~zkcrawl.zk.session.SessionState`. Each held item is a
-:class:`~consumer.backlog.Task` in the :class:`~consumer.backlog.Backlog`:
+:class:`~zkcrawl.consumer.backlog.Task` in the :class:`~zkcrawl.consumer.backlog.Backlog`:
 
 * **bounded** (``threads + backlog`` items), **charged only when started**, **polite without
   idling**, **no host holds back another**;
@@ -22,21 +22,30 @@ from typing import Any
 
 import structlog
 
-from consumer import components, progress
-from consumer.backlog import COOLING, GONE, READY, RUNNING, SETTLING, Backlog, Task, TaskState
-from consumer.committer import Settle
-from consumer.components import TICK, ConsumerState, Lifecycle, Stopping
-from consumer.metrics import Metrics
-from consumer.ownership import Ownership
-from consumer.parking import Parking
-from consumer.pipeline import COMPLETE, DEAD, RETRY, ItemHandler, Outcome
-from consumer.processors import PROCESSOR_ERROR
-from consumer.queue_seam import WorkerQueue
-from consumer.results import ResultChain
-from consumer.settings import ConsumerSettings
-from consumer.sink import ResultSink, SinkUnavailable
-from consumer.timing import ItemTiming, Timings
 from zkcrawl import logs
+from zkcrawl.consumer import components, progress
+from zkcrawl.consumer.backlog import (
+    COOLING,
+    GONE,
+    READY,
+    RUNNING,
+    SETTLING,
+    Backlog,
+    Task,
+    TaskState,
+)
+from zkcrawl.consumer.committer import Settle
+from zkcrawl.consumer.components import TICK, ConsumerState, Lifecycle, Stopping
+from zkcrawl.consumer.metrics import Metrics
+from zkcrawl.consumer.ownership import Ownership
+from zkcrawl.consumer.parking import Parking
+from zkcrawl.consumer.pipeline import COMPLETE, DEAD, RETRY, ItemHandler, Outcome
+from zkcrawl.consumer.processors import PROCESSOR_ERROR
+from zkcrawl.consumer.queue_seam import WorkerQueue
+from zkcrawl.consumer.results import ResultChain
+from zkcrawl.consumer.settings import ConsumerSettings
+from zkcrawl.consumer.sink import ResultSink, SinkUnavailable
+from zkcrawl.consumer.timing import ItemTiming, Timings
 from zkcrawl.errors import ExitStatus, SinkError
 from zkcrawl.politeness.gate import EARLY
 from zkcrawl.queue.claims import Claimed
@@ -63,11 +72,11 @@ LEAD = EARLY / 2
 
 
 class Worker:
-    """One consumer daemon's machinery around a :class:`~consumer.queue_seam.WorkerQueue`.
+    """One consumer daemon's machinery around a :class:`~zkcrawl.consumer.queue_seam.WorkerQueue`.
 
-    Each held item is a :class:`~consumer.backlog.Task` holding one lease, kept in the
-    :class:`~consumer.backlog.Backlog` (the capped queue in front of the pool: its docstring has
-    the states and the guarantees)::
+    Each held item is a :class:`~zkcrawl.consumer.backlog.Task` holding one lease, kept in the
+    :class:`~zkcrawl.consumer.backlog.Backlog` (the capped queue in front of the pool: its docstring
+    has the states and the guarantees)::
 
         claim -> ready -> [pool thread] admit -> running -> settling (committer) -> gone
                  ^ ^                      | host cooling: time-ordered heap, no thread waits
@@ -80,7 +89,7 @@ class Worker:
       a pool thread admits it to start now (:meth:`Worker.admit`); then its mark is written --
       durable before its request, so a page that kills its consumers is still charged -- by
       the queue's checkpoint thread, coalesced with the other marks
-      (:meth:`~consumer.owned_queue.OwnedQueue.mark`), while the pool thread goes on with
+      (:meth:`~zkcrawl.consumer.owned_queue.OwnedQueue.mark`), while the pool thread goes on with
       another item; a holder's death costs an attempt only to the items it had started
       (SPEC §3), never to the ones still waiting in its backlog.
     * **Polite without idling**: a cooled item waits in the heap; the scheduler thread hands it
@@ -88,10 +97,11 @@ class Worker:
       (:class:`~zkcrawl.politeness.gate.HostGate`).
     * **No host holds back another**: a host holds at most a few turns' worth of the backlog;
       a claimed item beyond that is given back at once and skipped by the claim loop while its
-      host is full (:class:`~consumer.parking.Parking`), so one big host never stops the claims.
-    * **Durable before done**: the committer (:class:`~consumer.committer.GroupCommit`) hands the
-      group's records to the sink in one batch (one fsync, or one database transaction), then
-      logs ``item.done``/``item.failed`` for the group (so a done line always has its record
+      host is full (:class:`~zkcrawl.consumer.parking.Parking`), so one big host never stops the
+      claims.
+    * **Durable before done**: the committer (:class:`~zkcrawl.consumer.committer.GroupCommit`)
+      hands the group's records to the sink in one batch (one fsync, or one database transaction),
+      then logs ``item.done``/``item.failed`` for the group (so a done line always has its record
       stored) and completes it in ZooKeeper.
     * **Sink unavailable** (its database down): nothing is claimed or started, items not
       started are released at once, running ones when their group fails to commit; the
@@ -108,7 +118,7 @@ class Worker:
       request of a fetch (a redirect hop, robots.txt of another host) waits at the host gate
       while paused (:meth:`~zkcrawl.politeness.gate.HostGate.hold_while`).
     * **Probes**: :meth:`Worker.liveness` (the claim loop ticks: never a ZooKeeper question) and
-      :meth:`Worker.readiness` (connected and claiming, or paused) for ``consumer.metrics``.
+      :meth:`Worker.readiness` (connected and claiming, or paused) for ``zkcrawl.consumer.metrics``.
     """
 
     def __init__(self, settings: ConsumerSettings, zk: ZkClient, queue: WorkerQueue,
@@ -143,7 +153,7 @@ class Worker:
         self._stall = max(MIN_STALL, 3 * settings.zk_timeout + settings.session_timeout)
         # kazoo's read timeout: a connection this long without a reply is given up on.
         self._silence_limit = settings.session_timeout * 2 / 3
-        # The parts the worker calls (consumer.components.parts: all of them, in order).
+        # The parts the worker calls (zkcrawl.consumer.components.parts: all of them, in order).
         self.session_part = components.Session(self)
         self.session = self.session_part.state
         self.status = components.Status(self)
@@ -283,7 +293,7 @@ class Worker:
 
     def schedule(self, claimed: Sequence[Claimed]) -> None:
         """Hand claimed items to the pool through the capped backlog; those of a host that
-        holds its share already are given back (:class:`~consumer.parking.Parking`)."""
+        holds its share already are given back (:class:`~zkcrawl.consumer.parking.Parking`)."""
         now = time.monotonic()
         # an item out of attempts makes no request (admit): no host to count it under
         tasks = [Task(c, ItemTiming(c.claimed_mono, c.queue_ms, submitted=now),
@@ -295,7 +305,7 @@ class Worker:
             self.queue.release([t.claimed for t in park])
         self.backlog.put(keep)
 
-    # -- pool threads (consumer.components.Pool runs these) ------------------------------
+    # -- pool threads (zkcrawl.consumer.components.Pool runs these) ------------------------------
     def _run(self, task: Task) -> None:
         try:
             if task.marked:
@@ -502,7 +512,7 @@ class Worker:
         self.stopping.fail(exc)
 
     def shutdown(self) -> None:
-        """Stop the parts in reverse order (:mod:`consumer.components`: the drain first,
+        """Stop the parts in reverse order (:mod:`zkcrawl.consumer.components`: the drain first,
         deregistering last), then the closing report."""
         self.parts.stop()
         log.info("consumer.stopped", consumer=self.id, processed=self.timings.processed,

@@ -19,8 +19,8 @@ from typing import IO
 
 import structlog
 
-from producer.summary import Counts, no_links_note
 from zkcrawl import logs
+from zkcrawl.producer.summary import Counts, no_links_note
 from zkcrawl.queue.untrusted import url_too_long
 from zkcrawl.seen import SeenSet
 from zkcrawl.textsafe import printable
@@ -29,7 +29,7 @@ log = structlog.get_logger(__name__)  # lazy: bound after logs.configure()
 
 
 class DryOfferer:
-    """The :class:`~producer.offerer.Offerer`'s interface (``add``, ``flush``, ``pending``,
+    """The :class:`~zkcrawl.producer.offerer.Offerer`'s interface (``add``, ``flush``, ``pending``,
     ``close``) and its accept rules (too long, seen before, already taken in this run),
     writing each accepted URL to ``out`` instead of offering it."""
 

@@ -1,7 +1,7 @@
 """``--follow``: drain ``<root>/discovered/`` into offers (SPEC §2, §4). Links the consumers'
 page processors found pass the producer's normalization and filters (``--allow``,
 ``--deny``, ``--same-host``, ``--strip-param``, ``--max-link-depth``), then the
-:class:`~producer.offerer.Offerer`, with the depth in the new item's ``meta.depth``.
+:class:`~zkcrawl.producer.offerer.Offerer`, with the depth in the new item's ``meta.depth``.
 
 * **No link lost**: a node is deleted only after every link it gave is committed; a crash
   before the delete drains it again (duplicates the seen state drops); a malformed node is
@@ -19,8 +19,8 @@ from collections.abc import Callable
 
 import structlog
 
-from producer.offerer import Offerer
-from producer.summary import Counts
+from zkcrawl.producer.offerer import Offerer
+from zkcrawl.producer.summary import Counts
 from zkcrawl.queue.discovered import DiscoveredReader, Link
 from zkcrawl.web.urls import LinkFilter, drop_reason
 

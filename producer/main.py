@@ -1,7 +1,7 @@
 """``zkcrawl-producer``: listing pages and sitemaps (or a URL list) to normalized,
 de-duplicated, batched offers with back-pressure into the root's partitions (SPEC §4;
-:mod:`producer.offerer`); with ``--watch``, again every INTERVAL until a signal
-(:mod:`producer.watch`).
+:mod:`zkcrawl.producer.offerer`); with ``--watch``, again every INTERVAL until a signal
+(:mod:`zkcrawl.producer.watch`).
 
 ``main(argv, env) -> ExitStatus`` runs in-process (tests); :func:`run` is the console entry.
 Exit status, always with one line on stderr: 0 done or stopped by a signal (the summary says
@@ -30,17 +30,17 @@ from typing import IO, Any, BinaryIO
 
 import structlog
 
-from producer import dryrun, listing, watch
-from producer.dryrun import DryOfferer
-from producer.follow import Follower
-from producer.offerer import Offerer, held_bound, partition_bound
-from producer.recrawl import Recrawler, RecrawlStore, Schedule, parse_duration, store_path
-from producer.settings import ProducerSettings
-from producer.sitemaps import SitemapFile, SitemapSource
-from producer.summary import Counts, Progress, problem, report
 from zkcrawl import runner
 from zkcrawl.errors import ExitStatus, UsageError, ZkCrawlError, ZkUnavailable
 from zkcrawl.politeness.local import LocalPoliteness
+from zkcrawl.producer import dryrun, listing, watch
+from zkcrawl.producer.dryrun import DryOfferer
+from zkcrawl.producer.follow import Follower
+from zkcrawl.producer.offerer import Offerer, held_bound, partition_bound
+from zkcrawl.producer.recrawl import Recrawler, RecrawlStore, Schedule, parse_duration, store_path
+from zkcrawl.producer.settings import ProducerSettings
+from zkcrawl.producer.sitemaps import SitemapFile, SitemapSource
+from zkcrawl.producer.summary import Counts, Progress, problem, report
 from zkcrawl.queue.discovered import DiscoveredReader
 from zkcrawl.queue.fetched import FetchedReader
 from zkcrawl.queue.layout import Layout
@@ -451,7 +451,7 @@ class _ProducerRun:
             self._recrawl_pass()
 
     def _recrawl_pass(self) -> None:
-        """--recrawl: learn <root>/fetched/, offer what is due (producer.recrawl)."""
+        """--recrawl: learn <root>/fetched/, offer what is due (zkcrawl.producer.recrawl)."""
         assert self.offerer is not None and self.recrawl is not None
         done = Recrawler(self.recrawl, FetchedReader(self.zk, self.settings.root),
                          self.offerer, batch=self.settings.batch, stop=self.stop).run_pass()

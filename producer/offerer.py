@@ -26,8 +26,8 @@ from typing import Any
 
 import structlog
 
-from producer.summary import HELD_TOP, Counts
 from zkcrawl.errors import UsageError
+from zkcrawl.producer.summary import HELD_TOP, Counts
 from zkcrawl.queue import partition_batch as pb
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.partition_offers import PartitionOffers

@@ -303,7 +303,7 @@ def _open(path: str) -> sqlite3.Connection:
 
 # -- the producer's re-crawl pass ---------------------------------------------------------
 class ItemOfferer(Protocol):
-    """What a pass needs of the producer's :class:`~producer.offerer.Offerer`: items with
+    """What a pass needs of the producer's :class:`~zkcrawl.producer.offerer.Offerer`: items with
     their own meta, a callback with their keys once committed, a wait for the held ones."""
 
     def offer_item(self, url: str, meta: dict[str, object], key: object,

@@ -176,7 +176,7 @@ class ProducerSettings(CommonSettings, WebOptions):
             raise UsageError("give either --links or --links-css, not both")
 
     def _validate_recrawl(self) -> None:
-        from producer.recrawl import parse_duration, store_path
+        from zkcrawl.producer.recrawl import parse_duration, store_path
 
         low = parse_duration(self.recrawl_min, "--recrawl-min")
         high = parse_duration(self.recrawl_max, "--recrawl-max")
@@ -227,7 +227,7 @@ class ProducerSettings(CommonSettings, WebOptions):
         return bool(self.sitemap or self.sitemaps_from_robots)
 
     def _validate_sitemaps(self, listing: bool) -> None:
-        from producer import watch
+        from zkcrawl.producer import watch
 
         if self.sitemap_input and self.from_file:
             raise UsageError("--from-file cannot be combined with --sitemap/"

@@ -38,7 +38,7 @@ class Counts:
     unoffered: int = 0  # extracted but not offered: stopped while the queue was full
     waits: int = 0  # times back-pressure held the producer
     # Items held back for full partitions, {"items", "partitions",
-    # "top": [{"partition", "items"}]} (producer.offerer); None in a dry run.
+    # "top": [{"partition", "items"}]} (zkcrawl.producer.offerer); None in a dry run.
     held_back: dict[str, Any] | None = None
     mode: str = "partitions"  # where offers go (offers_into): the root's partitions
     listings: int = 0  # partitions listed to learn their depth (the cost of back-pressure)
@@ -90,7 +90,7 @@ class Counts:
 
 
 _MAX_COUNT = 10**12
-HELD_TOP = 5  # partitions a status node names at most (producer.offerer)
+HELD_TOP = 5  # partitions a status node names at most (zkcrawl.producer.offerer)
 
 
 def held_back_of(producer: object) -> dict[str, Any] | None:

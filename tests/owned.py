@@ -1,15 +1,15 @@
 """A consumer's queue for tests that need real claims without a consumer process: the
-partitions one registered member owns (consumer.owned_queue), closed -- every partition handed
-over, the registration gone -- when the block ends."""
+partitions one registered member owns (zkcrawl.consumer.owned_queue), closed -- every partition
+handed over, the registration gone -- when the block ends."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from consumer.owned_queue import OwnedQueue
-from consumer.ownership import Ownership
 from tests.conftest import wait_for
+from zkcrawl.consumer.owned_queue import OwnedQueue
+from zkcrawl.consumer.ownership import Ownership
 from zkcrawl.queue.claims import AT_LEAST_ONCE, Claimed
 from zkcrawl.queue.layout import Layout
 from zkcrawl.queue.partition_offers import recorded_partitions

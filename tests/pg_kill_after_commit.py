@@ -10,9 +10,9 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from consumer import sink_postgres
-from consumer.main import run
-from consumer.sink import Entry
+from zkcrawl.consumer import sink_postgres
+from zkcrawl.consumer.main import run
+from zkcrawl.consumer.sink import Entry
 
 AFTER = int(sys.argv.pop(1))
 _write_batch = sink_postgres.PostgresSink.write_batch

@@ -18,14 +18,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from consumer.extract_pool import ExtractPool, default_workers, extraction
-from consumer.main import main as consumer_main
-from consumer.settings import ConsumerSettings
 from tests.articles import pages
 from tests.conftest import wait_for
 from tests.httpd import TestServer, html
 from tests.test_consumer_support import ROOT, offer, records, spawn
 from zkcrawl.cli import main as cli_main
+from zkcrawl.consumer.extract_pool import ExtractPool, default_workers, extraction
+from zkcrawl.consumer.main import main as consumer_main
+from zkcrawl.consumer.settings import ConsumerSettings
 from zkcrawl.web import article as art
 from zkcrawl.web.article import ArticleError, extract_article
 
@@ -118,7 +118,7 @@ def test_close_ends_every_child_and_sigint_sigterm_are_the_parents():
 def test_children_exit_when_the_consumer_is_killed(tmp_path: Path, procs):
     script = textwrap.dedent("""
         import sys, time
-        from consumer.extract_pool import ExtractPool
+        from zkcrawl.consumer.extract_pool import ExtractPool
         p = ExtractPool(2)
         assert p.ready(60)
         print(*p.pids(), flush=True)
@@ -165,7 +165,7 @@ def test_without_the_extra_article_is_one_line_and_exit_2(tmp_path: Path):
     fake.mkdir()
     (fake / "__init__.py").write_text("raise ModuleNotFoundError('no', name='trafilatura')\n")
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
-    for cmd in (["-m", "consumer.main", "--extract", "article", "--zk", "127.0.0.1:1"],
+    for cmd in (["-m", "zkcrawl.consumer.main", "--extract", "article", "--zk", "127.0.0.1:1"],
                 ["-m", "zkcrawl.cli", "try", "http://127.0.0.1:1/", "--extract", "article"]):
         done = subprocess.run([sys.executable, *cmd], env=env, capture_output=True, timeout=60,
                               stdin=subprocess.DEVNULL, text=True)

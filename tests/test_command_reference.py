@@ -17,10 +17,10 @@ import sys
 from pathlib import Path
 from unittest import mock
 
-from consumer.main import main as consumer_main
-from producer.main import main as producer_main
 from zkcrawl.cli import COMMANDS, build_parser
 from zkcrawl.cli import main as admin_main
+from zkcrawl.consumer.main import main as consumer_main
+from zkcrawl.producer.main import main as producer_main
 from zkcrawl.settings import SHARED_GROUPS
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "reference" / "commands.md"

@@ -1,4 +1,4 @@
-"""The consumer's capped queue (consumer.backlog): states, order, bounds and waits, with no
+"""The consumer's capped queue (zkcrawl.consumer.backlog): states, order, bounds and waits, with no
 ZooKeeper and no HTTP (tasks are built the way the Worker builds them)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from consumer.backlog import (
+from zkcrawl.consumer.backlog import (
     COOLING,
     GONE,
     MARKING,
@@ -17,7 +17,7 @@ from consumer.backlog import (
     Task,
     TaskState,
 )
-from consumer.timing import ItemTiming
+from zkcrawl.consumer.timing import ItemTiming
 from zkcrawl.queue import items as item_codec
 from zkcrawl.queue.claims import Claimed
 

@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumer.metrics import MAX_REASONS, Metrics, outcome_label, reason_label
 from tests.conftest import wait_for
 from tests.httpd import TestServer, delayed
 from tests.test_consumer_support import Running, left, offer, records, settings_for
 from zkcrawl.admin.localzk import ZkServer, free_port
+from zkcrawl.consumer.metrics import MAX_REASONS, Metrics, outcome_label, reason_label
 from zkcrawl.zk.client import ZkClient
 
 

@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from consumer.pipeline import COMPLETE, DEAD, RETRY, ItemHandler
-from consumer.settings import CRAWL_DELAY_CAP, ConsumerSettings
-from consumer.sink import Sink
-from consumer.timing import ItemTiming, Timings, percentile
 from tests.httpd import TestServer, delayed, gzip_bomb, gzipped, html, redirect, static, trickle
+from zkcrawl.consumer.pipeline import COMPLETE, DEAD, RETRY, ItemHandler
+from zkcrawl.consumer.settings import CRAWL_DELAY_CAP, ConsumerSettings
+from zkcrawl.consumer.sink import Sink
+from zkcrawl.consumer.timing import ItemTiming, Timings, percentile
 from zkcrawl.errors import SinkError, UsageError
 from zkcrawl.politeness.gate import HostGate
 from zkcrawl.politeness.local import LocalPoliteness
@@ -309,7 +309,7 @@ def test_iso_now_is_datetimes_isoformat_to_the_millisecond():
     the text is datetime's, truncated to milliseconds."""
     from datetime import UTC, datetime
 
-    from consumer import pipeline
+    from zkcrawl.consumer import pipeline
     for _ in range(3):
         before = datetime.now(UTC).replace(microsecond=0)
         text = pipeline.iso_now()

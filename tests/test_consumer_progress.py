@@ -55,7 +55,7 @@ def test_a_terminal_gets_a_progress_line_and_a_summary(zk, zk_hosts, zk_root, tm
         master, slave = pty.openpty()
         env = {**os.environ, "PYTHONPATH": str(ROOT), "TERM": "xterm"}
         proc = subprocess.Popen(
-            [sys.executable, "-m", "consumer.main",
+            [sys.executable, "-m", "zkcrawl.consumer.main",
              *consumer_argv(zk_hosts, zk_root, out, "--threads", "2", "--domain-delay",
                             "0.2")],
             cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from consumer.main import main
 from tests.conftest import wait_for
 from tests.httpd import TestServer, delayed
 from tests.queue_view import held, queued_urls
 from tests.test_consumer_support import Running, offer, records, settings_for, spawn, stats_held
+from zkcrawl.consumer.main import main
 from zkcrawl.signals import StopSignals
 
 

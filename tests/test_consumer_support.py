@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from consumer.main import build_parser, open_consumer
-from consumer.settings import ConsumerSettings
-from consumer.sink import Sink
-from consumer.worker import Worker
+from zkcrawl.consumer.main import build_parser, open_consumer
+from zkcrawl.consumer.settings import ConsumerSettings
+from zkcrawl.consumer.sink import Sink
+from zkcrawl.consumer.worker import Worker
 from zkcrawl.queue.ingress import IngressQueue
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.layout import Layout
@@ -101,11 +101,11 @@ SPAWNED: list[subprocess.Popen[bytes]] = []  # killed after each test (tests/con
 
 
 def spawn(args: Sequence[str], stderr: Path | int, **kw: Any) -> subprocess.Popen[bytes]:
-    """``python -m consumer.main ARGS`` as a real process (stderr to a file, or a pipe);
+    """``python -m zkcrawl.consumer.main ARGS`` as a real process (stderr to a file, or a pipe);
     one still running when its test ends is killed then (a failed wait must not leave a
     consumer working through the next tests' ZooKeeper)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "consumer.main", *args]
+    cmd = [sys.executable, "-m", "zkcrawl.consumer.main", *args]
     kw.setdefault("stdout", subprocess.DEVNULL)
     if not isinstance(stderr, Path):
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,

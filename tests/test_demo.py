@@ -101,7 +101,7 @@ def test_demo_crawls_the_sample_site_and_explains_it(tmp_path: Path):
     assert elapsed < 60, f"the demo took {elapsed:.0f}s"
     assert tree.alive() == []
     names = " ".join(tree.cmdlines())
-    assert "producer.main" in names and names.count("consumer.main") == 2
+    assert "zkcrawl.producer.main" in names and names.count("zkcrawl.consumer.main") == 2
     assert "ZooKeeperServerMain" in names and "zkcrawl.admin.samplesite" in names
 
     records = [json.loads(line) for line in (out_dir / "results.jsonl").open()]
@@ -140,7 +140,7 @@ def test_ctrl_c_mid_crawl_leaves_no_process_behind(tmp_path: Path):
     proc = start_demo(out_dir, "--domain-delay", "0.5")  # slow enough to be mid-crawl
     tree = Descendants(proc.pid)
     try:
-        wait_for(lambda: " ".join(tree.cmdlines()).count("consumer.main") == 2
+        wait_for(lambda: " ".join(tree.cmdlines()).count("zkcrawl.consumer.main") == 2
                  and (out_dir / "parts" / "consumer-1.jsonl").exists(), 60,
                  "both consumers crawling")
     finally:

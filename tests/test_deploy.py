@@ -1223,12 +1223,12 @@ def _program_settings(program: str, args: list[str], env: dict[str, str]) -> Any
     from zkcrawl.settings import parse, resolve
 
     if program == "zkcrawl-consumer":
-        from consumer.main import build_parser as consumer_parser
-        from consumer.settings import ConsumerSettings
+        from zkcrawl.consumer.main import build_parser as consumer_parser
+        from zkcrawl.consumer.settings import ConsumerSettings
         return parse(ConsumerSettings, consumer_parser(), args, env)[0]
     if program == "zkcrawl-producer":
-        from producer.main import build_parser as producer_parser
-        from producer.settings import ProducerSettings
+        from zkcrawl.producer.main import build_parser as producer_parser
+        from zkcrawl.producer.settings import ProducerSettings
         return parse(ProducerSettings, producer_parser(), args, env)[0]
     assert program == "zkcrawl", program
     from zkcrawl.cli import build_parser as admin_parser

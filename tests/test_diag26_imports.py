@@ -57,7 +57,7 @@ def project(tmp_path: Path) -> Path:
     ("--pipeline", "shop.stages:Prices", "shop.stages", "stages.py:1"),
 ])
 def test_a_module_that_imports_a_missing_package_says_so(project, flag, spec, module, place):
-    rc, err = run("consumer.main", "--zk", "127.0.0.1:1", flag, spec, cwd=project)
+    rc, err = run("zkcrawl.consumer.main", "--zk", "127.0.0.1:1", flag, spec, cwd=project)
     assert rc == ExitStatus.USAGE
     [line] = err.strip().splitlines()  # one line, no traceback
     assert line == (
@@ -78,7 +78,7 @@ def test_zkcrawl_try_says_the_same(project):
 
 
 def test_a_module_not_found_still_says_where_it_looked(project):
-    rc, err = run("consumer.main", "--zk", "127.0.0.1:1", "--processor", "brokn:parse",
+    rc, err = run("zkcrawl.consumer.main", "--zk", "127.0.0.1:1", "--processor", "brokn:parse",
                   cwd=project)
     assert rc == ExitStatus.USAGE
     [line] = err.strip().splitlines()

@@ -57,7 +57,7 @@ def test_a_one_shot_command_fails_at_once_without_a_terminal(command, results):
 
 
 def test_the_consumer_without_a_terminal_keeps_trying_for_the_timeout(tmp_path):
-    rc, err, elapsed = piped("consumer.main", "--zk", f"127.0.0.1:{free_port()}",
+    rc, err, elapsed = piped("zkcrawl.consumer.main", "--zk", f"127.0.0.1:{free_port()}",
                              "--zk-timeout", "3", "--out", str(tmp_path / "out.jsonl"))
     assert rc == ExitStatus.TEMPFAIL, err
     last = err.strip().splitlines()[-1]
@@ -69,7 +69,7 @@ def test_the_consumer_without_a_terminal_keeps_trying_for_the_timeout(tmp_path):
 def test_the_producer_without_a_terminal_keeps_trying_for_the_timeout(tmp_path):
     urls = tmp_path / "urls.txt"
     urls.write_text("http://a.example/1\n")
-    rc, err, elapsed = piped("producer.main", "--zk", f"127.0.0.1:{free_port()}",
+    rc, err, elapsed = piped("zkcrawl.producer.main", "--zk", f"127.0.0.1:{free_port()}",
                              "--zk-timeout", "3", "--from-file", str(urls))
     assert rc == ExitStatus.TEMPFAIL, err
     last = err.strip().splitlines()[-1]

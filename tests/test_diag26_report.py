@@ -18,10 +18,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumer.processors import failure_text
 from tests.httpd import TestServer, html
 from tests.test_consumer_support import ROOT, offer, records
 from zkcrawl.admin import report
+from zkcrawl.consumer.processors import failure_text
 
 MYPROC = '''"""A processor with a bug on line 5: its message differs per page."""
 
@@ -47,7 +47,7 @@ def test_one_processor_bug_is_one_reason_with_its_place(zk, zk_hosts, zk_root, t
     out = tmp_path / "results.jsonl"
     with TestServer({"/p/*": html("<title>t</title>")}) as srv:
         offer(zk, zk_root, [srv.url(f"/p/{i}") for i in range(3)])
-        rc, _, err = run("consumer.main", "--zk", zk_hosts, "--root", zk_root, "--out",
+        rc, _, err = run("zkcrawl.consumer.main", "--zk", zk_hosts, "--root", zk_root, "--out",
                          str(out), "--exit-when-idle", "1", "--domain-delay", "0",
                          "--no-robots", "--allow-private-addresses", "--log-format", "json",
                          "--processor", "myproc:parse", cwd=tmp_path)

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumer.pipeline import holder_deaths
 from tests.httpd import TestServer, html, sequence
 from tests.test_consumer_support import offer, records, spawn
 from zkcrawl.admin.cluster import list_dead
+from zkcrawl.consumer.pipeline import holder_deaths
 from zkcrawl.queue.claims import Claimed, attempts_text
 from zkcrawl.queue.items import Item
 

@@ -40,7 +40,7 @@ class Screen:
         master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
         env = {**os.environ, "PYTHONPATH": str(ROOT), "TERM": "xterm", "COLUMNS": "300"}
-        self.proc = subprocess.Popen([sys.executable, "-m", "consumer.main", *argv],
+        self.proc = subprocess.Popen([sys.executable, "-m", "zkcrawl.consumer.main", *argv],
                                      cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=slave)
         os.close(slave)

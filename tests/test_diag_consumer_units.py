@@ -10,9 +10,9 @@ import math
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumer.progress import Console, progress_line
-from consumer.timing import Timings
 from zkcrawl import logs
+from zkcrawl.consumer.progress import Console, progress_line
+from zkcrawl.consumer.timing import Timings
 from zkcrawl.verdict import Stages, failures_of, judge
 
 counts = st.integers(0, 10**9)
@@ -110,7 +110,7 @@ def test_under_a_progress_line_stats_are_one_short_line_a_minute():
 def test_stage_values_given_once_account_like_timings_computed_inside():
     """issue #23: the worker hands Timings the stage values it computed for the item; the
     windows, run sums and counters are those of the values computed inside."""
-    from consumer.timing import ItemTiming
+    from zkcrawl.consumer.timing import ItemTiming
     t = ItemTiming(claimed=1.0, queue_ms=5.0, submitted=1.002, started=1.010, finished=1.050,
                    polite_ms=3.0, extract_ms=0.5, fetched=1.040, written=1.070)
     a, b = Timings(), Timings()
@@ -128,7 +128,7 @@ def test_stage_values_unrounded_where_only_the_windows_see_them():
     """The windows take the stages unrounded (round() was most of the per-item cost); what
     is shown -- stages(), the percentiles -- is to the microsecond as before, and the three
     durations the record, the event and the metrics take are rounded as fields() has them."""
-    from consumer.timing import ItemTiming
+    from zkcrawl.consumer.timing import ItemTiming
     t = ItemTiming(claimed=0.1, queue_ms=1.0, submitted=0.3, started=0.7, fetched=0.9000004,
                    finished=1.1, written=1.3, polite_ms=0.1234567, extract_ms=0.0004444)
     values = t.stage_values()

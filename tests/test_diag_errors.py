@@ -19,12 +19,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumer.main import main as consumer_main
-from producer.main import main as producer_main
 from zkcrawl.admin.localzk import free_port
 from zkcrawl.cli import main as cli_main
+from zkcrawl.consumer.main import main as consumer_main
 from zkcrawl.errors import ExitStatus, ZkUnavailable
 from zkcrawl.postgres import refusal
+from zkcrawl.producer.main import main as producer_main
 from zkcrawl.settings import did_you_mean
 from zkcrawl.zk.client import ZkClient, refused_on_loopback
 
@@ -43,7 +43,7 @@ def run(module: str, *argv: str, env_extra: dict[str, str] | None = None,
 
 
 def consumer(zk_hosts: str, zk_root: str, out: str, **env: str) -> tuple[int, str]:
-    status, _out, err = run("consumer.main", "--zk", zk_hosts, "--root", zk_root, "--out",
+    status, _out, err = run("zkcrawl.consumer.main", "--zk", zk_hosts, "--root", zk_root, "--out",
                             out, "--log-format", "json", "--exit-when-idle", "1",
                             env_extra=env)
     return status, err

@@ -20,10 +20,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from producer import listing
 from tests.conftest import wait_for
 from tests.httpd import TestServer, delayed, html
 from tests.test_diag_errors import read_all
+from zkcrawl.producer import listing
 from zkcrawl.web.extract import parse_html
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,7 +45,7 @@ def site() -> Iterator[TestServer]:
 
 def producer(*argv: str, timeout: float = 120) -> tuple[int, str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ZKCRAWL_")}
-    proc = subprocess.run([sys.executable, "-m", "producer.main", *argv], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "zkcrawl.producer.main", *argv], cwd=ROOT,
                           env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True,
                           text=True, timeout=timeout)
     return proc.returncode, proc.stdout, proc.stderr
@@ -144,7 +144,7 @@ def test_an_interrupted_run_says_so_and_how_to_continue(zk_hosts, zk_root, tmp_p
         env = {k: v for k, v in os.environ.items() if not k.startswith("ZKCRAWL_")}
         argv = walk_args(srv, "--links-css", "a.post-link", "--zk", zk_hosts, "--root",
                          zk_root, "--seen", str(tmp_path / "seen"))
-        proc = subprocess.Popen([sys.executable, "-m", "producer.main", *argv], cwd=ROOT,
+        proc = subprocess.Popen([sys.executable, "-m", "zkcrawl.producer.main", *argv], cwd=ROOT,
                                 env={**env, "PYTHONPATH": str(ROOT)},
                                 stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
         os.close(slave)

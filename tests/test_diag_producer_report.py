@@ -37,7 +37,7 @@ def command(module: str, *argv: str) -> tuple[int, str, str]:
 
 
 def crawl(zk_hosts: str, zk_root: str, out: Path, consumer_id: str) -> None:
-    rc, _, err = command("consumer.main", "--zk", zk_hosts, "--root", zk_root, "--id",
+    rc, _, err = command("zkcrawl.consumer.main", "--zk", zk_hosts, "--root", zk_root, "--id",
                          consumer_id, "--out", str(out), "--max-attempts", "2",
                          "--exit-when-idle", "1", "--domain-delay", "0", "--no-robots",
                          "--allow-private-addresses", "--log-format", "json")

@@ -20,16 +20,16 @@ from typing import Any
 import pytest
 import structlog.testing
 
-from consumer.committer import GroupCommit, Settle
-from consumer.owned_queue import OwnedQueue
-from consumer.pipeline import COMPLETE, DEAD, RETRY
-from consumer.sink import Sink
 from tests.conftest import wait_for
 from tests.httpd import TestServer, html
 from tests.owned import claim, owned_queue
 from tests.test_consumer_support import left, offer, records, spawn
 from tests.test_producer import forget_cached_loggers
 from zkcrawl.admin.cluster import list_dead
+from zkcrawl.consumer.committer import GroupCommit, Settle
+from zkcrawl.consumer.owned_queue import OwnedQueue
+from zkcrawl.consumer.pipeline import COMPLETE, DEAD, RETRY
+from zkcrawl.consumer.sink import Sink
 from zkcrawl.queue.claims import Claimed
 from zkcrawl.queue.discovered import DiscoveredWriter, Link
 from zkcrawl.queue.ingress import IngressQueue

@@ -512,10 +512,10 @@ def test_requests_transport_takes_a_session_of_your_own(srv: TestServer) -> None
 def test_http_flag_takes_curl_or_requests(argv: list[str]) -> None:
     # Imported here: the commands pull in the queue and ZooKeeper layers, which the fetch
     # tests above do not need.
-    from consumer.main import build_parser as consumer_parser
-    from consumer.settings import ConsumerSettings
-    from producer.main import build_parser as producer_parser
-    from producer.settings import ProducerSettings
+    from zkcrawl.consumer.main import build_parser as consumer_parser
+    from zkcrawl.consumer.settings import ConsumerSettings
+    from zkcrawl.producer.main import build_parser as producer_parser
+    from zkcrawl.producer.settings import ProducerSettings
 
     cls, parser = ((ConsumerSettings, consumer_parser()) if not argv
                    else (ProducerSettings, producer_parser()))

@@ -12,9 +12,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consumer.pipeline import COMPLETE
 from tests.httpd import TestServer
 from tests.test_consumer_pipeline import claimed, make, run
+from zkcrawl.consumer.pipeline import COMPLETE
 from zkcrawl.queue import items as item_codec
 from zkcrawl.queue.fetched import (
     NODE_BYTES,

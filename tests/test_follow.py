@@ -34,7 +34,7 @@ from zkcrawl.zk.client import ZkClient
 
 def producer(zk_hosts: str, zk_root: str, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "producer.main", "--zk", zk_hosts, "--root", zk_root,
+        [sys.executable, "-m", "zkcrawl.producer.main", "--zk", zk_hosts, "--root", zk_root,
          "--allow-private-addresses", "--log-format", "json", *extra],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -24,11 +24,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consumer.owned_queue import OwnedQueue
-from consumer.ownership import Ownership
 from tests.conftest import expire_session, wait_for
 from tests.httpd import TestServer, html, sequence
 from tests.test_consumer_support import records, spawn
+from zkcrawl.consumer.owned_queue import OwnedQueue
+from zkcrawl.consumer.ownership import Ownership
 from zkcrawl.politeness.gate import HostGate, hold_of
 from zkcrawl.politeness.local import MAX_CRAWL_DELAY, LocalPoliteness
 from zkcrawl.queue import partition_state as ps

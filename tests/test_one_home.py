@@ -1,6 +1,6 @@
 """One home for each rule (issue #22, item 9): the back-off formula (zkcrawl/backoff.py), the
 retry-or-dead decision (Claimed.may_retry), the retried item (claims.retry_item), the output
-record (consumer.pipeline.output_record), JSON cleaning (zkcrawl/jsonclean.py) and the
+record (zkcrawl.consumer.pipeline.output_record), JSON cleaning (zkcrawl/jsonclean.py) and the
 queue's URL length check (untrusted.url_too_long) are each written once, and the producer
 offers through one path (producer/offerer.py, into partitions) -- cheap AST scans fail when a
 copy comes back --; a "try later" answer backs its host off once and robots.txt is read once
@@ -20,11 +20,11 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumer.pipeline import RETRY, ItemHandler
-from consumer.settings import CRAWL_DELAY_CAP, ConsumerSettings
-from consumer.timing import ItemTiming
 from tests.httpd import TestServer, html
 from zkcrawl.backoff import HOST_DOWN, HOST_RETRY, MAX_EXPONENT, RECONNECT, Backoff
+from zkcrawl.consumer.pipeline import RETRY, ItemHandler
+from zkcrawl.consumer.settings import CRAWL_DELAY_CAP, ConsumerSettings
+from zkcrawl.consumer.timing import ItemTiming
 from zkcrawl.jsonclean import json_clean
 from zkcrawl.politeness.gate import HostGate
 from zkcrawl.politeness.local import LocalPoliteness

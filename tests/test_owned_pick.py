@@ -1,4 +1,4 @@
-"""The owned queue's pick (consumer.owned_queue.OwnedQueue._pick) against the plain k-way
+"""The owned queue's pick (zkcrawl.consumer.owned_queue.OwnedQueue._pick) against the plain k-way
 merge it replaces: the same items, claim after claim, while hosts fill and free up."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from consumer.owned_queue import PICK_PER_BATCH, OwnedQueue, _Batch, _Part
+from zkcrawl.consumer.owned_queue import PICK_PER_BATCH, OwnedQueue, _Batch, _Part
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.partition_batch import Batch
 from zkcrawl.queue.partition_queue import BatchNode, Owned

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from consumer.owned_queue import OwnedQueue
-from consumer.ownership import Ownership
 from tests.conftest import expire_session, wait_for
+from zkcrawl.consumer.owned_queue import OwnedQueue
+from zkcrawl.consumer.ownership import Ownership
 from zkcrawl.queue import partition_batch as pb
 from zkcrawl.queue.ingress import IngressQueue
 from zkcrawl.queue.items import Item

@@ -1,5 +1,5 @@
-"""``--politeness owner`` (consumer.ownership): every host is fetched by the one consumer that
-owns its partition, with no ZooKeeper write per request, and the gap holds when a consumer
+"""``--politeness owner`` (zkcrawl.consumer.ownership): every host is fetched by the one consumer
+that owns its partition, with no ZooKeeper write per request, and the gap holds when a consumer
 joins mid-crawl. Real ZooKeeper, real consumers, the many-hosts bench site (one loopback
 address per host, gaps measured on arrival by the server)."""
 
@@ -101,7 +101,7 @@ def test_a_consumer_joining_mid_crawl_takes_its_share_and_the_gap_holds(
 
 
 def test_the_first_consumer_records_p_in_the_root_and_later_ones_keep_it(zk, zk_root):
-    from consumer.ownership import recorded_partitions
+    from zkcrawl.consumer.ownership import recorded_partitions
 
     assert recorded_partitions(zk, zk_root, 64) == 64
     assert json.loads(zk.get(zk_root)[0]) == {"partitions": 64}
@@ -110,7 +110,7 @@ def test_the_first_consumer_records_p_in_the_root_and_later_ones_keep_it(zk, zk_
 
 
 def test_two_first_consumers_agree_on_whichever_recorded_first(zk, zk_root):
-    from consumer.ownership import recorded_partitions
+    from zkcrawl.consumer.ownership import recorded_partitions
 
     got: list[int] = []
     threads = [threading.Thread(target=lambda w=w: got.append(
@@ -123,7 +123,7 @@ def test_two_first_consumers_agree_on_whichever_recorded_first(zk, zk_root):
 
 
 def test_other_keys_of_the_root_data_are_kept(zk, zk_root):
-    from consumer.ownership import recorded_partitions
+    from zkcrawl.consumer.ownership import recorded_partitions
 
     zk.ensure_path(zk_root)
     zk.set(zk_root, b'{"owner": "team-a"}')
@@ -136,7 +136,7 @@ def test_other_keys_of_the_root_data_are_kept(zk, zk_root):
                                   b"[1, 2]", b'{"partitions": 1e400}'])
 def test_a_root_whose_p_was_edited_by_hand_is_one_line_and_exit_2(zk, zk_hosts, zk_root,
                                                                    tmp_path, capsys, data):
-    from consumer.main import main
+    from zkcrawl.consumer.main import main
 
     zk.ensure_path(zk_root)
     zk.set(zk_root, data)
@@ -148,7 +148,7 @@ def test_a_root_whose_p_was_edited_by_hand_is_one_line_and_exit_2(zk, zk_hosts, 
 
 
 def test_ownership_figures_are_exported_at_scrape_time():
-    from consumer.metrics import Metrics
+    from zkcrawl.consumer.metrics import Metrics
 
     m = Metrics()
     snap = {"partitions": 3, "members": 2, "handovers": 5}

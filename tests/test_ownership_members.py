@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from consumer.ownership import Ownership
 from tests.conftest import wait_for
+from zkcrawl.consumer.ownership import Ownership
 from zkcrawl.queue.layout import Layout
 from zkcrawl.queue.partitions import assign
 

@@ -1,4 +1,4 @@
-"""Per-host caps (consumer.parking): no host holds back another inside a consumer.
+"""Per-host caps (zkcrawl.consumer.parking): no host holds back another inside a consumer.
 
 Units on the decision, then a real consumer on a real ZooKeeper and a real HTTP server: a big
 host's items queued ahead of a small host's must not keep the small host waiting.
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from consumer.parking import HORIZON_S, Parking
 from tests.httpd import TestServer
 from tests.test_consumer_support import Running, left, offer, records, settings_for
+from zkcrawl.consumer.parking import HORIZON_S, Parking
 
 
 @dataclass

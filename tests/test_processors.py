@@ -11,14 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consumer.main import main
-from consumer.pipeline import COMPLETE, ItemHandler
-from consumer.processors import MAX_LINKS, FieldsProcessor, Processors, parse_routes
-from consumer.settings import CRAWL_DELAY_CAP, ConsumerSettings
-from consumer.timing import ItemTiming, Timings
 from tests.httpd import TestServer, html
 from tests.plugins import procs
 from zkcrawl import Page, PageResult, Processor
+from zkcrawl.consumer.main import main
+from zkcrawl.consumer.pipeline import COMPLETE, ItemHandler
+from zkcrawl.consumer.processors import MAX_LINKS, FieldsProcessor, Processors, parse_routes
+from zkcrawl.consumer.settings import CRAWL_DELAY_CAP, ConsumerSettings
+from zkcrawl.consumer.timing import ItemTiming, Timings
 from zkcrawl.errors import UsageError
 from zkcrawl.politeness.gate import HostGate
 from zkcrawl.politeness.local import LocalPoliteness
@@ -88,7 +88,7 @@ def test_the_toml_table_comes_after_the_flags_in_file_order(tmp_path):
 
 
 def _parser():  # type: ignore[no-untyped-def]
-    from consumer.main import build_parser
+    from zkcrawl.consumer.main import build_parser
     return build_parser()
 
 

@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 from structlog._config import BoundLoggerLazyProxy
 
-from producer import listing
-from producer.main import main
 from tests.conftest import wait_for
 from tests.httpd import TestServer, html, sequence
 from tests.queue_view import queued_count, queued_items
+from zkcrawl.producer import listing
+from zkcrawl.producer.main import main
 from zkcrawl.queue import items as item_codec
 from zkcrawl.queue import partition_batch as pb
 from zkcrawl.queue.layout import Layout

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from producer.offerer import partition_bound
 from tests.conftest import wait_for
 from tests.queue_view import queued_count, queued_counter
 from tests.test_producer_cli import _producer, _summary
+from zkcrawl.producer.offerer import partition_bound
 from zkcrawl.queue.partitions import DEFAULT_PARTITIONS
 from zkcrawl.seen import SeenSet
 from zkcrawl.zk.client import ZkClient

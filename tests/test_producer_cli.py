@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from producer.main import main
-from producer.offerer import partition_bound
-from producer.summary import Counts, render_table
 from tests.conftest import wait_for
 from tests.queue_view import queued_count, queued_counter, queued_items
 from tests.test_producer import _fresh_loggers  # noqa: F401 - autouse fixture
+from zkcrawl.producer.main import main
+from zkcrawl.producer.offerer import partition_bound
+from zkcrawl.producer.summary import Counts, render_table
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.partitions import DEFAULT_PARTITIONS
 from zkcrawl.zk.client import ZkClient
@@ -77,7 +77,7 @@ def _env() -> dict[str, str]:
 
 
 def _producer(zk_hosts: str, zk_root: str, *extra: str, **kw: Any) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "producer.main", "--zk", zk_hosts, "--root", zk_root,
+    cmd = [sys.executable, "-m", "zkcrawl.producer.main", "--zk", zk_hosts, "--root", zk_root,
            "--log-format", "json", "--session-timeout", "4", "--allow-private-addresses",
            *extra]  # test sites are on 127.0.0.1: the SSRF guard off
     return subprocess.Popen(cmd, cwd=REPO, env=_env(), stdin=subprocess.PIPE,

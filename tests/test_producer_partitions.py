@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from producer.main import main
-from producer.offerer import held_bound, partition_bound
 from tests.conftest import wait_for
 from tests.test_producer_cli import _producer, _summary
+from zkcrawl.producer.main import main
+from zkcrawl.producer.offerer import held_bound, partition_bound
 from zkcrawl.queue import items as item_codec
 from zkcrawl.queue import partition_batch as pb
 from zkcrawl.queue.layout import Layout
@@ -225,8 +225,8 @@ def test_the_total_bound_holds_across_partitions(zk, zk_hosts, zk_root, tmp_path
         zk.create(f"{zk_root}/queue/qn-", f"http://ingress.example/{i}".encode(), sequence=True)
     urls = [f"http://h{i % 64}.example/{i}" for i in range(1000)]
     stop = threading.Event()
-    from producer.main import execute, make_plan
-    from producer.settings import ProducerSettings
+    from zkcrawl.producer.main import execute, make_plan
+    from zkcrawl.producer.settings import ProducerSettings
 
     settings = ProducerSettings(zk=zk_hosts, root=zk_root, from_file=str(write(
         tmp_path / "u", urls)), seen=str(tmp_path / "seen"), partitions=16, max_depth=300,
@@ -271,7 +271,7 @@ def test_a_consumer_in_owner_mode_crawls_what_the_producer_put_into_partitions(
         assert ingress(zk, zk_root) == 0 and queued(zk, zk_root) == Counter(urls)
         out = tmp_path / "out.jsonl"
         consumer = subprocess.run(
-            [sys.executable, "-m", "consumer.main", "--zk", zk_hosts, "--root", zk_root,
+            [sys.executable, "-m", "zkcrawl.consumer.main", "--zk", zk_hosts, "--root", zk_root,
              "--out", str(out), "--politeness", "owner", "--domain-delay", "0.01",
              "--threads", "4", "--exit-when-idle", "1", "--allow-private-addresses",
              "--log-format", "json", "--session-timeout", "4"],
@@ -291,9 +291,9 @@ def test_recrawl_reoffers_go_into_partitions_and_move_their_due_time(zk, zk_root
     and the cursor reads each due URL once."""
     import time
 
-    from producer.offerer import Offerer
-    from producer.recrawl import Recrawler, RecrawlStore, Schedule
-    from producer.summary import Counts
+    from zkcrawl.producer.offerer import Offerer
+    from zkcrawl.producer.recrawl import Recrawler, RecrawlStore, Schedule
+    from zkcrawl.producer.summary import Counts
     from zkcrawl.queue.fetched import FetchedReader
 
     store = RecrawlStore(str(tmp_path / "s.recrawl"), Schedule(min_s=60, max_s=3600))
@@ -347,7 +347,7 @@ def test_status_and_the_exporter_show_what_a_producer_holds_back(zk, zk_root):
                                  {"held_back": {"items": -1, "partitions": 1}},
                                  {"held_back": {"items": 1}}])
 def test_a_malformed_held_back_decodes_as_none(doc):
-    from producer.summary import held_back_of, held_back_text
+    from zkcrawl.producer.summary import held_back_of, held_back_text
 
     assert held_back_of(doc) is None and held_back_text(doc) == "-"
 
@@ -356,7 +356,7 @@ def test_held_back_decoding_never_raises_on_any_json():
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from producer.summary import HELD_TOP, held_back_of, held_back_text
+    from zkcrawl.producer.summary import HELD_TOP, held_back_of, held_back_text
 
     leaf = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5)
     docs = st.recursive(leaf, lambda c: st.lists(c, max_size=4)
@@ -382,9 +382,9 @@ def test_follow_deletes_a_node_once_its_links_committed_and_a_full_partition_hol
     """--follow into partitions: a node whose links are held back for a full partition stays
     (a crash now drains it again: nothing lost), the others go; once the partition has room
     its links are offered and its node goes too."""
-    from producer.follow import Follower
-    from producer.offerer import Offerer
-    from producer.summary import Counts
+    from zkcrawl.producer.follow import Follower
+    from zkcrawl.producer.offerer import Offerer
+    from zkcrawl.producer.summary import Counts
     from zkcrawl.queue.discovered import DiscoveredReader, DiscoveredWriter, Link
     from zkcrawl.web.urls import LinkFilter
 
@@ -438,7 +438,7 @@ def test_a_partition_deleted_by_hand_is_made_again_and_its_depth_forgotten(zk, z
 def test_the_recrawl_cursor_reads_each_due_url_once_also_at_equal_due_times(tmp_path):
     import random
 
-    from producer.recrawl import RecrawlStore, Schedule
+    from zkcrawl.producer.recrawl import RecrawlStore, Schedule
 
     store = RecrawlStore(str(tmp_path / "s"), Schedule(60, 3600, random.Random(1)))
     store.add_new([f"http://h.example/{i}" for i in range(5)], 1000.0)

@@ -7,8 +7,8 @@ result or a recorded reason, never a stray exception.
   IP spellings, ``javascript:``, over-long strings) gives an ASCII http(s) URL of at most 8 KiB,
   or ``None`` and a drop reason;
 * robots.txt (zkcrawl.web.robots): arbitrary bodies, user agents and URLs give a verdict;
-* settings (zkcrawl.settings, consumer.settings, producer.settings): arbitrary file contents,
-  environment values and numeric flag values give settings whose numbers are usable, or a
+* settings (zkcrawl.settings, zkcrawl.consumer.settings, zkcrawl.producer.settings): arbitrary file
+  contents, environment values and numeric flag values give settings whose numbers are usable, or a
   :class:`UsageError` (exit 2).
 """
 
@@ -23,9 +23,9 @@ import webencodings
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from consumer.settings import ConsumerSettings
-from producer.settings import ProducerSettings
+from zkcrawl.consumer.settings import ConsumerSettings
 from zkcrawl.errors import ExitStatus, UsageError
+from zkcrawl.producer.settings import ProducerSettings
 from zkcrawl.settings import ArgumentParser, CommonSettings, add_options, parse
 from zkcrawl.web.decode import (
     WEB_CODECS,

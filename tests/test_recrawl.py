@@ -15,8 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from producer.main import main as producer_main
-from producer.recrawl import (
+from tests.httpd import TestServer
+from tests.test_consumer_support import Running, records, settings_for
+from zkcrawl.errors import ExitStatus, UsageError
+from zkcrawl.producer.main import main as producer_main
+from zkcrawl.producer.recrawl import (
     GROW,
     SHRINK,
     VERSION,
@@ -25,9 +28,6 @@ from producer.recrawl import (
     next_interval,
     parse_duration,
 )
-from tests.httpd import TestServer
-from tests.test_consumer_support import Running, records, settings_for
-from zkcrawl.errors import ExitStatus, UsageError
 from zkcrawl.queue.fetched import Fetched
 from zkcrawl.zk.client import ZkClient
 
@@ -206,7 +206,7 @@ def test_forged_fetched_nodes_are_drained_and_change_nothing(zk: ZkClient, zk_ro
                                                              tmp_path: Path) -> None:
     import threading
 
-    from producer.recrawl import Recrawler
+    from zkcrawl.producer.recrawl import Recrawler
     from zkcrawl.queue.fetched import FetchedReader, FetchedWriter
 
     store = RecrawlStore(str(tmp_path / "s"), SCHED)

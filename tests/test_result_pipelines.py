@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from consumer.main import main
-from consumer.results import ResultChain
 from tests.conftest import wait_for
 from tests.httpd import TestServer, html
 from tests.plugins import pipes, procs
 from tests.queue_view import held, queued_urls
 from tests.test_consumer_support import Running, offer, records, settings_for
 from zkcrawl import logs
+from zkcrawl.consumer.main import main
+from zkcrawl.consumer.results import ResultChain
 from zkcrawl.errors import UsageError
 from zkcrawl.zk.client import ZkClient
 

@@ -20,13 +20,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumer.main import main as consumer_main
-from producer.main import main as producer_main
 from tests.conftest import _SERVERS
 from tests.httpd import TestServer, html
 from zkcrawl.admin.localzk import ZkServer
 from zkcrawl.cli import main as zkcrawl_main
+from zkcrawl.consumer.main import main as consumer_main
 from zkcrawl.errors import ExitStatus
+from zkcrawl.producer.main import main as producer_main
 from zkcrawl.queue.layout import Layout
 from zkcrawl.zk import NoAuthError
 from zkcrawl.zk.client import ZkClient

@@ -22,10 +22,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumer.main import main as consumer_main
 from tests.httpd import Response, TestServer
 from zkcrawl import logs
 from zkcrawl.cli import main as zkcrawl_main
+from zkcrawl.consumer.main import main as consumer_main
 from zkcrawl.queue import items as item_codec
 from zkcrawl.queue.layout import Layout
 from zkcrawl.textsafe import printable, redact_userinfo, shown_url

@@ -21,9 +21,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumer.metrics import Metrics, MetricsServer
 from tests.conftest import wait_for
 from zkcrawl.admin.localzk import free_port
+from zkcrawl.consumer.metrics import Metrics, MetricsServer
 from zkcrawl.httpserve import MAX_OPEN, REQUEST_TIMEOUT, parse_head, render
 
 TRICKLERS = 200

@@ -23,11 +23,11 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumer.pipeline import COMPLETE, RETRY
-from producer.listing import MAX_PAGE_LINKS, compile_selectors, read_page
 from tests.conftest import wait_for
 from tests.httpd import TestServer, html
 from tests.test_consumer_pipeline import claimed, make, run
+from zkcrawl.consumer.pipeline import COMPLETE, RETRY
+from zkcrawl.producer.listing import MAX_PAGE_LINKS, compile_selectors, read_page
 from zkcrawl.web import robots as robots_mod
 from zkcrawl.web.addresses import BLOCK_PRIVATE
 from zkcrawl.web.fetch import Fetcher, FetchSettings

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from consumer.main import main as consumer_main
-from producer.main import main as producer_main
+from zkcrawl.consumer.main import main as consumer_main
 from zkcrawl.errors import ExitStatus
+from zkcrawl.producer.main import main as producer_main
 from zkcrawl.queue.layout import Layout
 from zkcrawl.zk import NoAuthError
 from zkcrawl.zk.acls import guarded_nodes, partition_nodes

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import structlog.testing
 
-from producer.recrawl import RecrawlStore, Schedule
 from tests.conftest import wait_for
 from tests.httpd import TestServer, html
 from tests.test_consumer_support import records, spawn
 from zkcrawl.admin.cluster import list_dead
+from zkcrawl.producer.recrawl import RecrawlStore, Schedule
 from zkcrawl.queue.capped import DirLimits
 from zkcrawl.queue.fetched import (
     FETCHED_FULL,
@@ -100,8 +100,8 @@ def test_the_byte_cap_bounds_the_nodes_as_for_discovered(zk, zk_root):
 def test_a_waiting_flush_goes_on_when_the_producer_drains(zk, zk_root, tmp_path: Path):
     """The producer's --recrawl drain (its Recrawler) empties a full directory: the flush
     that waited on the watch writes, and the producer learns those reports."""
-    from producer.recrawl import Recrawler
     from tests.test_recrawl import NoOffers
+    from zkcrawl.producer.recrawl import Recrawler
 
     path = _fill(zk, zk_root, 3)
     writer = FetchedWriter(zk, zk_root, "c1", max_nodes=3, wait=30.0)

@@ -7,11 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consumer.main import main as consumer_main
-from producer.main import main as producer_main
 from zkcrawl.cli import build_parser
 from zkcrawl.cli import main as admin_main
+from zkcrawl.consumer.main import main as consumer_main
 from zkcrawl.errors import UsageError
+from zkcrawl.producer.main import main as producer_main
 from zkcrawl.settings import version, zk_hosts_problem
 
 BAD_ZK = ["127.0.0.1:notaport", ":99999", "", "127.0.0.1:99999", "zk 1:2181", "zk:2181/a//b"]

@@ -22,13 +22,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import zkcrawl.settings
-from consumer.main import build_parser as consumer_parser
-from consumer.settings import ConsumerSettings
-from producer.main import build_parser as producer_parser
-from producer.settings import ProducerSettings
 from zkcrawl.cli import COMMANDS
 from zkcrawl.cli import build_parser as admin_parser
+from zkcrawl.consumer.main import build_parser as consumer_parser
+from zkcrawl.consumer.settings import ConsumerSettings
 from zkcrawl.errors import UsageError
+from zkcrawl.producer.main import build_parser as producer_parser
+from zkcrawl.producer.settings import ProducerSettings
 from zkcrawl.settings import resolve
 from zkcrawl.settings.decode import MAX_FLOAT, MAX_INT, decode
 from zkcrawl.settings.options import fields

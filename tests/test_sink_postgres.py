@@ -39,8 +39,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consumer.sink import Entry, Sink, SinkUnavailable, open_sink
-from consumer.sink_postgres import PostgresSink
 from tests.conftest import wait_for
 from tests.httpd import TestServer, delayed
 from tests.queue_view import held, queued_urls
@@ -49,6 +47,8 @@ from zkcrawl.admin import report
 from zkcrawl.admin.localpg import PgServer
 from zkcrawl.admin.localzk import free_port
 from zkcrawl.cli import main as admin_main
+from zkcrawl.consumer.sink import Entry, Sink, SinkUnavailable, open_sink
+from zkcrawl.consumer.sink_postgres import PostgresSink
 from zkcrawl.errors import ExitStatus, UsageError
 from zkcrawl.postgres import COLUMNS, parse_url, row_record
 
@@ -374,7 +374,7 @@ def run_consumer(argv: list[str]) -> tuple[int, str]:
     process, log lines of earlier tests' threads could land in a redirected stderr)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ZKCRAWL_", "PG"))}
     env["PYTHONPATH"] = str(ROOT)
-    proc = subprocess.run([sys.executable, "-m", "consumer.main", *argv], env=env,
+    proc = subprocess.run([sys.executable, "-m", "zkcrawl.consumer.main", *argv], env=env,
                           capture_output=True, text=True, timeout=120)
     return proc.returncode, proc.stderr
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from consumer.sinks import Entry, JsonLinesSink, open_sink
+from zkcrawl.consumer.sinks import Entry, JsonLinesSink, open_sink
 from zkcrawl.errors import SinkError
 
 

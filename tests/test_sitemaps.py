@@ -13,11 +13,11 @@ from xml.sax.saxutils import escape
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from producer import sitemaps
-from producer.main import main
-from producer.sitemaps import MAX_DECODED, MAX_ENTRIES, Decoded, decode, parse_lastmod
 from tests.httpd import TestServer, gzip_bomb
 from tests.test_producer import _fresh_loggers, common, queue_items, summary  # noqa: F401
+from zkcrawl.producer import sitemaps
+from zkcrawl.producer.main import main
+from zkcrawl.producer.sitemaps import MAX_DECODED, MAX_ENTRIES, Decoded, decode, parse_lastmod
 
 NOW = time.time()
 NS = "http://www.sitemaps.org/schemas/sitemap/0.9"
@@ -254,7 +254,7 @@ def test_a_second_walk_skips_the_child_sitemaps_whose_index_date_is_unchanged() 
     when its <lastmod> in the index changed (or it has none)."""
     import threading
 
-    from producer.sitemaps import SitemapSource
+    from zkcrawl.producer.sitemaps import SitemapSource
     from zkcrawl.web.fetch import FetchSettings
 
     with TestServer() as srv:

@@ -302,8 +302,8 @@ def test_property_never_raises(value: object) -> None:
 
 
 def test_producer_flag() -> None:
-    from producer.main import _fetcher, build_parser
-    from producer.settings import ProducerSettings
+    from zkcrawl.producer.main import _fetcher, build_parser
+    from zkcrawl.producer.settings import ProducerSettings
     from zkcrawl.settings import parse
 
     argv = ["--start", "http://example.com/"]

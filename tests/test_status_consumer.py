@@ -45,7 +45,7 @@ def test_status_of_one_real_consumer(zk, zk_hosts, zk_root, tmp_path, capsys):
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         env = {k: v for k, v in env.items() if not k.startswith("ZKCRAWL_")}
         proc = subprocess.Popen(
-            [sys.executable, "-m", "consumer.main", *common, "--id", "watched", "--threads",
+            [sys.executable, "-m", "zkcrawl.consumer.main", *common, "--id", "watched", "--threads",
              "1", "--backlog", "3", "--allow-private-addresses", "--no-robots",
              "--domain-delay", "0", "--grace", "0.5", "--out", str(tmp_path / "out.jsonl")],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)

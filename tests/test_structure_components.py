@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from consumer import components
-from consumer.components import ORDER, Lifecycle, Stopping
-from consumer.owned_queue import OwnedQueue
-from consumer.queue_seam import WorkerQueue
 from tests.conftest import expire_session, wait_for
 from tests.test_consumer_support import Running, settings_for
+from zkcrawl.consumer import components
+from zkcrawl.consumer.components import ORDER, Lifecycle, Stopping
+from zkcrawl.consumer.owned_queue import OwnedQueue
+from zkcrawl.consumer.queue_seam import WorkerQueue
 from zkcrawl.errors import SinkError, UsageError
 from zkcrawl.zk.session import SessionState
 
@@ -121,7 +121,7 @@ def _members(cls: type) -> set[str]:
 
 
 def test_the_owned_queue_meets_the_worker_queue_seam():
-    # the methods (mypy checks the whole surface: consumer.main's _queue returns it)
+    # the methods (mypy checks the whole surface: zkcrawl.consumer.main's _queue returns it)
     wanted = {n for n, v in vars(WorkerQueue).items()
               if inspect.isfunction(v) and not n.startswith("_")}
     assert {"claim", "complete", "release", "drain_lost", "close"} <= wanted

@@ -129,10 +129,11 @@ def imports_of(source_prefix: str) -> list[Edge]:
 
 
 def test_the_scan_sees_the_tree():
-    assert {"zkcrawl.cli", "consumer.sinks.base", "zkcrawl.web.transports.base",
-            "producer.main"} <= set(KNOWN)
-    assert Edge("consumer.sinks.postgres", "consumer.sinks.base", 0, False).target in {
-        e.target for e in imports_of("consumer.sinks.postgres")}
+    assert {"zkcrawl.cli", "zkcrawl.consumer.sinks.base", "zkcrawl.web.transports.base",
+            "zkcrawl.producer.main"} <= set(KNOWN)
+    assert Edge("zkcrawl.consumer.sinks.postgres", "zkcrawl.consumer.sinks.base", 0,
+                False).target in {
+        e.target for e in imports_of("zkcrawl.consumer.sinks.postgres")}
     assert any(e.in_function for e in EDGES)  # the imports inside functions are counted
 
 
@@ -161,7 +162,7 @@ def test_the_check_finds_a_circle_closed_inside_a_function(tmp_path):
 
 
 @pytest.mark.parametrize("seam, implementations", [
-    ("consumer.sinks", ("jsonl", "postgres")),
+    ("zkcrawl.consumer.sinks", ("jsonl", "postgres")),
     ("zkcrawl.web.transports", ("curl", "requests")),
 ])
 def test_a_seam_imports_one_way(seam, implementations):
@@ -175,15 +176,16 @@ def test_a_seam_imports_one_way(seam, implementations):
         assert not wrong, wrong
     # the factory (the package) is the one module that imports the implementations
     users = {e.source for e in EDGES if e.target in siblings} - siblings
-    assert users <= {seam, "consumer.sink", "consumer.sink_postgres", "zkcrawl.web.transfer",
+    assert users <= {seam, "zkcrawl.consumer.sink", "zkcrawl.consumer.sink_postgres",
+                     "zkcrawl.web.transfer",
                      "zkcrawl.web.transfer_requests"}, users
 
 
 def test_the_former_paths_only_re_export():
-    for old in ("consumer.sink", "consumer.sink_postgres", "zkcrawl.web.transfer",
+    for old in ("zkcrawl.consumer.sink", "zkcrawl.consumer.sink_postgres", "zkcrawl.web.transfer",
                 "zkcrawl.web.transfer_requests"):
         targets = {e.target for e in imports_of(old)}
-        assert targets and all(t.startswith(("consumer.sinks", "zkcrawl.web.transports"))
+        assert targets and all(t.startswith(("zkcrawl.consumer.sinks", "zkcrawl.web.transports"))
                                for t in targets), (old, targets)
         tree = ast.parse(KNOWN[old].read_text(encoding="utf-8"))
         assert not [n for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)]

@@ -135,7 +135,7 @@ def test_bad_input_is_one_line_exit_2(capsys, args: list[str], expect: str) -> N
 # -- zkcrawl-producer --dry-run -----------------------------------------------------------
 
 def dry_run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str], str]:
-    from producer.main import main as producer_main
+    from zkcrawl.producer.main import main as producer_main
 
     capsys.readouterr()
     rc = producer_main(["--dry-run", "--zk", f"127.0.0.1:{free_port()}",

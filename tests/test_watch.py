@@ -19,7 +19,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from producer.watch import last_pass, parse_duration, parse_since
 from tests.conftest import wait_for
 from tests.httpd import TestServer
 from tests.test_producer import queue_items
@@ -27,6 +26,7 @@ from zkcrawl.admin.cluster import cluster_status
 from zkcrawl.admin.exporter import cluster_families
 from zkcrawl.cli import main as admin_main
 from zkcrawl.errors import UsageError
+from zkcrawl.producer.watch import last_pass, parse_duration, parse_since
 
 REPO = Path(__file__).resolve().parent.parent
 PER_PAGE = 3
@@ -147,7 +147,7 @@ def passes(zk: Any, root: str, pid: str) -> int:
 def start_producer(procs: list[subprocess.Popen[bytes]], zk_hosts: str, zk_root: str,
                    base: str, *extra: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    argv = [sys.executable, "-m", "producer.main", "--zk", zk_hosts, "--root", zk_root,
+    argv = [sys.executable, "-m", "zkcrawl.producer.main", "--zk", zk_hosts, "--root", zk_root,
             "--log-format", "json", "--delay", "0", "--session-timeout", "4",
             "--allow-private-addresses", "--id", "w1", "--start", f"{base}/list/1",
             "--next", '//a[@rel="next"]/@href', "--links", '//a[@class="post"]/@href',
@@ -274,7 +274,7 @@ def test_watch_a_sitemap_index_offers_what_a_changed_child_adds(zk, zk_hosts, zk
                            "/posts.xml": posts})
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         proc = subprocess.Popen(
-            [sys.executable, "-m", "producer.main", "--zk", zk_hosts, "--root", zk_root,
+            [sys.executable, "-m", "zkcrawl.producer.main", "--zk", zk_hosts, "--root", zk_root,
              "--log-format", "json", "--delay", "0", "--session-timeout", "4",
              "--allow-private-addresses", "--id", "w1", "--sitemap", f"{base}/index.xml",
              "--watch", "1s"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -25,13 +25,13 @@ from pathlib import Path
 
 import pytest
 
-from consumer.main import main as consumer_main
-from producer.main import main as producer_main
 from tests.conftest import _SERVERS, wait_for
 from tests.httpd import TestServer, html
 from zkcrawl.admin.localzk import Pki, ZkServer, free_port, make_pki
 from zkcrawl.cli import main as zkcrawl_main
+from zkcrawl.consumer.main import main as consumer_main
 from zkcrawl.errors import ExitStatus, UsageError
+from zkcrawl.producer.main import main as producer_main
 from zkcrawl.settings import CommonSettings, redacted
 from zkcrawl.zk import NoAuthError
 from zkcrawl.zk.client import ZkAccessDenied, ZkClient
@@ -309,7 +309,7 @@ def test_real_processes_with_credentials_never_show_the_password(auth_zk, auth_f
     base = ["--zk", auth_zk.hosts, "--root", root, "--zk-timeout", "8",
             "--log-format", "json", "--log-level", "debug"]
     consumer = subprocess.Popen(
-        [sys.executable, "-m", "consumer.main", *base, "--id", "c1", "--threads", "2",
+        [sys.executable, "-m", "zkcrawl.consumer.main", *base, "--id", "c1", "--threads", "2",
          "--out", str(out), "--exit-when-idle", "3", "--metrics-port", str(port),
          "--allow-private-addresses", "--no-robots", "--domain-delay", "0"],
         cwd=REPO, env=proc_env(ZKCRAWL_ZK_AUTH=AUTH), stdout=subprocess.PIPE,
@@ -323,7 +323,7 @@ def test_real_processes_with_credentials_never_show_the_password(auth_zk, auth_f
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
                 assert_no_secret(r.read())
             producer = subprocess.run(
-                [sys.executable, "-m", "producer.main", *base, "--from-file", str(urls),
+                [sys.executable, "-m", "zkcrawl.producer.main", *base, "--from-file", str(urls),
                  "--allow-private-addresses", "--zk-auth-file", str(auth_file)],
                 cwd=REPO, env=proc_env(), capture_output=True, timeout=60)
             assert producer.returncode == 0, producer.stderr.decode()[-3000:]
@@ -369,7 +369,7 @@ def test_crawl_over_tls(tls_zk, pki, site, tmp_path, capsys) -> None:
     base = ["--zk", tls_zk.tls_hosts, "--root", root, "--zk-timeout", "8",
             "--log-format", "json"]
     producer = subprocess.run(
-        [sys.executable, "-m", "producer.main", *base, *tls_args(pki), "--from-file",
+        [sys.executable, "-m", "zkcrawl.producer.main", *base, *tls_args(pki), "--from-file",
          str(urls), "--allow-private-addresses"],
         cwd=REPO, env=proc_env(), capture_output=True, timeout=60)
     assert producer.returncode == 0, producer.stderr.decode()[-3000:]
@@ -377,7 +377,7 @@ def test_crawl_over_tls(tls_zk, pki, site, tmp_path, capsys) -> None:
                                *tls_args(pki))
     assert rc == 0 and json.loads(stdout_text)["queue"]["depth"] == 3, err
     consumer = subprocess.run(
-        [sys.executable, "-m", "consumer.main", *base, "--id", "tls1", "--out", str(out),
+        [sys.executable, "-m", "zkcrawl.consumer.main", *base, "--id", "tls1", "--out", str(out),
          "--exit-when-idle", "1", "--allow-private-addresses", "--no-robots",
          "--domain-delay", "0"],
         cwd=REPO, capture_output=True, timeout=60,

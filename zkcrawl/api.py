@@ -35,9 +35,9 @@ def _main(module: str) -> Callable[[list[str], Mapping[str, str]], ExitStatus]:
 def run_consumer(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ExitStatus:
     """``zkcrawl-consumer ARGV`` in this process (``env``: the environment variables read,
     default ``os.environ``)."""
-    return _main("consumer.main")(list(argv), os.environ if env is None else env)
+    return _main("zkcrawl.consumer.main")(list(argv), os.environ if env is None else env)
 
 
 def run_producer(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ExitStatus:
     """``zkcrawl-producer ARGV`` in this process."""
-    return _main("producer.main")(list(argv), os.environ if env is None else env)
+    return _main("zkcrawl.producer.main")(list(argv), os.environ if env is None else env)

@@ -1,6 +1,6 @@
 """A small HTTP/1.x server on one thread that slow clients cannot take down: the consumer's and
 the exporter's ``/metrics``, ``/livez`` and ``/readyz``
-(:class:`~consumer.metrics.MetricsServer`).
+(:class:`~zkcrawl.consumer.metrics.MetricsServer`).
 
 * **No request thread**: an event loop (``selectors``); ``respond`` must not block.
 * **A total deadline per connection**: the request within :data:`REQUEST_TIMEOUT` of the

@@ -10,8 +10,8 @@ import, at the top or inside a function, closes a circle.
 
 from __future__ import annotations
 
-from consumer.sinks.base import Entry, Record, ResultSink, SinkUnavailable
-from consumer.sinks.jsonl import JsonLinesSink, Sink
+from zkcrawl.consumer.sinks.base import Entry, Record, ResultSink, SinkUnavailable
+from zkcrawl.consumer.sinks.jsonl import JsonLinesSink, Sink
 from zkcrawl.errors import UsageError
 from zkcrawl.postgres import is_database_url
 
@@ -25,7 +25,7 @@ def open_sink(out: str, root: str) -> ResultSink:
     if not is_database_url(out):
         return JsonLinesSink(out)
     try:  # the optional extra: loaded only for a database
-        from consumer.sinks.postgres import PostgresSink
+        from zkcrawl.consumer.sinks.postgres import PostgresSink
     except ImportError:  # psycopg missing
         raise UsageError("--out postgresql://...: the PostgreSQL driver is not installed:"
                          " pip install 'zkcrawl[postgres]'") from None

@@ -1,6 +1,6 @@
 """The sink seam: what the committer hands a result sink, and what a sink promises back (SPEC
 §3, durable first). The implementations, :mod:`.jsonl` and :mod:`.postgres`, import this
-module; :func:`consumer.sinks.open_sink` picks one from ``--out``.
+module; :func:`zkcrawl.consumer.sinks.open_sink` picks one from ``--out``.
 
 * **Write and commit in one call**: when :meth:`ResultSink.write_batch` returns, every
   record it did not refuse is durable (fsynced or committed); only then are the items

@@ -1,5 +1,5 @@
 """JSON Lines results: ``--out PATH`` (appended) or ``-`` (stdout), one line per record; a
-:class:`~consumer.sinks.base.ResultSink`.
+:class:`~zkcrawl.consumer.sinks.base.ResultSink`.
 
 * **Durable per group**: :meth:`JsonLinesSink.write_batch` writes the group's records in one
   ``write`` and one ``fsync`` (stdout is only flushed). Every record encodes (valid UTF-8,
@@ -26,7 +26,7 @@ from typing import IO, Any
 
 import structlog
 
-from consumer.sinks.base import Entry
+from zkcrawl.consumer.sinks.base import Entry
 from zkcrawl.errors import SinkError, UsageError
 from zkcrawl.jsonclean import json_clean
 from zkcrawl.textsafe import printable
@@ -57,7 +57,7 @@ def _dumps(record: dict[str, Any]) -> str:
 
 
 class JsonLinesSink:
-    """JSON Lines with group commit (a :class:`~consumer.sinks.base.ResultSink`):
+    """JSON Lines with group commit (a :class:`~zkcrawl.consumer.sinks.base.ResultSink`):
     :meth:`write_batch` is :meth:`write` for each record (encode, add to the group) then one
     :meth:`sync`. Owned by one thread, the committer (no lock: see the module docstring)."""
 

@@ -7,7 +7,7 @@
   NOTHING``: a redelivered item stores nothing (``sink.duplicate``) and is completed.
 * **One bad record does not poison the group**: a failed insert is retried row by row in
   savepoints; the failing rows' items become dead letters with the database's reason.
-* **Database down**: :class:`~consumer.sinks.base.SinkUnavailable` (the consumer stops
+* **Database down**: :class:`~zkcrawl.consumer.sinks.base.SinkUnavailable` (the consumer stops
   claiming); :meth:`PostgresSink.between_groups` reconnects with jittered backoff
   (``sink.down``, ``sink.still_down``, ``sink.up``).
 * Text is stored as valid UTF-8 without NUL; non-finite floats in ``jsonb`` become null.
@@ -29,8 +29,8 @@ import structlog
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from consumer.sinks.base import Entry, SinkUnavailable
 from zkcrawl.backoff import RECONNECT
+from zkcrawl.consumer.sinks.base import Entry, SinkUnavailable
 from zkcrawl.errors import UsageError, ZkCrawlError
 from zkcrawl.jsonclean import json_clean
 from zkcrawl.postgres import (
@@ -69,7 +69,7 @@ _ITEM = len(_FIRST) + _NAMES.index("item")  # the item's place in a row
 
 
 class PostgresSink:
-    """A :class:`~consumer.sinks.base.ResultSink` writing rows to a PostgreSQL table."""
+    """A :class:`~zkcrawl.consumer.sinks.base.ResultSink` writing rows to a PostgreSQL table."""
 
     def __init__(self, url: str, root: str) -> None:
         self.target: PgTarget = parse_url(url)

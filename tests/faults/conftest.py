@@ -109,6 +109,6 @@ def _spawn_prefixed(prefix: list[str], args: list[str], err: Path
     """A consumer run under ``prefix`` (``ip netns exec NS``)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with open(err, "wb") as fh:
-        return subprocess.Popen([*prefix, sys.executable, "-m", "consumer.main", *args],
+        return subprocess.Popen([*prefix, sys.executable, "-m", "zkcrawl.consumer.main", *args],
                                 cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=fh)

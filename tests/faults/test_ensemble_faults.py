@@ -206,7 +206,7 @@ def test_out_on_a_full_disk(ens, admin, zk_root, site, start_consumer):
 
 
 def _producer(hosts: str, root: str, src: Path, seen: Path) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "producer.main", "--zk", hosts, "--root", root,
+    cmd = [sys.executable, "-m", "zkcrawl.producer.main", "--zk", hosts, "--root", root,
            "--from-file", str(src), "--seen", str(seen), "--batch", "100",
            "--max-depth", "100000", "--id", "p", "--log-format", "json",
            "--session-timeout", str(SESSION), "--zk-timeout", "10",

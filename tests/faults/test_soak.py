@@ -111,14 +111,14 @@ def test_soak_50k_items_4_consumers(soak_zk, tmp_path):
         perr = tmp_path / "producer.err"
         with open(perr, "wb") as fh:
             procs.append(subprocess.Popen(
-                [sys.executable, "-m", "producer.main", *common, "--from-file", str(src),
+                [sys.executable, "-m", "zkcrawl.producer.main", *common, "--from-file", str(src),
                  "--seen", str(tmp_path / "seen"), "--max-depth", "10000", "--batch", "200"],
                 cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=fh))
         for i in range(CONSUMERS):
             with open(errs[i], "wb") as fh:
                 procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "consumer.main", *common, "--id", f"c{i}",
+                    [sys.executable, "-m", "zkcrawl.consumer.main", *common, "--id", f"c{i}",
                      "--out", str(outs[i]), "--no-robots", "--domain-delay", "0",
                      "--threads", "16", "--exit-when-idle", "3"],
                     cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

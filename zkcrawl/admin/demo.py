@@ -211,7 +211,7 @@ def child_env() -> dict[str, str]:
 
 
 def producer_argv(zk: str, base_url: str) -> list[str]:
-    return ["-m", "producer.main", "--zk", zk, "--root", ROOT, "--id", "demo-producer",
+    return ["-m", "zkcrawl.producer.main", "--zk", zk, "--root", ROOT, "--id", "demo-producer",
             "--start", base_url + START_PATH, "--next", samplesite.NEXT_XPATH,
             "--links-css", LINKS_CSS, "--same-host", "--delay", "0.05",
             "--allow-private-addresses",  # the sample site is on 127.0.0.1
@@ -219,7 +219,7 @@ def producer_argv(zk: str, base_url: str) -> list[str]:
 
 
 def consumer_argv(zk: str, cfg: DemoConfig, name: str, out: Path) -> list[str]:
-    argv = ["-m", "consumer.main", "--zk", zk, "--root", ROOT, "--id", name,
+    argv = ["-m", "zkcrawl.consumer.main", "--zk", zk, "--root", ROOT, "--id", name,
             "--out", cfg.out or str(out), "--threads", str(cfg.threads),
             "--backlog", str(cfg.backlog),
             "--domain-delay", str(cfg.domain_delay), "--exit-when-idle", str(cfg.idle),

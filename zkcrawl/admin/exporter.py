@@ -26,9 +26,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from consumer.metrics import standard_collectors
 from zkcrawl import logs
 from zkcrawl.admin.cluster import cluster_status
+from zkcrawl.consumer.metrics import standard_collectors
 from zkcrawl.queue.layout import Layout
 from zkcrawl.textsafe import printable
 from zkcrawl.zk import ConnectionLoss, NoNodeError, WatchedEvent, ZkClient, gather
@@ -340,8 +340,8 @@ def partition_families(s: dict[str, Any] | None, root: str) -> Iterator[Metric]:
 
 def _watch_families(producers: list[dict[str, Any]], root: str) -> Iterator[Metric]:
     """The last pass of each watching producer (``--watch``), decoded from its untrusted
-    status node by :func:`producer.watch.last_pass`; at most MAX_CONSUMER_SERIES of them."""
-    from producer.watch import last_pass
+    status node by :func:`zkcrawl.producer.watch.last_pass`; at most MAX_CONSUMER_SERIES of them."""
+    from zkcrawl.producer.watch import last_pass
 
     passes: dict[str, dict[str, Any]] = {}
     for p in producers:
@@ -366,8 +366,8 @@ def _watch_families(producers: list[dict[str, Any]], root: str) -> Iterator[Metr
 
 def _held_back_family(producers: list[dict[str, Any]], root: str) -> Metric:
     """Items a producer offering into partitions holds back for full ones (its untrusted
-    status node, decoded by :func:`producer.summary.held_back_of`)."""
-    from producer.summary import held_back_of
+    status node, decoded by :func:`zkcrawl.producer.summary.held_back_of`)."""
+    from zkcrawl.producer.summary import held_back_of
 
     held: dict[str, float] = {}
     for p in producers:

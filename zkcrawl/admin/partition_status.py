@@ -260,7 +260,7 @@ def partition_status(zk: ZkClient, root: str, now: float, sessions: Mapping[str,
     (hosts under a Retry-After or down-host back-off that its checkpoint keeps for a hand-over)
     live in the owner's memory (SPEC §4): each consumer publishes them per partition in its
     status node (``ownership.hosts``: ``{"<p>": [active, backed off]}``, partitions with any,
-    :meth:`consumer.ownership.Ownership.snapshot`). They are taken only from the *verified*
+    :meth:`zkcrawl.consumer.ownership.Ownership.snapshot`). They are taken only from the *verified*
     owner's node (a forged status node cannot speak for a partition it does not hold), decoded
     by :func:`host_figures` (never raises: counts that are no count are dropped); a partition
     whose verified owner publishes figures but not for it has 0 and 0; null where the owner

@@ -354,7 +354,7 @@ def latest_records(records: Sequence[dict[str, Any]], dead: Sequence[dict[str, A
     return final, len(records) - len(final)
 
 
-#: A failure of the user's code (``consumer.processors.failure_text``): ``processor: Type:
+#: A failure of the user's code (``zkcrawl.consumer.processors.failure_text``): ``processor: Type:
 #: message (file.py:12)`` or ``pipeline NAME: Type: message (file.py:12)``, the place optional.
 _CODE_FAILURE = re.compile(r"(processor|pipeline .+?): ([A-Za-z_][\w.]*): (.*?)"
                            r"(?: (\([^()]*:\d+\)))?", re.DOTALL)

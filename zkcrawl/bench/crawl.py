@@ -279,7 +279,7 @@ def case_zkcrawl(hosts: str, urls: list[str], threads: int, latency_ms: float, p
     for i in range(procs):
         with open(logs[i], "wb") as err:
             children.append(subprocess.Popen(
-                [sys.executable, "-m", "consumer.main", "--zk", hosts, "--root", root,
+                [sys.executable, "-m", "zkcrawl.consumer.main", "--zk", hosts, "--root", root,
                  "--id", f"bench-{i}", "--threads", str(threads), "--backlog", str(threads * 2),
                  "--out", f"{pg}?table={table}" if pg else str(outs[i]),
                  "--exit-when-idle", "2", "--domain-delay", "0",

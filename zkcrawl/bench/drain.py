@@ -4,7 +4,7 @@ Cases (same server, a fresh root per case):
 
 * ``seed_take``      the seed's take: getChildren + sort + getData + delete, every time
 * ``kazoo_locking``  kazoo's LockingQueue get + consume (a KazooClient of its own)
-* ``zkcrawl_alo``    what a consumer runs: :class:`~consumer.owned_queue.OwnedQueue`
+* ``zkcrawl_alo``    what a consumer runs: :class:`~zkcrawl.consumer.owned_queue.OwnedQueue`
   at-least-once -- claim, mark started, complete, settled in checkpoints -- over items of
   ``HOSTS`` hosts offered into their partitions (``zkcrawl_amo``: at-most-once)
 * ``zkcrawl_alo_4proc`` four consumer processes, each owning its share of the partitions
@@ -31,10 +31,10 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from consumer.owned_queue import OwnedQueue
-from consumer.ownership import Ownership
 from zkcrawl import logs
 from zkcrawl.admin.localzk import ZkServer
+from zkcrawl.consumer.owned_queue import OwnedQueue
+from zkcrawl.consumer.ownership import Ownership
 from zkcrawl.queue.claims import AT_LEAST_ONCE, AT_MOST_ONCE, Claimed
 from zkcrawl.queue.ingress import IngressQueue
 from zkcrawl.queue.items import Item

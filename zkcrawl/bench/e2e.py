@@ -79,7 +79,7 @@ def case_zkcrawl(zk_hosts: str, server_pid: int | None, articles: int, threads: 
         spawned = time.time()
         with open(log, "wb") as err:
             consumer = subprocess.Popen(
-                [sys.executable, "-m", "consumer.main", "--zk", zk_hosts, "--root", root,
+                [sys.executable, "-m", "zkcrawl.consumer.main", "--zk", zk_hosts, "--root", root,
                  "--id", "bench-e2e", "--threads", str(threads), "--backlog", str(threads * 2),
                  "--out", str(out), "--exit-when-idle", "2", "--domain-delay", "0",
                  "--no-robots", "--log-format", "json", "--allow-private-addresses"],
@@ -92,7 +92,7 @@ def case_zkcrawl(zk_hosts: str, server_pid: int | None, articles: int, threads: 
             zk.close()
         with open(plog, "wb") as err:
             producer = subprocess.Popen(
-                [sys.executable, "-m", "producer.main", "--zk", zk_hosts, "--root", root,
+                [sys.executable, "-m", "zkcrawl.producer.main", "--zk", zk_hosts, "--root", root,
                  "--id", "bench-e2e", "--start", f"{base}/list/1",
                  "--next", '//a[@rel="next"]/@href', "--links", '//a[@class="item"]/@href',
                  "--delay", "0", "--no-robots", "--max-pages", "0", "--log-format", "json",

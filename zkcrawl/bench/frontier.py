@@ -5,7 +5,7 @@ throwaway ZooKeeper (or ``--zk``), a fresh root per case, the same URLs (``--ite
 ``--site-hosts`` hosts) in both:
 
 * ``owned``        what a consumer runs: the items offered into their partitions, then
-  :class:`~consumer.owned_queue.OwnedQueue` claims, marks started and completes them
+  :class:`~zkcrawl.consumer.owned_queue.OwnedQueue` claims, marks started and completes them
   (:func:`zkcrawl.bench.drain.drain`), its checkpoint thread writing marks and settles on
   its own clock;
 * ``partitioned``  :class:`~zkcrawl.queue.partition_queue.PartitionQueue` driven by hand
@@ -14,7 +14,7 @@ throwaway ZooKeeper (or ``--zk``), a fresh root per case, the same URLs (``--ite
   each round is one checkpoint (:meth:`~zkcrawl.queue.partition_queue.PartitionQueue.
   checkpoint`: one transaction per 512 KiB, fenced per partition) that marks the next
   ``wave`` items of every batch started and settles the wave before -- what an owner's
-  0.2 s checkpoints do (:mod:`consumer.owned_queue`); a finished batch is deleted in it.
+  0.2 s checkpoints do (:mod:`zkcrawl.consumer.owned_queue`); a finished batch is deleted in it.
 
 Reported: writes, reads and requests per page from the server, items per second of the
 client, and the ratio owned ÷ partitioned (the consumer's own checkpoint clock against

@@ -200,7 +200,8 @@ def case(zk_hosts: str, *, hosts: int, per_host: int, procs: int, threads: int,
         for i in range(procs):
             with open(logs[i], "wb") as err:
                 children.append(subprocess.Popen(
-                    [sys.executable, "-m", "consumer.main", "--zk", zk_hosts, "--root", root,
+                    [sys.executable, "-m", "zkcrawl.consumer.main", "--zk", zk_hosts, "--root",
+                     root,
                      "--id", f"bench-{i}", "--threads", str(threads),
                      "--backlog", str(threads * 2 if backlog is None else backlog),
                      "--out", str(outs[i]),

@@ -76,9 +76,9 @@ def bench_producer(hosts: str, root: str, path: Path, n: int, batch: int,
     in ``partitions`` partitions (``root`` is new: it records them)."""
     import threading
 
-    from producer.main import execute, make_plan
-    from producer.settings import ProducerSettings
     from zkcrawl.bench.hosts import zk_counters, zk_ports
+    from zkcrawl.producer.main import execute, make_plan
+    from zkcrawl.producer.settings import ProducerSettings
 
     settings = ProducerSettings(zk=hosts, root=root, from_file=str(path), batch=batch,
                                 max_depth=n + 1, id="bench-producer", partitions=partitions)
@@ -165,7 +165,7 @@ def run_bench(hosts: str | None, n: int = 100_000, json_out: bool = False, *,
     del json_out
     import structlog
 
-    from producer.settings import DEFAULT_BATCH
+    from zkcrawl.producer.settings import DEFAULT_BATCH
 
     if not structlog.is_configured():
         # Unconfigured structlog prints to stdout, which holds the table or the JSON.

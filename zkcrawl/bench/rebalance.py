@@ -133,7 +133,7 @@ class _CaseConsumers:
         self.logs.append(self.tmp / f"{self.tag}-{i}.log")
         with open(self.logs[i], "wb") as err:
             self.procs.append(subprocess.Popen(
-                [sys.executable, "-m", "consumer.main", "--zk", self.zk_hosts, "--root",
+                [sys.executable, "-m", "zkcrawl.consumer.main", "--zk", self.zk_hosts, "--root",
                  self.root, "--id", f"bench-{i}", "--threads", str(self.threads),
                  "--backlog", str(self.threads * 2), "--out", str(self.outs[i]),
                  "--exit-when-idle", "2", "--domain-delay", f"{self.delay:g}",

@@ -3,8 +3,8 @@ crawl in one run, and the ``--recrawl`` store at scale.
 
 * ``recrawl``: N unchanged articles of the synthetic site (ETags, 304 to a matching
   ``If-None-Match``). Pass 1 offers them as a ``--recrawl`` producer does (its
-  :class:`~producer.offerer.Offerer`, into the partitions) and one consumer crawls them; the
-  producer's re-crawl pass (:class:`~producer.recrawl.Recrawler`) offers them again with
+  :class:`~zkcrawl.producer.offerer.Offerer`, into the partitions) and one consumer crawls them; the
+  producer's re-crawl pass (:class:`~zkcrawl.producer.recrawl.Recrawler`) offers them again with
   their validators for pass 2. Per pass: the bytes the site sent, the
   consumer's CPU per page, the records' ``changed``; the figures are the ratios pass 2 /
   pass 1. A ``floor`` crawl of bare 404s measures a page's fixed cost in the same run.
@@ -31,11 +31,11 @@ from typing import Any
 
 import structlog
 
-from producer.offerer import Offerer
-from producer.recrawl import Recrawler, RecrawlStore, Schedule
-from producer.summary import Counts
 from zkcrawl.bench.crawl import Probe, _env, _read_lines, _wait_registered, _zookeeper
 from zkcrawl.bench.site import start_benchsite, stop_benchsite
+from zkcrawl.producer.offerer import Offerer
+from zkcrawl.producer.recrawl import Recrawler, RecrawlStore, Schedule
+from zkcrawl.producer.summary import Counts
 from zkcrawl.queue import control
 from zkcrawl.queue.fetched import FetchedReader
 from zkcrawl.queue.ingress import IngressQueue
@@ -62,7 +62,7 @@ def _crawl(hosts: str, root: str, threads: int, latency_ms: int, tmp: Path, tag:
     control.set_state(zk, root, control.PAUSED, by="bench")
     with open(log, "wb") as err:
         child = subprocess.Popen(
-            [sys.executable, "-m", "consumer.main", "--zk", hosts, "--root", root,
+            [sys.executable, "-m", "zkcrawl.consumer.main", "--zk", hosts, "--root", root,
              "--id", f"bench-{tag}", "--threads", str(threads), "--backlog", str(threads * 2),
              "--out", str(out), "--exit-when-idle", "2", "--domain-delay", "0",
              "--no-robots", "--log-format", "json", "--allow-private-addresses"],

@@ -3,7 +3,7 @@ against a baseline measured in the same run.
 
 * ``bench sitemap``: a gzipped sitemap of N URLs on 127.0.0.1 read by ``zkcrawl-producer
   --sitemap`` (``sitemap``), against ``--from-file`` of the same URLs (``from_file``, the
-  baseline) and :func:`producer.sitemaps.decode` alone (``decode``): ``urls_per_s`` and
+  baseline) and :func:`zkcrawl.producer.sitemaps.decode` alone (``decode``): ``urls_per_s`` and
   ``peak_rss_mb``, and their ``ratio``.
 * ``bench watch``: ``zkcrawl-producer --watch INTERVAL`` on a growing sample blog
   (:mod:`zkcrawl.admin.samplesite`): listing pages read per quiet pass (target 1), and the
@@ -101,7 +101,7 @@ def _env() -> dict[str, str]:
 
 
 def _producer_argv(hosts: str, root: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "producer.main", "--zk", hosts, "--root", root,
+    return [sys.executable, "-m", "zkcrawl.producer.main", "--zk", hosts, "--root", root,
             "--log-format", "json", "--log-level", "info", "--delay", "0",
             "--allow-private-addresses", *extra]
 
@@ -154,7 +154,7 @@ def _run_producer(argv: list[str], log: Path, timeout: float = 600) -> dict[str,
 
 def bench_decode(body: bytes) -> dict[str, Any]:
     """The decoder alone (inflate + parse + dates), in this process, untraced."""
-    from producer.sitemaps import Decoded, decode
+    from zkcrawl.producer.sitemaps import Decoded, decode
 
     t0 = time.perf_counter()
     out = Decoded()

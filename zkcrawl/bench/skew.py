@@ -63,7 +63,8 @@ def case(zk_hosts: str, urls: list[str], small: set[str], *, procs: int, threads
         for i in range(procs):
             with open(logs[i], "wb") as err:
                 children.append(subprocess.Popen(
-                    [sys.executable, "-m", "consumer.main", "--zk", zk_hosts, "--root", root,
+                    [sys.executable, "-m", "zkcrawl.consumer.main", "--zk", zk_hosts, "--root",
+                     root,
                      "--id", f"{tag}-{i}", "--threads", str(threads), "--out", str(outs[i]),
                      "--domain-delay", f"{delay:g}", "--no-robots", "--log-format", "json",
                      "--stats-interval", "5", "--allow-private-addresses", "--grace", "2"],

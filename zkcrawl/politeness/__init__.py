@@ -6,8 +6,9 @@
 * :mod:`.gate`     :class:`HostGate`: the consumer's front for a scheduler whose threads never
   wait for a host (it keeps its per-host state in a :class:`LocalPoliteness` table)
 
-The gap holds cluster-wide because every host has one owner (SPEC §4, :mod:`consumer.ownership`):
-the owner's table is the only one that schedules it, in memory -- no ZooKeeper write per request.
+The gap holds cluster-wide because every host has one owner (SPEC §4,
+:mod:`zkcrawl.consumer.ownership`): the owner's table is the only one that schedules it, in memory
+-- no ZooKeeper write per request.
 """
 
 from zkcrawl.politeness.gate import EARLY, HostGate

@@ -50,7 +50,7 @@ class HostGate:
 
     The gate is also the :class:`~zkcrawl.politeness.local.Politeness` given to the Fetcher:
     the thread that performs an admitted item -- not always the one that admitted it: an
-    item admitted waits for its start mark off the thread (:mod:`consumer.worker`) -- says
+    item admitted waits for its start mark off the thread (:mod:`zkcrawl.consumer.worker`) -- says
     so with :meth:`pay` just before its fetch, and that fetch's first ``reserve`` is the slot
     already paid for; later ones (a redirect to the same host, robots.txt) reserve and are
     waited for by the Fetcher. An admission whose item will not start after all (released or
@@ -166,7 +166,7 @@ class HostGate:
 
 def hold_of(gate: HostGate, host: str) -> tuple[float, float, int]:
     """What of ``host``'s politeness here must outlive this owner of its partition (SPEC §3,
-    a hand-over; :mod:`consumer.ownership`): ``(seconds until its back-off ends -- <= 0:
+    a hand-over; :mod:`zkcrawl.consumer.ownership`): ``(seconds until its back-off ends -- <= 0:
     none, its own gap -- 0.0: the default, its failures in a row)``. A snapshot of the
     gate's table read without its lock (for a checkpoint, not for a decision here)."""
     h = gate.table._hosts.get(host)

@@ -1,6 +1,6 @@
 """What a claim hands out: a held item (:class:`Claimed`), the results of settling held
 items, the delivery modes and :class:`QueueSuspended` -- the vocabulary shared by the
-partitioned queue (:mod:`consumer.owned_queue`), the ingress (:mod:`zkcrawl.queue.ingress`)
+partitioned queue (:mod:`zkcrawl.consumer.owned_queue`), the ingress (:mod:`zkcrawl.queue.ingress`)
 and their callers.
 
 The one home of the item's fate after a failed try (SPEC §3):
@@ -67,7 +67,7 @@ class Claimed:
     # Holder deaths this claim carries on top of the item's own ``attempt`` (SPEC §3: a
     # holder's death is an attempt). A partition's next owner charges a death into the item
     # itself (attempt + 1, meta.holder_deaths: zkcrawl.queue.partition_queue); 1 here marks
-    # an item that charge used up (consumer.owned_queue: dead-lettered ``abandoned``).
+    # an item that charge used up (zkcrawl.consumer.owned_queue: dead-lettered ``abandoned``).
     deaths: int = 0
 
     @property

@@ -1,6 +1,6 @@
 """Fetch outcomes: ``<root>/fetched/fn-NNNNNNNNNN`` (SPEC §2), consumer -> producer: what each
 fetch of a URL a ``--recrawl`` producer offered returned (only items whose ``meta.recrawl``
-is an object are reported), for the producer's per-URL schedule (``producer.recrawl``).
+is an object are reported), for the producer's per-URL schedule (``zkcrawl.producer.recrawl``).
 
 * **A report is not the page**: :class:`FetchedBuffer` gathers reports across groups and
   writes them on its own thread, so a report never holds an item back; ZooKeeper refusing

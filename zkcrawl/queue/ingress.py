@@ -2,7 +2,7 @@
 (JSON, or a bare URL as Curator writes it); the owner of partition 0 moves them into their
 partitions (:mod:`zkcrawl.queue.partition_queue`). :class:`IngressQueue` is zkcrawl's own
 client of it (``zkcrawl dead requeue``, the benches, the tests): offers only -- nothing
-here claims or settles an item (consumers own partitions: :mod:`consumer.owned_queue`).
+here claims or settles an item (consumers own partitions: :mod:`zkcrawl.consumer.owned_queue`).
 
 Guarantees:
 

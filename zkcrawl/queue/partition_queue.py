@@ -644,7 +644,7 @@ class PartitionQueue:
         in_place = BatchNode(node.name, node.version, replace(b, items=tuple(items)))
         if _fits(in_place.batch.progressed(done=settled, unstarted=again)):
             # Same batch, same index, same creation time: the item's identity (a sink's
-            # unique key, consumer.sinks.postgres) sees the redelivery, as it should.
+            # unique key, zkcrawl.consumer.sinks.postgres) sees the redelivery, as it should.
             return self.progress(owned, in_place, done=settled, unstarted=again, dead=dead)
         return self.progress(owned, node, done=settled | set(again),  # a new batch at the tail
                              retry=[it for i in again if (it := items[i]) is not None],

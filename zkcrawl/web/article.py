@@ -11,7 +11,7 @@ Guarantees (the body is hostile):
   (``extract: too-large``, ``not-text``, ``failed: <Type>``);
 * every value is JSON (no NaN) and bounded (:data:`MAX_TAGS`, :data:`MAX_TAG`,
   :data:`MAX_JSONLD`); a ``canonical`` is an absolute http(s) URL of at most ``URL_LIMIT``;
-* the work is linear in the capped body; :mod:`consumer.extract_pool` adds a time cap.
+* the work is linear in the capped body; :mod:`zkcrawl.consumer.extract_pool` adds a time cap.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ _runner: Runner | None = None
 
 def set_runner(runner: Runner | None) -> None:
     """Where :func:`article` sends pages: the consumer's process pool
-    (:mod:`consumer.extract_pool`) while it runs; None: in the calling thread."""
+    (:mod:`zkcrawl.consumer.extract_pool`) while it runs; None: in the calling thread."""
     global _runner
     _runner = runner
 

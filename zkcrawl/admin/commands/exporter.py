@@ -17,9 +17,9 @@ import dataclasses
 import threading
 from collections.abc import Mapping
 
-from consumer.metrics import MetricsServer
 from zkcrawl import logs
 from zkcrawl.admin.exporter import MIN_INTERVAL, REFRESH, ClusterView, ExporterMetrics
+from zkcrawl.consumer.metrics import MetricsServer
 from zkcrawl.errors import ExitStatus, UsageError
 from zkcrawl.runner import connect, setup_logging
 from zkcrawl.settings import CommonSettings, opt

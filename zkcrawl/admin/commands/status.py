@@ -211,7 +211,7 @@ def render(doc: dict[str, Any], hosts: str) -> str:
                      + ", ".join(f"{_cell(k)}={v}" for k, v in orphans.items()))
     lines.append("")
     if doc["producers"]:
-        from producer.summary import held_back_text
+        from zkcrawl.producer.summary import held_back_text
 
         rows = [[p["id"], p["host"], p["state"], p.get("pages", "-"), p.get("offered", "-"),
                  held_back_text(p), _age(p["heartbeat_age_s"]), _last_pass(p)]
@@ -226,7 +226,7 @@ def render(doc: dict[str, Any], hosts: str) -> str:
 def _last_pass(producer: dict[str, Any]) -> str:
     """A watching producer's last pass (``--watch``): "#3 40.2s ago: 1 pages, 0 sitemaps,
     0 new"; "-" for a producer that does not watch (or publishes a malformed pass)."""
-    from producer.watch import last_pass
+    from zkcrawl.producer.watch import last_pass
 
     lp = last_pass(producer)
     if lp is None:

@@ -8,7 +8,7 @@ nothing is written anywhere.
   (normalized) or dropped with the producer's reason, the ``--next`` page, and the page's
   most common ``<a>`` classes.
 * **The consumer's view**: the record it would write, built by the consumer's own
-  :func:`consumer.pipeline.page_record`, and whether it would be recorded or retried; with
+  :func:`zkcrawl.consumer.pipeline.page_record`, and whether it would be recorded or retried; with
   ``--processor``, ``--extract article`` or ``--pipeline``, their results or failures (a
   ``--pipeline`` stage's side effects happen here too).
 
@@ -30,14 +30,14 @@ from typing import Any
 
 import lxml.etree
 
-from consumer.pipeline import extract_page, page_record
-from consumer.processors import ArticleProcessor, FieldsProcessor, Processors, parse_routes
-from consumer.results import ResultChain
-from consumer.settings import DEFAULT_USER_AGENT
-from producer import listing
-from producer.main import classify_link
-from producer.settings import DEFAULT_STRIP
+from zkcrawl.consumer.pipeline import extract_page, page_record
+from zkcrawl.consumer.processors import ArticleProcessor, FieldsProcessor, Processors, parse_routes
+from zkcrawl.consumer.results import ResultChain
+from zkcrawl.consumer.settings import DEFAULT_USER_AGENT
 from zkcrawl.errors import ExitStatus, UsageError
+from zkcrawl.producer import listing
+from zkcrawl.producer.main import classify_link
+from zkcrawl.producer.settings import DEFAULT_STRIP
 from zkcrawl.runner import setup_logging
 from zkcrawl.settings import CommonSettings, env_name, opt
 from zkcrawl.textsafe import printable
