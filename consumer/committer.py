@@ -28,7 +28,7 @@ import structlog
 from zkcrawl.consumer.pipeline import COMPLETE, DEAD, RETRY, OutcomeKind
 from zkcrawl.consumer.queue_seam import WorkerQueue
 from zkcrawl.consumer.results import ResultChain
-from zkcrawl.consumer.sink import Entry, Record, ResultSink
+from zkcrawl.consumer.sinks import Entry, Record, ResultSink
 from zkcrawl.errors import SinkError
 from zkcrawl.queue.batch_dir import WriteRefused
 from zkcrawl.queue.claims import Claimed, QueueSuspended
@@ -79,7 +79,7 @@ class GroupCommit(Generic[T]):
     1. **writes** the group (:meth:`GroupCommit.write`, the one step between "records of this
        group" and "per-item results"): the records through the ``--pipeline`` chain
        (:mod:`zkcrawl.consumer.results`: dropped, changed, or a retryable failure), then every
-       record in one :meth:`~zkcrawl.consumer.sink.ResultSink.write_batch` -- one write and one
+       record in one :meth:`~zkcrawl.consumer.sinks.ResultSink.write_batch` -- one write and one
        fsync for JSON Lines, one transaction for PostgreSQL. The sink answers per record: stored
        (durable), or refused with a reason (a constraint or type error in the database), which turns
        that item into a dead letter with the reason; the rest of the group is unaffected;

@@ -4,8 +4,9 @@
 Signal handlers are installed here and nowhere else: SIGTERM/SIGINT (:mod:`zkcrawl.signals`)
 ask the worker to stop (finish within ``--grace``), a second one to release everything and
 exit at once; SIGHUP asks the sink to reopen ``--out`` between two groups (logrotate without
-``copytruncate``; :meth:`zkcrawl.consumer.sink.ResultSink.request_reopen`, a flag). SIGHUP is routed
-before ZooKeeper is connected, so a rotation during start-up does not kill the process.
+``copytruncate``; :meth:`zkcrawl.consumer.sinks.ResultSink.request_reopen`, a flag).
+SIGHUP is routed before ZooKeeper is connected, so a rotation during start-up does not kill
+the process.
 
 With ``--metrics-port`` the server listens before ZooKeeper is connected: ``/livez`` answers
 200 while the consumer waits for ZooKeeper (it is alive), ``/readyz`` 503 until it runs.
@@ -31,7 +32,7 @@ from zkcrawl.consumer.processors import ArticleProcessor, FieldsProcessor, Proce
 from zkcrawl.consumer.queue_seam import WorkerQueue
 from zkcrawl.consumer.results import ResultChain
 from zkcrawl.consumer.settings import CRAWL_DELAY_CAP, ConsumerSettings
-from zkcrawl.consumer.sink import ResultSink, open_sink
+from zkcrawl.consumer.sinks import ResultSink, open_sink
 from zkcrawl.consumer.worker import Worker
 from zkcrawl.errors import ExitStatus
 from zkcrawl.logs import get_logger

@@ -44,7 +44,7 @@ from zkcrawl.consumer.processors import PROCESSOR_ERROR
 from zkcrawl.consumer.queue_seam import WorkerQueue
 from zkcrawl.consumer.results import ResultChain
 from zkcrawl.consumer.settings import ConsumerSettings
-from zkcrawl.consumer.sink import ResultSink, SinkUnavailable
+from zkcrawl.consumer.sinks import ResultSink, SinkUnavailable
 from zkcrawl.consumer.timing import ItemTiming, Timings
 from zkcrawl.errors import ExitStatus, SinkError
 from zkcrawl.politeness.gate import EARLY

@@ -10,9 +10,9 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from zkcrawl.consumer import sink_postgres
 from zkcrawl.consumer.main import run
-from zkcrawl.consumer.sink import Entry
+from zkcrawl.consumer.sinks import Entry
+from zkcrawl.consumer.sinks import postgres as sink_postgres
 
 AFTER = int(sys.argv.pop(1))
 _write_batch = sink_postgres.PostgresSink.write_batch

@@ -23,7 +23,7 @@ from tests import old_layout
 from tests.test_admin_cli import common, run
 from zkcrawl import logs
 from zkcrawl.admin.report import load_records, parse_line, render_html, render_text, summarize
-from zkcrawl.consumer.sink import Sink
+from zkcrawl.consumer.sinks import Sink
 from zkcrawl.jsonclean import json_clean
 from zkcrawl.queue.ingress import IngressQueue
 from zkcrawl.queue.items import Item

@@ -42,7 +42,7 @@ from tests.queue_view import held, queued_urls
 from tests.test_consumer_support import Running, offer, records, settings_for, spawn
 from zkcrawl.admin.localzk import ZkServer, free_port
 from zkcrawl.cli import main as admin_main
-from zkcrawl.consumer.sink import Sink
+from zkcrawl.consumer.sinks import Sink
 from zkcrawl.errors import SinkError
 from zkcrawl.zk.client import ZkClient
 

@@ -12,7 +12,7 @@ import pytest
 from tests.httpd import TestServer, delayed, gzip_bomb, gzipped, html, redirect, static, trickle
 from zkcrawl.consumer.pipeline import COMPLETE, DEAD, RETRY, ItemHandler
 from zkcrawl.consumer.settings import CRAWL_DELAY_CAP, ConsumerSettings
-from zkcrawl.consumer.sink import Sink
+from zkcrawl.consumer.sinks import Sink
 from zkcrawl.consumer.timing import ItemTiming, Timings, percentile
 from zkcrawl.errors import SinkError, UsageError
 from zkcrawl.politeness.gate import HostGate

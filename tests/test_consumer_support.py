@@ -14,7 +14,7 @@ from typing import Any
 
 from zkcrawl.consumer.main import build_parser, open_consumer
 from zkcrawl.consumer.settings import ConsumerSettings
-from zkcrawl.consumer.sink import Sink
+from zkcrawl.consumer.sinks import Sink
 from zkcrawl.consumer.worker import Worker
 from zkcrawl.queue.ingress import IngressQueue
 from zkcrawl.queue.items import Item

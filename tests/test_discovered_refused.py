@@ -29,7 +29,7 @@ from zkcrawl.admin.cluster import list_dead
 from zkcrawl.consumer.committer import GroupCommit, Settle
 from zkcrawl.consumer.owned_queue import OwnedQueue
 from zkcrawl.consumer.pipeline import COMPLETE, DEAD, RETRY
-from zkcrawl.consumer.sink import Sink
+from zkcrawl.consumer.sinks import Sink
 from zkcrawl.queue.claims import Claimed
 from zkcrawl.queue.discovered import DiscoveredWriter, Link
 from zkcrawl.queue.ingress import IngressQueue

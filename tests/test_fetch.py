@@ -35,7 +35,8 @@ from zkcrawl.politeness.local import LocalPoliteness
 from zkcrawl.settings import parse
 from zkcrawl.web.extract import extract_record
 from zkcrawl.web.fetch import Fetcher, FetchResult, FetchSettings, parse_retry_after
-from zkcrawl.web.transfer import TRANSPORTS, ascii_url, parse_head
+from zkcrawl.web.transports import TRANSPORTS
+from zkcrawl.web.transports.base import ascii_url, parse_head
 from zkcrawl.web.urls import host_of
 
 PAGE = "<html><head><title>Hello</title></head><body>hi</body></html>"
@@ -493,7 +494,7 @@ def test_unknown_transport_is_refused() -> None:
 
 def test_requests_transport_takes_a_session_of_your_own(srv: TestServer) -> None:
     # requests-only by nature: what the requests transport is for (auth plugins, adapters).
-    from zkcrawl.web.transfer_requests import RequestsTransport
+    from zkcrawl.web.transports.requests import RequestsTransport
 
     def transport(user_agent: str) -> RequestsTransport:
         session = requests.Session()

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from tests.httpd import TestServer
 from zkcrawl.web.fetch import Fetcher, FetchSettings
-from zkcrawl.web.transfer import TRANSPORTS
+from zkcrawl.web.transports import TRANSPORTS
 from zkcrawl.web.validators import (
     EARLIEST,
     ETAG_LIMIT,

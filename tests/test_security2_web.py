@@ -32,7 +32,7 @@ from zkcrawl.web import robots as robots_mod
 from zkcrawl.web.addresses import BLOCK_PRIVATE
 from zkcrawl.web.fetch import Fetcher, FetchSettings
 from zkcrawl.web.robots import MAX_RULE_BYTES, MAX_RULES, cap_rules
-from zkcrawl.web.transfer_requests import WATCHDOG
+from zkcrawl.web.transports.requests import WATCHDOG
 from zkcrawl.web.urls import host_of
 
 ROOT = Path(__file__).resolve().parent.parent

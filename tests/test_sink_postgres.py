@@ -1,4 +1,4 @@
-"""The PostgreSQL sink (consumer/sink_postgres.py) against a real PostgreSQL server that the
+"""The PostgreSQL sink (consumer/sinks/postgres.py) against a real PostgreSQL server that the
 tests start themselves (zkcrawl/admin/localpg.py, the ``pg_server`` fixture), real
 ZooKeeper, real HTTP servers and real consumer processes:
 
@@ -47,8 +47,8 @@ from zkcrawl.admin import report
 from zkcrawl.admin.localpg import PgServer
 from zkcrawl.admin.localzk import free_port
 from zkcrawl.cli import main as admin_main
-from zkcrawl.consumer.sink import Entry, Sink, SinkUnavailable, open_sink
-from zkcrawl.consumer.sink_postgres import PostgresSink
+from zkcrawl.consumer.sinks import Entry, Sink, SinkUnavailable, open_sink
+from zkcrawl.consumer.sinks.postgres import PostgresSink
 from zkcrawl.errors import ExitStatus, UsageError
 from zkcrawl.postgres import COLUMNS, parse_url, row_record
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from tests.httpd import TestServer, html, redirect
 from zkcrawl.web.addresses import BLOCK_PRIVATE, AddressGuard
 from zkcrawl.web.fetch import Fetcher, FetchResult, FetchSettings
-from zkcrawl.web.transfer import TRANSPORTS, CurlTransport
+from zkcrawl.web.transports import TRANSPORTS, CurlTransport
 from zkcrawl.web.urls import normalize_url
 
 PAGE = "<html><head><title>Hello</title></head><body>hi</body></html>"

@@ -1,6 +1,6 @@
 """The PostgreSQL results table: its URL, its schema, connecting, reading it back.
 
-Used by the consumer's sink (:mod:`zkcrawl.consumer.sink_postgres`), ``zkcrawl report`` and
+Used by the consumer's sink (:mod:`zkcrawl.consumer.sinks.postgres`), ``zkcrawl report`` and
 ``zkcrawl demo``. The driver, psycopg 3, is the optional extra ``postgres``: it is imported
 only when a ``postgresql://`` URL is used.
 
