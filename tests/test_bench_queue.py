@@ -64,7 +64,13 @@ def test_bench_queue_removes_its_node_on_ctrl_c(zk_hosts, zk, zk_root):
 
         wait_for(items_queued, 60, "the bench to create its nodes")
         proc.send_signal(signal.SIGINT)
-        _out, err = proc.communicate(timeout=60)
+        try:
+            _out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _out, err = proc.communicate()
+            raise AssertionError(f"no exit 60 s after SIGINT; its last lines: {err[-3000:]}"
+                                 ) from None
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -248,10 +248,23 @@ def _drain_from(zk: ZkClient, n: int, delivery: str, base: str = ""
         t0 = time.perf_counter()
         done = drain(q, n, progress=progress)
         elapsed = time.perf_counter() - t0
-    finally:
-        q.close()
+    except BaseException:  # Ctrl-C: the run node goes anyway, so a stop need not be clean
+        _close_within(q, INTERRUPTED_CLOSE_S)
+        raise
+    q.close()
     zk.delete(root, recursive=True)
     return elapsed, done, _steady_ms(progress, elapsed / max(done, 1) * 1000)
+
+
+INTERRUPTED_CLOSE_S = 5.0  # an interrupted case's queue may take this long to close
+
+
+def _close_within(q: OwnedQueue, timeout: float) -> None:
+    """Close ``q`` on a daemon thread, waiting at most ``timeout`` s: an interrupt may have
+    struck the queue's caller anywhere, and the process is about to exit."""
+    closer = threading.Thread(target=q.close, name="bench-close", daemon=True)
+    closer.start()
+    closer.join(timeout)
 
 
 def _steady_ms(progress: list[tuple[float, int]], whole: float) -> float:
