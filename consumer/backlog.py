@@ -3,9 +3,11 @@ item as a :class:`Task` in exactly one :class:`TaskState` until it is gone (the 
 diagram and who calls what: :class:`Backlog`'s docstring).
 
 * **Bounded**: never more than ``capacity`` (``--threads + --backlog``) tasks in the table.
-* **Marked, then cooled items first**; a cooling task is a heap entry, so no thread waits
-  for a host. At most ``mark_ahead`` (``--threads``) tasks are marked ahead of the pool (a
-  death is charged to every marked item).
+* **Marks ahead, at most ``mark_ahead``** (2 x ``--threads``): unmarked tasks (cooled, then
+  fresh) are admitted while fewer wait for or hold a written mark, then the marked ones
+  run -- the threads rarely wait for a checkpoint, and a death is charged to no more than
+  the running tasks and ``mark_ahead`` marked ones. A cooling task is a heap entry, so no
+  thread waits for a host.
 * **An admission is used or given back** (``withdraw``), and a task is handed to one pool
   thread per READY.
 * **Every wait is bounded** by its ``timeout``, so flags set by a signal handler are seen.
@@ -112,8 +114,10 @@ class Backlog:
     * **Bounded**: never more than ``capacity`` (``--threads + --backlog``) tasks in the table,
       whatever their state: only the claim loop adds, and it adds no more than
       :meth:`~Backlog.wait_capacity` returned.
-    * **Marked, then cooled items first**: a task whose mark was written is taken before any
-      other (it holds its host's admission), then one whose host's turn came, then fresh ones.
+    * **Marks ahead**: with ``mark_ahead``, a cooled task whose host's turn came, then a
+      fresh one, is taken while fewer than ``mark_ahead`` tasks are MARKING or marked and
+      READY; then a marked one (it holds its host's admission). Without it, marked ones
+      first.
     * **An admission is used or given back**: a task admitted at the gate (``gated``) that
       leaves the table while it waits (MARKING, or marked and READY or COOLING) gives its
       host's admission back (``withdraw``, set by the worker: the gate's
@@ -229,23 +233,20 @@ class Backlog:
 
     # -- pool threads ---------------------------------------------------------------------
     def take(self, timeout: float) -> Task | None:
-        """The next READY task -- cooled ones first -- now RUNNING; None once closed, or
-        when none came within ``timeout`` seconds."""
+        """The next READY task (:meth:`_next`) now RUNNING; None once closed, or when none
+        came within ``timeout`` seconds."""
         deadline: float | None = None
         with self._lock:
             while True:
-                while self._priority or self._ready:
-                    if self._ahead_full() and not self._marked_first():
-                        break  # enough marked ahead: fresh ones wait for a thread to free
-                    task = (self._priority or self._ready).popleft()
-                    if task.state is READY:  # else released or lost while it waited
-                        if task.marked:
-                            self._marked_ready -= 1
-                            self._work.notify()  # one mark fewer ahead: a fresh one may go
-                        task.state = RUNNING
-                        self._running += 1
-                        self._unstarted -= 1
-                        return task
+                task = self._next()
+                if task is not None:
+                    if task.marked:
+                        self._marked_ready -= 1
+                        self._work.notify()  # one mark fewer ahead: a fresh one may go
+                    task.state = RUNNING
+                    self._running += 1
+                    self._unstarted -= 1
+                    return task
                 if self._closed:
                     return None
                 now = time.monotonic()
@@ -257,17 +258,29 @@ class Backlog:
                     return None
                 self._work.wait(deadline - now)
 
-    def _ahead_full(self) -> bool:
-        return (self.mark_ahead is not None
-                and self._marking + self._marked_ready >= self.mark_ahead)
-
-    def _marked_first(self) -> bool:
-        """Drop what left the front of ``_priority``; True when a marked READY task is
-        there (marked tasks always go in at the front: :meth:`marked`, :meth:`release_due`)."""
+    def _next(self) -> Task | None:
+        """The READY task to hand out next, or None. With ``mark_ahead``, unmarked ones
+        (cooled, then fresh) while fewer than ``mark_ahead`` wait for or hold a written
+        mark, so that marks are written ahead of the threads that will need them; then
+        the marked ones. Without, marked ones first."""
         prio = self._priority
-        while prio and prio[0].state is not READY:
+        while prio and prio[0].state is not READY:  # released or lost while it waited
             prio.popleft()
-        return bool(prio) and prio[0].marked
+        while self._ready and self._ready[0].state is not READY:
+            self._ready.popleft()
+        if self.mark_ahead is None:
+            if prio:
+                return prio.popleft()
+            return self._ready.popleft() if self._ready else None
+        if self._marking + self._marked_ready >= self.mark_ahead:  # enough marked ahead
+            return prio.popleft() if prio and prio[0].marked else None
+        for i, task in enumerate(prio):  # marked ones are in front: the first unmarked
+            if not task.marked and task.state is READY:
+                del prio[i]
+                return task
+        if self._ready:
+            return self._ready.popleft()
+        return prio.popleft() if prio else None  # nothing unmarked: a marked one
 
     def task_done(self) -> None:
         """The pool thread that took a task is done with it (counted by :meth:`stats`)."""
@@ -362,7 +375,7 @@ class Backlog:
                     if task.state is COOLING:  # else released or lost meanwhile
                         task.state = READY
                         task.timing.polite_ms += (now - task.cooled_at) * 1000.0
-                        if task.marked:  # marked ones stay in front (_marked_first)
+                        if task.marked:  # marked ones stay in front (_next)
                             self._marked_ready += 1
                             self._priority.appendleft(task)
                         else:

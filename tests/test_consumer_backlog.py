@@ -359,3 +359,18 @@ def test_the_backlog_count_follows_every_state_change():
     b.forget(list(ts))
     check()
     assert b.stats() == (b.stats()[0], 0, 0)
+
+
+def test_below_mark_ahead_fresh_tasks_are_admitted_before_marked_ones_run():
+    """Marks are written ahead of the threads that need them: while fewer than
+    ``mark_ahead`` wait for or hold a mark, a thread takes an unmarked task (to admit it
+    and ask its mark) before a marked one, so the threads rarely wait for a checkpoint."""
+    b = Backlog(8, mark_ahead=2)
+    ts = [task(i) for i in range(4)]
+    b.put(ts)
+    first = b.take(0.1)
+    assert first is ts[0] and b.await_mark(first)
+    b.marked([first.claimed])  # one marked, READY: below the cap of 2
+    assert b.take(0.1) is ts[1]  # a fresh one first ...
+    assert b.await_mark(ts[1])  # ... now two ahead: the cap
+    assert b.take(0.1) is first  # then the marked one

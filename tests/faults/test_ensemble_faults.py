@@ -158,8 +158,9 @@ def test_frozen_consumer_starts_none_of_the_items_it_held(ens, admin, zk_root,
     final.update({r["url"]: r for r in records(oout)})
     charged = {path_of[u] for u, r in final.items() if r["holder_deaths"]}
     assert charged <= asked | started_paths, (charged, asked, started_paths)
-    # Charged without a request: at most one marked ahead per pool thread (mark_ahead).
-    assert len(started_paths - asked) <= 2 and len(charged - asked) <= 2, (started, charged)
+    # Charged without a request: what a thread had taken but not asked for yet, and the
+    # marks written ahead (MARKS_AHEAD per pool thread): 3 per thread at most.
+    assert len(started_paths - asked) <= 6 and len(charged - asked) <= 6, (started, charged)
     # Most of what it held waited in its backlog: held, never started, never charged.
     assert held_then - len(charged) >= 4, (held_then, charged)
     no_traceback(verr, oerr)
@@ -351,7 +352,7 @@ def _partition(ens, admin, zk_root, start_consumer, netns, victim_zk):  # type: 
     # Never started on the stale claim: what it had not asked for is fetched once, elsewhere.
     assert {p: n for p, n in per_path.items() if p not in asked and n != 1} == {}
     held_paths = {u.removeprefix(srv.base_url) for u in held.values()}
-    assert len(held_paths - asked) <= 2, (held, asked)  # marked, unasked: 1 a thread at most
+    assert len(held_paths - asked) <= 6, (held, asked)  # marked, unasked: 3 a thread at most
     running = asked
     books = check_books(admin, zk_root, urls, [vout, oout],
                         explained={srv.url(p) for p in running})
