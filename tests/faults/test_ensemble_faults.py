@@ -29,8 +29,6 @@ from tests.httpd import TestServer, delayed
 from tests.queue_view import queued_count, queued_counter
 from tests.test_consumer_support import ROOT, offer, records, stats_held
 from zkcrawl.queue.layout import Layout
-from zkcrawl.zk import NoNodeError
-from zkcrawl.zk.client import ZkClient
 
 pytestmark = [pytest.mark.faults, pytest.mark.ensemble]
 
@@ -138,7 +136,7 @@ def test_frozen_consumer_starts_none_of_the_items_it_held(ens, admin, zk_root,
                                            "--exit-when-idle", "2")
         # Past its session: the ensemble expires it, its partitions go, the other takes them.
         wait_for(lambda: not held_leases(admin, zk_root, "victim")
-                 and not _owned_by(admin, zk_root, "victim"), 4 * SESSION + 10,
+                 and not owned_by(admin, zk_root, "victim"), 4 * SESSION + 10,
                  "the victim's partitions gone with its session")
         freed = time.monotonic() - stopped_at
         wait_for(lambda: written([oout]) > 0, 60, "the other consumer under way")
@@ -170,20 +168,6 @@ def test_frozen_consumer_starts_none_of_the_items_it_held(ens, admin, zk_root,
     figure("consumer-frozen", books=books.line(), held=held_then, started=len(started),
            charged=len(charged), held_not_charged=held_then - len(charged),
            waiting_started_by_victim=0, leases_freed_after_s=round(freed, 2))
-
-
-def _owned_by(zk: ZkClient, root: str, consumer: str) -> list[int]:
-    """Partitions whose owner node names ``consumer``."""
-    layout = Layout.of(root)
-    owned = []
-    for p in zk.get_children(layout.partitions):
-        try:
-            owner = json.loads(zk.get(layout.partition_owner(int(p)))[0])
-        except (NoNodeError, ValueError):
-            continue
-        if owner.get("consumer") == consumer:
-            owned.append(int(p))
-    return owned
 
 
 def test_out_on_a_full_disk(ens, admin, zk_root, site, start_consumer):
