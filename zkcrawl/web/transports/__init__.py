@@ -25,8 +25,8 @@ def transport_factory(http: str | TransportFactory) -> TransportFactory:
     unknown name."""
     if callable(http):
         return http
-    if http == "curl":
-        return CurlTransport
+    if http == "curl":  # one pool of handles for the Fetcher's threads
+        return CurlTransport.factory()
     if http == "requests":  # loaded on demand: requests and urllib3 cost start-up time
         from zkcrawl.web.transports.requests import RequestsTransport
 

@@ -1,8 +1,12 @@
-"""The libcurl transport (pycurl), ``--http curl``, the default: :class:`CurlTransport`, one
-curl easy handle per thread, with the :class:`~zkcrawl.web.transports.base.Transport`
-contract (one GET, never a redirect, bounded time and size, the body policy of
-:class:`~zkcrawl.web.transports.base.BodySink`).
+"""The libcurl transport (pycurl), ``--http curl``, the default: :class:`CurlTransport`, with
+the :class:`~zkcrawl.web.transports.base.Transport` contract (one GET, never a redirect,
+bounded time and size, the body policy of :class:`~zkcrawl.web.transports.base.BodySink`).
 
+* Connections: a :class:`HandlePool` of libcurl easy handles keyed by origin, shared by the
+  threads of one :class:`~zkcrawl.web.fetch.Fetcher`; a thread takes its origin's idle handle
+  for one transfer and gives it back, so a host's next request -- on whichever thread --
+  reuses its kept-alive connection. A handle is used by one thread at a time (libcurl does
+  not support a connection cache shared by concurrent threads, ``CURLSHOPT_SHARE``).
 * Limits: ``budget`` is ``CURLOPT_TIMEOUT``, ``idle`` the low-speed check (whole seconds),
   ``connect`` ``CURLOPT_CONNECTTIMEOUT``; the write callback stops at ``limit``. Errors map
   to ``timeout``, ``bad-url``, ``protocol`` (a broken reply) or ``connection``.
@@ -16,10 +20,14 @@ contract (one GET, never a redirect, bounded time and size, the body policy of
 from __future__ import annotations
 
 import contextlib
+import functools
 import ipaddress
 import math
 import os
+import resource
 import socket
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -29,7 +37,7 @@ import pycurl
 from zkcrawl.web.addresses import BLOCK_PRIVATE, BLOCKED_ADDRESS, AddressGuard, active
 from zkcrawl.web.transports.base import ACCEPT, PROTOCOL, BodySink, Response, ascii_url, ca_bundle
 
-__all__ = ["CurlTransport", "curl_proxy"]
+__all__ = ["CurlTransport", "HandlePool", "curl_proxy", "idle_handles_default"]
 
 _TIMEOUT_CODES = frozenset({pycurl.E_OPERATION_TIMEDOUT})
 _BAD_URL_CODES = frozenset({pycurl.E_URL_MALFORMAT, pycurl.E_UNSUPPORTED_PROTOCOL})
@@ -87,8 +95,141 @@ def _no_proxy(host: str, value: str) -> bool:
     return False
 
 
+def idle_handles_default() -> int:
+    """How many idle handles (each with at most one open connection) a pool keeps by default:
+    a quarter of the process's descriptor limit, between 32 and 4,096."""
+    try:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (OSError, ValueError):
+        soft = 1024
+    if soft == resource.RLIM_INFINITY:
+        return 4096
+    return max(32, min(4096, soft // 4))
+
+
+class _Handle:
+    """One libcurl easy handle and what one transfer on it sets and reads. The guard's
+    callback is bound here, so it sees this transfer's state whichever thread runs it."""
+
+    __slots__ = ("blocked", "config", "curl", "extra", "guard", "limits", "proxied")
+
+    def __init__(self, config: tuple[str, tuple[str, ...]], guard: AddressGuard | None) -> None:
+        user_agent, resolve = config
+        c = self.curl = pycurl.Curl()
+        c.setopt(pycurl.NOSIGNAL, 1)  # threads: no SIGALRM for DNS timeouts
+        c.setopt(pycurl.PROTOCOLS, pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS)
+        c.setopt(pycurl.FOLLOWLOCATION, 0)
+        c.setopt(pycurl.ACCEPT_ENCODING, "gzip, deflate")
+        c.setopt(pycurl.USERAGENT, user_agent)
+        c.setopt(pycurl.HTTPHEADER, [f"Accept: {ACCEPT}"])
+        c.setopt(pycurl.MAXCONNECTS, 1)  # one origin a handle: the pool keys them
+        c.setopt(pycurl.LOW_SPEED_LIMIT, 1)
+        if cafile := ca_bundle():
+            c.setopt(pycurl.CAINFO, cafile)
+        if resolve:
+            c.setopt(pycurl.RESOLVE, list(resolve))
+        self.config = config
+        self.guard = guard
+        self.proxied = False  # this transfer goes through a proxy: its address is trusted
+        self.blocked: str | None = None  # what the guard refused during this transfer
+        self.extra: tuple[str, ...] = ()  # extra header lines set on the handle now
+        self.limits: tuple[int, int, int] = (0, 0, 0)  # connect ms, budget ms, idle s set now
+        if guard is not None:
+            c.setopt(pycurl.OPENSOCKETFUNCTION, self.open_socket)
+
+    def open_socket(self, purpose: int, address: tuple[Any, ...]) -> object:
+        """libcurl's ``CURLOPT_OPENSOCKETFUNCTION``: called (only when a guard is set) with the
+        address a new connection is about to be opened to, after DNS; refuses a blocked
+        one. pycurl duplicates the descriptor of the socket returned, so it may be freed."""
+        family, socktype, protocol, addr = address
+        if self.guard is not None and not self.proxied:
+            ip = addr[0] if isinstance(addr, tuple) and addr else addr
+            reason = self.guard.blocked(ip)
+            if reason is not None:
+                self.blocked = f"{ip}: {reason}"
+                return pycurl.SOCKET_BAD
+        try:
+            return socket.socket(family, socktype, protocol)
+        except OSError:
+            return pycurl.SOCKET_BAD
+
+    def close(self) -> None:
+        """Close the handle and its connection; one in the middle of a transfer is left to
+        finish (libcurl refuses to close it)."""
+        with contextlib.suppress(pycurl.error):
+            self.curl.close()
+
+
+_Key = tuple[str, tuple[str, tuple[str, ...]], int]
+
+
+class HandlePool:
+    """Idle easy handles by origin (scheme, host and port, the transport's settings, its
+    guard), least recently used first; thread-safe. ``idle``: the most kept idle, each with
+    at most one open connection (default :func:`idle_handles_default`). A take that finds
+    none for its origin while the pool is full takes the least recently used handle of
+    another origin (its connection is replaced); a give over the bound closes that one.
+    After :meth:`close` nothing is kept: each transfer then has a handle of its own."""
+
+    def __init__(self, idle: int | None = None) -> None:
+        self.idle = idle if idle is not None else idle_handles_default()
+        self._handles: OrderedDict[_Key, list[_Handle]] = OrderedDict()
+        self._count = 0
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def take(self, key: _Key) -> _Handle | None:
+        """The idle handle kept for ``key``, else another origin's least recent one when the
+        pool is full (the caller checks its settings), else None."""
+        with self._lock:
+            handles = self._handles.get(key)
+            if handles is None:
+                if self._count < self.idle or not self._handles:
+                    return None
+                key, handles = next(iter(self._handles.items()))
+            handle = handles.pop()
+            if not handles:
+                del self._handles[key]
+            self._count -= 1
+            return handle
+
+    def give(self, key: _Key, handle: _Handle) -> None:
+        """Keep ``handle`` for ``key`` (closing the least recent one when over the bound)."""
+        with self._lock:
+            if self._closed:
+                excess: _Handle | None = handle
+            else:
+                self._handles.setdefault(key, []).append(handle)
+                self._handles.move_to_end(key)
+                self._count += 1
+                excess = None
+                if self._count > self.idle:
+                    old_key, handles = next(iter(self._handles.items()))
+                    excess = handles.pop(0)
+                    if not handles:
+                        del self._handles[old_key]
+                    self._count -= 1
+        if excess is not None:
+            excess.close()
+
+    def __len__(self) -> int:
+        return self._count
+
+    def close(self) -> None:
+        """Close every idle handle; handles given back later are closed too."""
+        with self._lock:
+            self._closed = True
+            handles = [h for hs in self._handles.values() for h in hs]
+            self._handles.clear()
+            self._count = 0
+        for handle in handles:
+            handle.close()
+
+
 class CurlTransport:
-    """One thread's libcurl handle. Not thread-safe: one per thread.
+    """One thread's libcurl transport: its transfers run on handles taken from ``pool``
+    (shared by the transports :meth:`factory` makes; default: a pool of this transport's
+    own of ``max_connections`` handles). Not thread-safe: one per thread.
 
     ``guard``: the SSRF guard checked on every new connection (default: block every address
     that is not public; see :meth:`set_guard`). ``resolve``: ``HOST:PORT:ADDRESS`` entries
@@ -96,60 +237,33 @@ class CurlTransport:
     tests of what the guard does with a name that resolves to an internal address."""
 
     def __init__(self, user_agent: str, max_connections: int = 32,
-                 guard: AddressGuard | None = BLOCK_PRIVATE, resolve: Sequence[str] = ()
-                 ) -> None:
-        c = self._curl = pycurl.Curl()
-        c.setopt(pycurl.NOSIGNAL, 1)  # threads: no SIGALRM for DNS timeouts
-        c.setopt(pycurl.PROTOCOLS, pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS)
-        c.setopt(pycurl.FOLLOWLOCATION, 0)
-        c.setopt(pycurl.ACCEPT_ENCODING, "gzip, deflate")
-        c.setopt(pycurl.USERAGENT, user_agent)
-        c.setopt(pycurl.HTTPHEADER, [f"Accept: {ACCEPT}"])
-        c.setopt(pycurl.MAXCONNECTS, max_connections)
-        c.setopt(pycurl.LOW_SPEED_LIMIT, 1)
-        if cafile := ca_bundle():
-            c.setopt(pycurl.CAINFO, cafile)
-        if resolve:
-            c.setopt(pycurl.RESOLVE, list(resolve))
+                 guard: AddressGuard | None = BLOCK_PRIVATE, resolve: Sequence[str] = (),
+                 pool: HandlePool | None = None) -> None:
+        self._pool = pool if pool is not None else HandlePool(max_connections)
+        self._config = (user_agent, tuple(resolve))
         self._guard: AddressGuard | None = None
         self._proxy_env = False  # any proxy variable set (read with the guard)
-        self._proxied = False  # this transfer goes through a proxy: its address is trusted
-        self._blocked: str | None = None  # what the guard refused during this transfer
-        self._extra: tuple[str, ...] = ()  # extra header lines set on the handle now
-        self._limits: tuple[int, int, int] = (0, 0, 0)  # connect ms, budget ms, idle s set now
         self.set_guard(guard)
 
+    @classmethod
+    def factory(cls, idle: int | None = None) -> functools.partial[CurlTransport]:
+        """A transport factory whose transports share one :class:`HandlePool` (``idle``
+        handles at most; default :func:`idle_handles_default`)."""
+        return functools.partial(cls, pool=HandlePool(idle))
+
     def set_guard(self, guard: AddressGuard | None) -> None:
-        """Check every connection this handle opens from now on against ``guard`` (None or
-        ``AddressGuard.off()``: no check, and no callback at all). Call it before the first
-        ``get``: connections already open are not checked again."""
+        """Check every connection this transport opens from now on against ``guard`` (None
+        or ``AddressGuard.off()``: no check, and no callback at all). Call it before the
+        first ``get``: handles are kept per guard, and a kept connection was checked when
+        it was opened."""
         self._guard = active(guard)
-        if self._guard is None:
-            self._curl.unsetopt(pycurl.OPENSOCKETFUNCTION)
-            return
-        self._proxy_env = any(os.environ.get(name) for name in _PROXY_VARS)
-        self._curl.setopt(pycurl.OPENSOCKETFUNCTION, self._open_socket)
+        if self._guard is not None:
+            self._proxy_env = any(os.environ.get(name) for name in _PROXY_VARS)
 
-    def _open_socket(self, purpose: int, address: tuple[Any, ...]) -> object:
-        """libcurl's ``CURLOPT_OPENSOCKETFUNCTION``: called (only when a guard is set) with the
-        address a new connection is about to be opened to, after DNS; refuses a blocked
-        one. pycurl duplicates the descriptor of the socket returned, so it may be freed."""
-        family, socktype, protocol, addr = address
-        if self._guard is not None and not self._proxied:
-            ip = addr[0] if isinstance(addr, tuple) and addr else addr
-            reason = self._guard.blocked(ip)
-            if reason is not None:
-                self._blocked = f"{ip}: {reason}"
-                return pycurl.SOCKET_BAD
-        try:
-            return socket.socket(family, socktype, protocol)
-        except OSError:
-            return pycurl.SOCKET_BAD
-
-    def _check_proxied(self, url: str) -> str | None:
+    def _check_proxied(self, handle: _Handle, url: str) -> str | None:
         """With a proxy configured for ``url``: resolve and check the target host here (the
         connection itself goes to the proxy); sets whether this transfer is proxied."""
-        self._proxied = False
+        handle.proxied = False
         if not self._proxy_env or curl_proxy(url) is None:
             return None
         try:
@@ -157,30 +271,52 @@ class CurlTransport:
             host, port = parts.hostname or "", parts.port or _DEFAULT_PORTS.get(parts.scheme, 80)
         except ValueError:
             return None  # libcurl refuses it; a proxy libcurl still used gets checked
-        self._proxied = True
+        handle.proxied = True
         assert self._guard is not None
         return self._guard.check_host(host, port)
+
+    def _take(self, key: _Key) -> _Handle:
+        handle = self._pool.take(key)
+        if handle is not None and handle.config == self._config and handle.guard is self._guard:
+            return handle
+        if handle is not None:  # another origin's, made with other settings
+            handle.close()
+        return _Handle(self._config, self._guard)
 
     def get(self, url: str, *, connect: float, idle: float, budget: float, limit: int,
             accept: tuple[str, ...], headers: Sequence[str] = ()) -> Response:
         """GET ``url``; never raises for network trouble (see :class:`Response`)."""
-        c = self._curl
-        if tuple(headers) != self._extra:  # set only on a change: most fetches have none
-            self._extra = tuple(headers)
-            c.setopt(pycurl.HTTPHEADER, [f"Accept: {ACCEPT}", *self._extra])
-        sink = BodySink(limit, accept)
         try:
             target = ascii_url(url)
+        except (UnicodeError, ValueError) as exc:
+            return Response(error="bad-url", detail=str(exc))
+        slash = target.find("/", target.find("://") + 3)
+        key = (target if slash < 0 else target[:slash], self._config, id(self._guard))
+        handle = self._take(key)
+        try:
+            return self._transfer(handle, target, connect, idle, budget, limit, accept,
+                                  tuple(headers))
+        finally:
+            self._pool.give(key, handle)
+
+    def _transfer(self, h: _Handle, target: str, connect: float, idle: float, budget: float,
+                  limit: int, accept: tuple[str, ...], headers: tuple[str, ...]) -> Response:
+        c = h.curl
+        if headers != h.extra:  # set only on a change: most fetches have none
+            h.extra = headers
+            c.setopt(pycurl.HTTPHEADER, [f"Accept: {ACCEPT}", *headers])
+        sink = BodySink(limit, accept)
+        try:
             c.setopt(pycurl.URL, target)
         except (pycurl.error, UnicodeError, ValueError) as exc:
             return Response(error="bad-url", detail=str(exc))
-        self._blocked = None
-        if self._guard is not None and (blocked := self._check_proxied(target)) is not None:
+        h.blocked = None
+        if self._guard is not None and (blocked := self._check_proxied(h, target)) is not None:
             return Response(error=BLOCKED_ADDRESS, detail=f"through a proxy, {blocked}")
         limits = (max(1, int(connect * 1000)), max(1, int(budget * 1000)),
                   max(1, math.ceil(idle)))
-        if limits != self._limits:  # set only on a change: a first hop's are the same
-            self._limits = limits
+        if limits != h.limits:  # set only on a change: a first hop's are the same
+            h.limits = limits
             c.setopt(pycurl.CONNECTTIMEOUT_MS, limits[0])
             c.setopt(pycurl.TIMEOUT_MS, limits[1])
             c.setopt(pycurl.LOW_SPEED_TIME, limits[2])
@@ -196,8 +332,8 @@ class CurlTransport:
                     ("http://", "https://")):
                 error = PROTOCOL  # an http(s) URL: the server's answer (HTTP/0.9...)
         status, head = sink.status_and_headers()
-        if self._blocked is not None and status is None:  # refused by _open_socket
-            error, detail = BLOCKED_ADDRESS, f"the address guard refused {self._blocked}"
+        if h.blocked is not None and status is None:  # refused by open_socket
+            error, detail = BLOCKED_ADDRESS, f"the address guard refused {h.blocked}"
         if error is None and sink.verdict is not None:
             error = sink.verdict  # a body cut by us while libcurl saw no error
         if status is None and error is None:
@@ -205,10 +341,10 @@ class CurlTransport:
         return Response(status, head, sink.body(), error, detail)
 
     def close(self) -> None:
-        """Close the handle and its connections; a handle in the middle of a transfer is
-        left to finish (libcurl refuses to close it) and goes with its thread."""
-        with contextlib.suppress(pycurl.error):
-            self._curl.close()
+        """Close the pool's idle handles and their connections (a shared pool's too: the
+        Fetcher closes all its transports at once); a transfer in progress finishes and its
+        handle is closed when given back."""
+        self._pool.close()
 
 
 def _classify(code: int, sink: BodySink) -> str | None:
