@@ -332,6 +332,10 @@ class OwnedQueue:
         if wanted:
             for p, got in self.pq.take_many(wanted, watch=self._owner_gone).items():
                 self._took(p, got, now)
+        fresh = [part for part in list(self._parts.values())
+                 if not part.leaving and not part.listed and part.dirty]
+        if len(fresh) > 1:
+            self._probe(fresh, now)
         lists = 0
         for part in list(self._parts.values()):
             if not part.leaving and (part.dirty or now - part.listed >= RELIST_S):
@@ -340,6 +344,25 @@ class OwnedQueue:
                     break
                 self._list(part, now)
                 lists += 1
+
+    def _probe(self, fresh: list[_Part], now: float) -> None:
+        """Partitions never listed (a start, a gain): one pipelined listing sets their watches
+        and tells the empty ones, which need no read, from those the rounds read
+        (:data:`PER_ROUND` a round: at 8 a round and 20 ms apart, a consumer starting on 256
+        partitions had listed them all only 0.6 s later, and a producer's first items could
+        wait that long -- bench e2e)."""
+        for part in fresh:
+            part.dirty = False  # before the listing: a watch that fires meanwhile sets it again
+        try:
+            found = self.pq.probe_many([part.owned.partition for part in fresh],
+                                       self._watch_part)
+        except (ConnectionLoss, SessionExpiredError, KazooException):
+            found = {}
+        for part in fresh:
+            if found.get(part.owned.partition) is False:
+                part.listed = now
+            else:
+                part.dirty = True  # batches to read, or no answer: the rounds list it
 
     def _took(self, p: int, owned: Owned | None, now: float) -> None:
         if owned is None:

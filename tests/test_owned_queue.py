@@ -177,3 +177,27 @@ def test_marks_of_a_batch_that_could_not_be_read_again_are_written_at_a_later_ch
         q.complete(got)
     finally:
         q.close()
+
+
+def test_a_consumer_gaining_many_partitions_lists_the_empty_ones_in_one_round(
+        zk_factory: Callable[..., ZkClient], zk_root: str) -> None:
+    """A start (or a gain) of 64 empty partitions: one pipelined listing sets every watch in
+    the first claim round (at PER_ROUND a round, 8 rounds; a producer's first items landing
+    in a partition not yet listed waited for its round), and an item offered afterwards to
+    any of them is claimed."""
+    from zkcrawl.consumer import owned_queue
+
+    zk = zk_factory()
+    zk.ensure_path(Layout.of(zk_root).consumers)
+    zk.create(Layout.of(zk_root).consumer("a"), b"{}", ephemeral=True)
+    ownership = Ownership(zk, zk_root, "a", 1.0, partitions=64).start()
+    q = OwnedQueue(zk, zk_root, "a", ownership)
+    try:
+        wait_for(lambda: q.claim(1, timeout=0.05) == [] and len(q._parts) == 64, 30,
+                 "64 partitions taken")
+        listed = sum(1 for part in q._parts.values() if part.listed and not part.dirty)
+        assert listed == 64 > owned_queue.PER_ROUND
+        IngressQueue(zk, zk_root).offer_many([Item(url=f"http://h{i}.test/") for i in range(40)])
+        assert len(_claim_all(q, 40)) == 40
+    finally:
+        q.close()

@@ -20,7 +20,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from zkcrawl.errors import ZkCrawlError
@@ -544,6 +544,18 @@ class PartitionQueue:
         return out
 
     # -- reading and progress --------------------------------------------------------
+    def probe_many(self, ps_: Sequence[int], watch: Callable[[int], Watcher]
+                   ) -> dict[int, bool | None]:
+        """Whether each partition holds a batch node: one pipelined listing for all, each
+        with ``watch(p)`` set (it fires once when the partition's children change); None
+        where the listing failed. A consumer that gains many partitions at once reads only
+        the ones with batches (the empty ones have their watch)."""
+        listings = gather([self.zk.get_children_async(self.layout.partition(p), watch=watch(p))
+                           for p in ps_], self.zk.zk_timeout)
+        return {p: None if isinstance(res, Exception)
+                else any(c.startswith(item_codec.PREFIX) for c in res)
+                for p, res in zip(ps_, listings, strict=True)}
+
     def read(self, owned: Owned, limit: int = 100, *, skip: frozenset[str] = frozenset(),
              watch: Watcher | None = None) -> Read:
         """The partition's first ``limit`` batches, lowest first, but those named in
