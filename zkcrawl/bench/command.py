@@ -67,7 +67,7 @@ class Settings(CommonSettings):
                               metavar="S")
     consumers: int = opt(4, "hosts: consumer processes of its many-consumer case "
                          "(owner_N)", metavar="N")
-    backlog: int = opt(0, "hosts: --backlog of each consumer (0: twice --threads); a "
+    backlog: int = opt(0, "hosts, rebalance: --backlog of each consumer (0: twice --threads); a "
                        "consumer keeps at most --threads + --backlog items in memory, so a "
                        "crawl of many hosts needs at least the hosts it owns", metavar="N")
     small_hosts: int = opt(50, "skew: small hosts, --per-host pages each", metavar="N")
@@ -209,7 +209,8 @@ def _rebalance(s: Settings, hosts: str | None) -> Result:
     out = rebalance.run_bench(hosts, hosts=s.site_hosts,
                               per_host=max(s.per_host, math.ceil(45 / s.domain_delay)),
                               threads=s.threads, latency_ms=s.latency_ms,
-                              delay=s.domain_delay, session_timeout=s.session_timeout)
+                              delay=s.domain_delay, session_timeout=s.session_timeout,
+                              backlog=s.backlog)
     return out, rebalance.render(out)
 
 

@@ -119,9 +119,11 @@ class _CaseConsumers:
     """The processes of one case: consumers started, stopped, waited for."""
 
     def __init__(self, zk_hosts: str, root: str, tag: str, tmp: Path, *, threads: int,
-                 delay: float, session_timeout: float, partitions: int) -> None:
+                 delay: float, session_timeout: float, partitions: int, backlog: int = 0
+                 ) -> None:
         self.zk_hosts, self.root, self.tag, self.tmp = zk_hosts, root, tag, tmp
         self.threads, self.delay = threads, delay
+        self.backlog = backlog or threads * 2
         self.session_timeout, self.partitions = session_timeout, partitions
         self.procs: list[subprocess.Popen[bytes]] = []
         self.outs: list[Path] = []
@@ -135,7 +137,7 @@ class _CaseConsumers:
             self.procs.append(subprocess.Popen(
                 [sys.executable, "-m", "zkcrawl.consumer.main", "--zk", self.zk_hosts, "--root",
                  self.root, "--id", f"bench-{i}", "--threads", str(self.threads),
-                 "--backlog", str(self.threads * 2), "--out", str(self.outs[i]),
+                 "--backlog", str(self.backlog), "--out", str(self.outs[i]),
                  "--exit-when-idle", "2", "--domain-delay", f"{self.delay:g}",
                  "--politeness", "owner", "--session-timeout", f"{self.session_timeout:g}",
                  *(["--partitions", str(self.partitions)] if self.partitions else []),
@@ -173,14 +175,15 @@ def _wait_members(zk: ZkClient, root: str, n: int, deadline: float) -> float | N
 
 def case(zk_hosts: str, how: str, *, hosts: int, per_host: int, threads: int,
          latency_ms: float, delay: float, session_timeout: float, partitions: int,
-         tmp: Path) -> dict[str, Any]:
+         tmp: Path, backlog: int = 0) -> dict[str, Any]:
     """One crawl with a join at 1/3 and a leave (``how``: ``term`` or ``kill``) at 2/3."""
     site, bases = start_site(latency_ms, max(per_host, 1), hosts=hosts)
     tag = f"rebalance-{how}-{uuid.uuid4().hex[:6]}"
     root = f"/bench-{tag}"
     urls = [f"{bases[h]}/a/{i}.html" for i in range(1, per_host + 1) for h in range(hosts)]
     run = _CaseConsumers(zk_hosts, root, tag, tmp, threads=threads, delay=delay,
-               session_timeout=session_timeout, partitions=partitions)
+                         session_timeout=session_timeout, partitions=partitions,
+                         backlog=backlog)
     ev: dict[str, float | None] = {}
     timeout = 90 + per_host * delay * 3 + len(urls) * latency_ms / 1000 + 3 * session_timeout
     zk = ZkClient(zk_hosts, session_timeout=30).connect()
@@ -335,12 +338,15 @@ def _event(at_s: float, steady: float, baseline: float, rec_s: float | None,
 # -- the bench -----------------------------------------------------------------------------
 def run_bench(zk_hosts: str | None, *, hosts: int = 300, per_host: int = 45, threads: int = 32,
               latency_ms: float = 50, delay: float = 1.0, session_timeout: float = 4.0,
-              partitions: int = 0, cases: Sequence[str] = CASES) -> dict[str, Any]:
-    """The cases in one run (module docstring)."""
+              partitions: int = 0, cases: Sequence[str] = CASES, backlog: int = 0
+              ) -> dict[str, Any]:
+    """The cases in one run (module docstring); ``backlog``: each consumer's --backlog (0:
+    twice --threads)."""
     with tempfile.TemporaryDirectory(prefix="zkcrawl-bench-rebalance-") as name:
         tmp = Path(name)
         with zookeeper(zk_hosts, tmp) as (zkh, _server):
             out: dict[str, Any] = {"hosts": hosts, "per_host": per_host, "threads": threads,
+                                   "backlog": backlog or threads * 2,
                                    "latency_ms": latency_ms, "delay": delay,
                                    "session_timeout_s": session_timeout,
                                    "cpus": os.cpu_count(),
@@ -349,7 +355,7 @@ def run_bench(zk_hosts: str | None, *, hosts: int = 300, per_host: int = 45, thr
                 out[how] = case(zkh, how, hosts=hosts, per_host=per_host, threads=threads,
                                 latency_ms=latency_ms, delay=delay,
                                 session_timeout=session_timeout, partitions=partitions,
-                                tmp=tmp)
+                                tmp=tmp, backlog=backlog)
     return out
 
 
