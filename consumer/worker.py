@@ -520,7 +520,8 @@ class Worker:
         deregistering last), then the closing report."""
         self.parts.stop()
         log.info("consumer.stopped", consumer=self.id, processed=self.timings.processed,
-                 failed=self.timings.failed, forced=self.stopping.forced)
+                 failed=self.timings.failed, forced=self.stopping.forced,
+                 parked=self.parking.parked_total)
         self.console.summarize(time.monotonic())
 
     # -- probes -------------------------------------------------------------------------
