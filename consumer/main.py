@@ -15,6 +15,7 @@ With ``--metrics-port`` the server listens before ZooKeeper is connected: ``/liv
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import math
 import os
@@ -157,6 +158,23 @@ def _politeness(settings: ConsumerSettings) -> LocalPoliteness:
     return LocalPoliteness(settings.domain_delay, max_delay=CRAWL_DELAY_CAP)
 
 
+# The cycle collector's young generation, in tracked allocations. Python's 700 ran a
+# collection every few pages at 2,000 pages/s (bench hosts, 2,500 hosts: about 4 % of a
+# consumer's wall time in the collector, 430 collections a run). 3 pairs in one sitting:
+# 20,000 alone 0.580 vs 0.599 ms CPU per page; with the freeze, against the tree before it,
+# 0.567 vs 0.573 -- small, within the VM's noise. Most of a page's objects die by reference
+# counting anyway; cycles wait longer to be collected.
+GC_YOUNG = 20_000
+
+
+def tune_gc() -> None:
+    """For the crawl: what start-up allocated (modules, settings, pools) is frozen out of
+    every collection, and the young generation is :data:`GC_YOUNG`. Called by the command
+    only: a library user's process keeps its own settings."""
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG, 20, 20)
+
+
 def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ExitStatus:
     env = os.environ if env is None else env
 
@@ -171,6 +189,7 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ExitStatu
             with reopen_on_sighup(sink), extraction(settings.extract, settings.extract_workers), \
                     open_consumer(settings, sink, extensions) as worker, \
                     _stop_signals(worker, lingering):
+                tune_gc()
                 return worker.run()
         finally:
             for signals in lingering:
