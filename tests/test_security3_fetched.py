@@ -21,6 +21,7 @@ import structlog.testing
 from tests.conftest import wait_for
 from tests.httpd import TestServer, html
 from tests.test_consumer_support import records, spawn
+from tests.test_producer import forget_cached_loggers
 from zkcrawl.admin.cluster import list_dead
 from zkcrawl.producer.recrawl import RecrawlStore, Schedule
 from zkcrawl.queue.capped import DirLimits
@@ -176,6 +177,7 @@ def test_the_producer_reports_the_fetched_backlog(zk, zk_root):
     for _ in range(cap // 2):
         tx.create(f"{reader.path}/fn-", b"{}", sequence=True)
     tx.commit()
+    forget_cached_loggers()  # a logger bound by an earlier test is past capture_logs' reach
     with structlog.testing.capture_logs() as logs:
         assert len(reader.names()) == cap // 2
         reader.names()  # at most one report per 30 s

@@ -116,11 +116,18 @@ class BodySink:
     nothing), or refuse it (another media type). ``write`` returns 0 when the transfer must
     stop there (the connection is not worth keeping, or the kept body is over ``limit``)."""
 
-    __slots__ = ("accept", "chunks", "head", "limit", "mode", "parsed", "size", "verdict")
+    __slots__ = ("accept", "chunks", "head", "limit", "mode", "parsed", "reader", "size",
+                 "verdict")
 
     def __init__(self, limit: int, accept: tuple[str, ...],
-                 head: tuple[int | None, dict[str, str]] | None = None) -> None:
+                 head: tuple[int | None, dict[str, str]] | None = None,
+                 reader: Callable[[], tuple[int | None, dict[str, str]]] | None = None
+                 ) -> None:
         self.head: list[bytes] = []
+        # reader: asked for the status and headers instead of parsing head lines (libcurl's
+        # header API, zkcrawl.web.transports.curl_headers): once, at the first body bytes or
+        # after the transfer, whichever comes first.
+        self.reader = reader
         self.chunks: list[bytes] = []
         self.size = 0
         self.limit = limit
@@ -132,6 +139,10 @@ class BodySink:
 
     def status_and_headers(self) -> tuple[int | None, dict[str, str]]:
         """The head parsed (once, unless more header lines came since)."""
+        if self.reader is not None:
+            if self.parsed is None:
+                self.parsed = (0, self.reader())
+            return self.parsed[1]
         if self.parsed is None or self.parsed[0] != len(self.head):
             self.parsed = (len(self.head), parse_head(self.head))
         return self.parsed[1]

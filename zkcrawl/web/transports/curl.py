@@ -36,6 +36,7 @@ import pycurl
 
 from zkcrawl.web.addresses import BLOCK_PRIVATE, BLOCKED_ADDRESS, AddressGuard, active
 from zkcrawl.web.transports.base import ACCEPT, PROTOCOL, BodySink, Response, ascii_url, ca_bundle
+from zkcrawl.web.transports.curl_headers import header_api
 
 __all__ = ["CurlTransport", "HandlePool", "curl_proxy", "idle_handles_default"]
 
@@ -111,7 +112,7 @@ class _Handle:
     """One libcurl easy handle and what one transfer on it sets and reads. The guard's
     callback is bound here, so it sees this transfer's state whichever thread runs it."""
 
-    __slots__ = ("blocked", "config", "curl", "extra", "guard", "limits", "proxied")
+    __slots__ = ("blocked", "config", "curl", "extra", "guard", "limits", "proxied", "reader")
 
     def __init__(self, config: tuple[str, tuple[str, ...]], guard: AddressGuard | None) -> None:
         user_agent, resolve = config
@@ -136,6 +137,12 @@ class _Handle:
         self.limits: tuple[int, int, int] = (0, 0, 0)  # connect ms, budget ms, idle s set now
         if guard is not None:
             c.setopt(pycurl.OPENSOCKETFUNCTION, self.open_socket)
+        # The response's head from libcurl's header API when it can be read (no callback
+        # per header line: zkcrawl.web.transports.curl_headers), else HEADERFUNCTION.
+        self.reader: functools.partial[tuple[int | None, dict[str, str]]] | None = None
+        api = header_api()
+        if api is not None and (handle := api.handle_of(c)) is not None:
+            self.reader = functools.partial(api.head, handle)
 
     def open_socket(self, purpose: int, address: tuple[Any, ...]) -> object:
         """libcurl's ``CURLOPT_OPENSOCKETFUNCTION``: called (only when a guard is set) with the
@@ -305,7 +312,7 @@ class CurlTransport:
         if headers != h.extra:  # set only on a change: most fetches have none
             h.extra = headers
             c.setopt(pycurl.HTTPHEADER, [f"Accept: {ACCEPT}", *headers])
-        sink = BodySink(limit, accept)
+        sink = BodySink(limit, accept, reader=h.reader)
         try:
             c.setopt(pycurl.URL, target)
         except (pycurl.error, UnicodeError, ValueError) as exc:
@@ -320,7 +327,8 @@ class CurlTransport:
             c.setopt(pycurl.CONNECTTIMEOUT_MS, limits[0])
             c.setopt(pycurl.TIMEOUT_MS, limits[1])
             c.setopt(pycurl.LOW_SPEED_TIME, limits[2])
-        c.setopt(pycurl.HEADERFUNCTION, sink.head.append)
+        if h.reader is None:
+            c.setopt(pycurl.HEADERFUNCTION, sink.head.append)
         c.setopt(pycurl.WRITEFUNCTION, sink.write)
         error, detail = None, ""
         try:
