@@ -23,8 +23,8 @@ from zkcrawl.queue.untrusted import ITEM_LIMIT, URL_LIMIT
 from zkcrawl.textsafe import redact_userinfo
 
 __all__ = ["DEAD_DATA_LIMIT", "DEAD_PREFIX", "ERROR_LIMIT", "ITEM_LIMIT", "MAX_ATTEMPT", "PREFIX",
-           "URL_LIMIT", "Decoded", "Item", "decode", "encode_dead_letter", "parse_seq",
-           "sort_names"]
+           "URL_LIMIT", "Decoded", "Item", "decode", "decode_object", "encode_dead_letter",
+           "parse_seq", "sort_names"]
 
 PREFIX = ITEM_PREFIX
 DEAD_DATA_LIMIT = 4096
@@ -89,6 +89,14 @@ def decode(data: bytes) -> Decoded:
     if _BARE_URL.match(stripped):
         return _checked(Decoded(Item(url=stripped), None, bare=True))
     return Decoded(None, "malformed: neither a JSON item nor an http(s) URL")
+
+
+def decode_object(doc: Any) -> Decoded:
+    """The decoding rule for a JSON value already parsed by :mod:`zkcrawl.queue.untrusted`
+    (an entry of a batch), when its data is known to be within ``ITEM_LIMIT`` and free of
+    ``\\u`` escapes (so of lone surrogates): what :func:`decode` gives for its JSON text,
+    without making that text. A string or any other value: use :func:`decode`."""
+    return _from_json(doc, escaped=False)
 
 
 def _from_json(doc: Any, *, escaped: bool) -> Decoded:
