@@ -30,6 +30,9 @@ def test_e2e_crawls_the_chain_with_both_crawlers(zk_hosts: str) -> None:
         assert c["pages"] == 150 and c["pages_per_s"] > 0 and c["cpu_ms_per_page"] > 0
         assert c["attainable_pages_per_s"] == pytest.approx(150 / e2e.bound_s(100, 50, 2, 4,
                                                                                0.005), rel=0.01)
+    # the bound at the latency the site served is never above the nominal one's share
+    assert z["site_late_ms"] >= 0 and z["pct_attainable_as_served"] >= z["pct_attainable"]
+    assert "bound at the latency served" in e2e.render(out)
     # --zk given: the server is not ours, its CPU is not counted
     assert out["zk_cpu_counted"] is False and z["zk_cpu_ms_per_page"] is None
     assert "seed_naive" in e2e.render(out)
