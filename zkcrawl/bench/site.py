@@ -304,9 +304,9 @@ class _Connection(asyncio.Protocol):
     def _late(self, status: int, ctype: str, body: bytes, keep: bool, head_only: bool,
               due: float) -> None:
         self.site.in_flight -= 1
+        self.site.late_s += max(0.0, asyncio.get_running_loop().time() - due)  # the timer's
+        self.site.late_n += 1  # lateness only: the write that follows is any server's
         self._send(status, ctype, body, keep, head_only)
-        self.site.late_s += max(0.0, asyncio.get_running_loop().time() - due)
-        self.site.late_n += 1
 
     def _send(self, status: int, ctype: str, body: bytes, keep: bool, head_only: bool
               ) -> None:
