@@ -16,6 +16,7 @@ from zkcrawl.queue import partition_batch as pb
 from zkcrawl.queue.ingress import IngressQueue
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.layout import Layout
+from zkcrawl.queue.partitions import assign
 from zkcrawl.zk import ConnectionLoss
 from zkcrawl.zk.client import ZkClient
 
@@ -201,3 +202,50 @@ def test_a_consumer_gaining_many_partitions_lists_the_empty_ones_in_one_round(
         assert len(_claim_all(q, 40)) == 40
     finally:
         q.close()
+
+
+def test_a_release_whose_answer_is_lost_is_tried_again(
+        zk_factory: Callable[..., ZkClient], zk_root: str) -> None:
+    """A consumer loses a partition to a newcomer and its release (the owner node's delete)
+    gets no answer -- a leader's death cuts it off. It tries again at its next round, so the
+    newcomer takes the partition; once such a release was forgotten, the owner node stayed with
+    the live session, and the partition's items waited for ever (the fault suite's leader
+    killed during a rebalance). The ConnectionLoss is injected once: the real one needs an
+    election at the exact moment."""
+    a_zk = zk_factory()
+    a = OwnedQueue(a_zk, zk_root, "a", _member(a_zk, zk_root, "a"))
+    layout = Layout.of(zk_root)
+    real, lost = a.pq.release_many, []
+
+    def cut_off(owned):  # type: ignore[no-untyped-def]
+        if not lost:
+            lost.append([o.partition for o in owned])
+            raise ConnectionLoss()
+        return real(owned)
+
+    a.pq.release_many = cut_off  # type: ignore[method-assign]
+    b = None
+    try:
+        wait_for(lambda: a.claim(1, timeout=0.05) == [] and len(a._parts) == P, 30,
+                 "a owns every partition")
+        b_zk = zk_factory()
+        b = OwnedQueue(b_zk, zk_root, "b", _member(b_zk, zk_root, "b"))
+        ours = assign(P, ["a", "b"])["b"]
+
+        def holder(p: int) -> int | None:
+            stat = b_zk.exists(layout.partition_owner(p))
+            return None if stat is None else stat.ephemeralOwner
+
+        def rounds() -> bool:  # as the claim loop's tick: members, then a round (a claim)
+            for q in (a, b):
+                q.ownership.refresh()
+                q.claim(1, timeout=0.05)
+            return all(holder(p) == b_zk.session_id for p in ours)
+
+        wait_for(rounds, 30, "the newcomer took its partitions")
+        assert lost and set(ours) <= set(lost[0])  # given up by a release that got no answer
+        assert all(holder(p) == a_zk.session_id for p in assign(P, ["a", "b"])["a"])
+    finally:
+        if b is not None:
+            b.close()
+        a.close()

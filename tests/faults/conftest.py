@@ -56,6 +56,16 @@ def resumed(outs: list[Path], timeout: float = 60.0) -> float:
     return time.monotonic() - t0
 
 
+def exited(proc: subprocess.Popen[bytes], err: Path, timeout: float) -> int:
+    """``proc``'s exit code within ``timeout`` seconds; if it is still running, fail with the
+    tail of its log (what it was doing) rather than a bare ``TimeoutExpired``."""
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        tail = err.read_text(errors="replace")[-6000:]
+        pytest.fail(f"{err.stem} still running after {timeout:.0f} s; its log ends:\n{tail}")
+
+
 def no_traceback(*errs: Path) -> None:
     for err in errs:
         text = err.read_text(errors="replace")

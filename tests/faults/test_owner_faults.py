@@ -17,7 +17,7 @@ import requests
 
 from tests.conftest import wait_for
 from tests.faults.books import check_books, held_leases
-from tests.faults.conftest import SESSION, heal, new_leader, no_traceback, written
+from tests.faults.conftest import SESSION, exited, heal, new_leader, no_traceback, written
 from tests.test_consumer_support import offer, records
 from zkcrawl.bench.site import start_site, stop_benchsite
 
@@ -59,7 +59,7 @@ def test_owner_sigkilled_mid_crawl(ens, admin, zk_root, hosts_site, start_consum
     # (marks of items it claimed, and of items recorded whose settle checkpoint, due within
     # 0.2 s, it never wrote -- the duplicates at-least-once allows).
     held = held_leases(admin, zk_root, "c0")
-    assert other.wait(180) == 0
+    assert exited(other, oerr, 180) == 0
     books = check_books(admin, zk_root, urls, [vout, oout], explained=set(held.values()))
     gaps = server_gaps(hosts_site)
     assert len(gaps) == HOSTS and min(gaps.values()) >= DELAY, gaps
@@ -85,7 +85,7 @@ def test_owner_sigstopped_past_its_session_and_resumed(ens, admin, zk_root, host
     wait_for(lambda: any(urlsplit(r["url"]).netloc in its_hosts
                          for r in records(oout, strict=False)), 60, "a hand-over")
     os.kill(victim.pid, signal.SIGCONT)  # a zombie now: it must not fetch those hosts
-    assert other.wait(180) == 0
+    assert exited(other, oerr, 180) == 0
     assert victim.wait(60) == 0
     books = check_books(admin, zk_root, urls, [vout, oout], explained=set(held.values()))
     gaps = server_gaps(hosts_site)
@@ -141,8 +141,8 @@ def test_the_leader_killed_during_a_rebalance(ens, admin, zk_root, hosts_site, s
     new_leader(ens, leader)
     held.update(held_leases(admin, zk_root))
     heal(ens)
-    for proc, _, _ in runs:
-        assert proc.wait(180) == 0
+    for proc, _, err in runs:
+        assert exited(proc, err, 180) == 0
     books = check_books(admin, zk_root, urls, outs, explained=set(held.values()))
     gaps = server_gaps(hosts_site)
     assert len(gaps) == HOSTS and min(gaps.values()) >= DELAY, gaps
