@@ -60,6 +60,9 @@ class DryOfferer:
     def flush(self) -> None:
         self.out.flush()
 
+    def push(self) -> None:
+        self.out.flush()
+
     def close(self) -> None:
         self.flush()
 

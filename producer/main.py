@@ -181,8 +181,9 @@ class Producer:
         self._diagnose(page)
         before = (self.counts.offered + self.offerer.pending, self.counts.duplicates)
         self._take_links(page.links, page.final_url)
-        # One transaction per page at least: consumers start while the walk goes on.
-        self.offerer.flush()
+        # One transaction per page at least, not waited for: consumers start on this page's
+        # articles while the walk fetches the next (the walk's end waits for them all).
+        self.offerer.push()
         log.info("listing.page", url=page.url, status=page.status, links=len(page.links),
                  new=self.counts.offered + self.offerer.pending - before[0],
                  duplicates=self.counts.duplicates - before[1],

@@ -451,3 +451,35 @@ def test_the_recrawl_cursor_reads_each_due_url_once_also_at_equal_due_times(tmp_
         cursor = (page[-1].due, page[-1].id)
     assert sorted(seen) == sorted(f"http://h.example/{i}" for i in range(5)) and len(seen) == 5
     store.close()
+
+
+def test_push_hands_a_pages_links_over_without_waiting_for_their_commit(zk, zk_root):
+    """A listing walk pushes each page's links and fetches the next page while they commit
+    (Offerer.push); flush still returns only once they are committed. The committer is held
+    here by its own lock (it buffers a handoff under it), so "not committed yet" is a state,
+    not a race."""
+    from zkcrawl.producer.offerer import Offerer
+    from zkcrawl.producer.summary import Counts
+
+    offerer = Offerer(PartitionOffers(zk, zk_root, 4), SeenSet.open(None, 1000, 0.001),
+                      Counts(), producer_id="p", batch=100, max_depth=1000,
+                      max_partition_depth=1000, max_held=100, stop=threading.Event())
+    urls = [f"http://h{i}.example/a" for i in range(3)]
+    try:
+        with offerer._hold_lock:  # the committer cannot buffer (so commit) anything
+            for url in urls:
+                assert offerer.add(url, "listing")
+            pusher = threading.Thread(target=offerer.push)
+            pusher.start()
+            pusher.join(30)
+            assert not pusher.is_alive()  # returned with nothing committed
+            assert queued(zk, zk_root) == Counter() and offerer.pending == 3
+            flusher = threading.Thread(target=offerer.flush)
+            flusher.start()
+            flusher.join(0.2)
+            assert flusher.is_alive()  # a flush waits for the commit
+        flusher.join(30)
+        assert not flusher.is_alive()
+        assert queued(zk, zk_root) == Counter(urls) and offerer.pending == 0
+    finally:
+        offerer.close()
