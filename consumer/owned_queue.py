@@ -50,6 +50,10 @@ log = get_logger(__name__)
 CLAIM_BATCH = 100
 RELIST_S = 30.0  # a partition is listed again at least this often (its watch, sooner)
 RETAKE_S = 5.0  # a partition another session holds: asked again (its owner node's watch, sooner)
+# How often a consumer looks for owner nodes its session holds of partitions it neither owns
+# nor holds in memory (_sweep): none should exist, and one that does stalls its partition for
+# as long as this session lives -- the next owner waits for it.
+SWEEP_S = 30.0
 INGRESS_MOVE = 2000  # ingress items one move takes (fewer when they exceed a transaction)
 PICK_PER_BATCH = 16  # a claim reads past at most so many items of a batch it cannot take
 PER_ROUND = 8  # partitions listed per claim round at most (gaining 90 of them at once
@@ -214,6 +218,7 @@ class OwnedQueue:
         self._lock = threading.RLock()
         self._parts: dict[int, _Part] = {}
         self._asked: dict[int, float] = {}  # partition -> when take() last said "not yet"
+        self._swept = time.monotonic()  # the first sweep one SWEEP_S after the start
         self._lost: list[Claimed] = []
         # Entries out of attempts once their dead holder is charged (SPEC §3), kept started
         # in their batch by adopt: handed out first, as claims the item handler settles as
@@ -332,6 +337,9 @@ class OwnedQueue:
         if wanted:
             for p, got in self.pq.take_many(wanted, watch=self._owner_gone).items():
                 self._took(p, got, now)
+        if now - self._swept >= SWEEP_S:
+            self._swept = now
+            self._sweep(owned)
         fresh = [part for part in list(self._parts.values())
                  if not part.leaving and not part.listed and part.dirty]
         if len(fresh) > 1:
@@ -344,6 +352,26 @@ class OwnedQueue:
                     break
                 self._list(part, now)
                 lists += 1
+
+    def _sweep(self, owned: frozenset[int]) -> None:
+        """Defence in depth: delete any owner node this session holds of a partition it
+        neither owns nor holds in memory. None should exist; one did, when a release's answer
+        was lost (tests/faults/test_owner_faults.py, the leader killed during a rebalance), and
+        its partition's items waited for as long as this consumer lived. Its next owner's
+        watch fires on the delete."""
+        with self._lock:
+            others = [p for p in range(self.ownership.partitions)
+                      if p not in owned and p not in self._parts]
+        try:
+            found = self.pq.forgotten_owners(others)
+            dropped = [p for p, version in found if self.pq.drop_owner(p, version)]
+        except (ConnectionLoss, SessionExpiredError, KazooException):
+            return  # no answer: the next sweep
+        if dropped:
+            log.warning("partition.stale_owner_released", consumer=self.consumer_id,
+                        partitions=dropped[:20], count=len(dropped),
+                        note="this consumer held the owner node of partitions it does not "
+                             "own: deleted, so their owners take them")
 
     def _probe(self, fresh: list[_Part], now: float) -> None:
         """Partitions never listed (a start, a gain): one pipelined listing sets their watches

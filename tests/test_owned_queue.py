@@ -249,3 +249,39 @@ def test_a_release_whose_answer_is_lost_is_tried_again(
         if b is not None:
             b.close()
         a.close()
+
+
+def test_an_owner_node_a_consumer_forgot_is_swept_so_its_owner_takes_the_partition(
+        zk_factory: Callable[..., ZkClient], zk_root: str, monkeypatch) -> None:
+    """Defence in depth against any other way to forget an owner node: a consumer whose
+    session holds the owner node of a partition it neither owns nor holds in memory deletes it
+    at its next sweep, and the partition's owner (refused until then) takes it on its watch."""
+    from zkcrawl.consumer import owned_queue
+
+    monkeypatch.setattr(owned_queue, "SWEEP_S", 0.2)
+    layout = Layout.of(zk_root)
+    a_zk, b_zk = zk_factory(), zk_factory()
+    a_zk.ensure_path(layout.consumers)
+    for zk, me in ((a_zk, "a"), (b_zk, "b")):  # both members before either looks
+        zk.create(layout.consumer(me), b"{}", ephemeral=True)
+    a_own = Ownership(a_zk, zk_root, "a", 1.0, partitions=P).start()
+    b_own = Ownership(b_zk, zk_root, "b", 1.0, partitions=P).start()
+    theirs = assign(P, ["a", "b"])["b"][0]
+    a_zk.ensure_path(layout.partition(theirs))
+    a_zk.create(layout.partition_owner(theirs), b"{}", ephemeral=True)  # forgotten by a
+    a = OwnedQueue(a_zk, zk_root, "a", a_own)
+    b = OwnedQueue(b_zk, zk_root, "b", b_own)
+
+    def holder() -> int | None:
+        stat = b_zk.exists(layout.partition_owner(theirs))
+        return None if stat is None else stat.ephemeralOwner
+
+    try:
+        wait_for(lambda: b.claim(1, timeout=0.05) == [] and theirs in b._asked, 30,
+                 "b refused the partition a's session holds")
+        wait_for(lambda: a.claim(1, timeout=0.05) == [] and b.claim(1, timeout=0.05) == []
+                 and holder() == b_zk.session_id, 30, "a swept it and b took it")
+        assert theirs in b._parts and theirs not in a._parts
+    finally:
+        b.close()
+        a.close()

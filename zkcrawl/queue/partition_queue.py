@@ -520,6 +520,30 @@ class PartitionQueue:
                 self._versions.pop(owned.partition, None)
             return ok
 
+    def forgotten_owners(self, ps_: Sequence[int]) -> list[tuple[int, int]]:
+        """Of partitions ``ps_`` (ones this consumer neither owns nor holds in memory), those
+        whose owner node this session holds all the same: ``(partition, node version)``, read
+        pipelined. No answer is no finding (tried at the next sweep)."""
+        me = self.zk.session_id
+        if not ps_ or me is None:
+            return []
+        stats = gather([self.zk.exists_async(self.layout.partition_owner(p)) for p in ps_],
+                       self.zk.zk_timeout)
+        return [(p, int(st.version)) for p, st in zip(ps_, stats, strict=True)
+                if st is not None and not isinstance(st, Exception)
+                and int(st.ephemeralOwner) == me]
+
+    def drop_owner(self, p: int, version: int) -> bool:
+        """Delete the owner node of ``p`` that :meth:`forgotten_owners` found ours (at the
+        version it saw: a node deleted and made again since is left alone); True if gone."""
+        try:
+            self.zk.delete(self.layout.partition_owner(p), version=version)
+        except (NoNodeError, BadVersionError):
+            return False
+        with self._fence_lock:
+            self._versions.pop(p, None)
+        return True
+
     def release_many(self, owned: Sequence[Owned]) -> dict[int, bool]:
         """:meth:`release` for many partitions, in transactions of up to
         :data:`OWNERSHIP_PER_TX` (each checks every partition's version, as one release
