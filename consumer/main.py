@@ -6,7 +6,8 @@ ask the worker to stop (finish within ``--grace``), a second one to release ever
 exit at once; SIGHUP asks the sink to reopen ``--out`` between two groups (logrotate without
 ``copytruncate``; :meth:`zkcrawl.consumer.sinks.ResultSink.request_reopen`, a flag).
 SIGHUP is routed before ZooKeeper is connected, so a rotation during start-up does not kill
-the process.
+the process. SIGUSR1 writes every thread's stack to stderr and the consumer goes on
+(:func:`zkcrawl.signals.thread_dump_on_sigusr1`).
 
 With ``--metrics-port`` the server listens before ZooKeeper is connected: ``/livez`` answers
 200 while the consumer waits for ZooKeeper (it is alive), ``/readyz`` 503 until it runs.
@@ -42,7 +43,7 @@ from zkcrawl.politeness.local import LocalPoliteness
 from zkcrawl.queue.registry import default_id
 from zkcrawl.runner import connect, guarded, setup_logging
 from zkcrawl.settings import ArgumentParser, add_options, parse
-from zkcrawl.signals import StopSignals
+from zkcrawl.signals import StopSignals, thread_dump_on_sigusr1
 from zkcrawl.web.extract import parse_field_specs
 from zkcrawl.web.fetch import Fetcher
 from zkcrawl.zk.client import ZkClient
@@ -186,7 +187,8 @@ def main(argv: Sequence[str], env: Mapping[str, str] | None = None) -> ExitStatu
         sink = open_sink(settings.out, settings.root)
         lingering: list[StopSignals] = []  # past the run: the teardown absorbs late signals
         try:
-            with reopen_on_sighup(sink), extraction(settings.extract, settings.extract_workers), \
+            with thread_dump_on_sigusr1(), reopen_on_sighup(sink), \
+                    extraction(settings.extract, settings.extract_workers), \
                     open_consumer(settings, sink, extensions) as worker, \
                     _stop_signals(worker, lingering):
                 tune_gc()

@@ -48,7 +48,7 @@ from zkcrawl.queue.partition_offers import PartitionOffers, recorded_partitions
 from zkcrawl.queue.registry import Registration, default_id
 from zkcrawl.seen import SeenSet
 from zkcrawl.settings import ArgumentParser, add_options, parse
-from zkcrawl.signals import StopSignals
+from zkcrawl.signals import StopSignals, thread_dump_on_sigusr1
 from zkcrawl.textsafe import printable
 from zkcrawl.web.addresses import BLOCKED_ADDRESS
 from zkcrawl.web.extract import DEFAULT_LINKS_XPATH
@@ -509,7 +509,7 @@ def execute(plan: Plan, stop: threading.Event | None = None,
     # The handlers stay ours through the wind-down: a SIGTERM that comes just after the work
     # ended by itself (ZooKeeper killed under it, say) must not get the default action while
     # the seen state is saved -- it did, now and then, and the process died unsaved (-15).
-    with StopSignals(hard_second=True) as signals:
+    with StopSignals(hard_second=True) as signals, thread_dump_on_sigusr1():
         try:
             run.start()
             failure = _run_thread(run.work, signals, run.on_stop)

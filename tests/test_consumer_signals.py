@@ -250,3 +250,28 @@ def test_a_lingering_stop_absorbs_a_late_signal_until_restored():
     assert calls == [False]  # nothing more asked of the worker
     signals.restore()
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_sigusr1_writes_every_threads_stack_and_the_consumer_goes_on(zk, zk_hosts, zk_root,
+                                                                     tmp_path):
+    """kill -USR1: every thread's stack on stderr (where a stuck consumer is, without a
+    debugger -- the fault tests ask for one before they give up on a process); the consumer
+    keeps crawling and still drains and exits 0 on SIGTERM."""
+    with TestServer({"/u/*": page}) as srv:
+        out, err = tmp_path / "o.jsonl", tmp_path / "err.log"
+        proc = spawn(args(zk_hosts, zk_root, out, "--threads", "2"), err)
+        try:
+            wait_for(lambda: '"consumer.started"' in err.read_text(), 30, "started")
+            proc.send_signal(signal.SIGUSR1)
+            wait_for(lambda: "Current thread" in err.read_text()
+                     or "most recent call first" in err.read_text(), 10, "the stacks")
+            dump = err.read_text()
+            assert 'File "' in dump and "worker.py" in dump  # the claim loop among them
+            offer(zk, zk_root, [srv.url("/u/1")])
+            wait_for(lambda: len(records(out, strict=False)) == 1, 30, "still crawling")
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert "Traceback" not in err.read_text()

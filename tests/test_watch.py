@@ -254,6 +254,25 @@ def test_sigterm_cuts_a_wait_inside_a_pass_short(zk, zk_hosts, zk_root, procs) -
         assert len(srv.requests_for("/list/1")) == 2  # the first pass, then the 429 only
 
 
+
+def test_sigusr1_dumps_a_watching_producers_threads_and_it_goes_on(zk, zk_hosts, zk_root,
+                                                                   procs) -> None:
+    """kill -USR1 on a long-running producer: every thread's stack on stderr, and it keeps
+    watching (another pass comes) and stops cleanly on SIGTERM."""
+    with TestServer() as srv:
+        Blog(srv, articles=2)
+        proc = start_producer(procs, zk_hosts, zk_root, srv.base_url, "--watch", "1s")
+        wait_for(lambda: passes(zk, zk_root, "w1") >= 1, 60, "the first pass")
+        before = passes(zk, zk_root, "w1")
+        os.kill(proc.pid, signal.SIGUSR1)
+        wait_for(lambda: passes(zk, zk_root, "w1") > before, 30, "a pass after the dump")
+        os.kill(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err[-3000:]
+        text = err.decode(errors="replace")
+        assert "most recent call first" in text and "watch.py" in text
+        assert "Traceback" not in text
+
 @pytest.mark.slow
 def test_watch_a_sitemap_index_offers_what_a_changed_child_adds(zk, zk_hosts, zk_root,
                                                                procs) -> None:

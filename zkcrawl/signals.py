@@ -10,17 +10,25 @@
   the flag outside it -- its loop polls it, or :meth:`StopSignals.join` runs ``on_stop``.
 * Handlers are installed only from the main thread (elsewhere nothing is installed), and the
   previous ones are restored on exit.
+* **SIGUSR1 dumps every thread's stack** to stderr and the program goes on
+  (:func:`thread_dump_on_sigusr1`, the standard library's :mod:`faulthandler`, in C: safe in a
+  signal, whatever the threads hold), as a JVM's SIGQUIT does: where a stuck process is,
+  without a debugger.
 """
 
 from __future__ import annotations
 
+import contextlib
+import faulthandler
+import io
 import signal
+import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
-__all__ = ["POLL", "STOP_SIGNALS", "StopSignals"]
+__all__ = ["POLL", "STOP_SIGNALS", "StopSignals", "thread_dump_on_sigusr1"]
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 POLL = 0.1  # seconds between two looks at the flags in :meth:`StopSignals.join`
@@ -101,3 +109,22 @@ class StopSignals:
                 on_stop(self.signum)
             if not thread.is_alive():
                 return
+
+
+@contextlib.contextmanager
+def thread_dump_on_sigusr1() -> Iterator[bool]:
+    """While the block runs, ``kill -USR1 PID`` writes every thread's stack to stderr (the
+    process goes on). Yields whether it is installed: only from the main thread, and only
+    when stderr is a real file descriptor (a test's captured stream is not)."""
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, ValueError, io.UnsupportedOperation):
+        fd = -1
+    if fd < 0 or threading.current_thread() is not threading.main_thread():
+        yield False
+        return
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True, chain=False)
+    try:
+        yield True
+    finally:
+        faulthandler.unregister(signal.SIGUSR1)

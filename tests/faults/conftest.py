@@ -3,7 +3,9 @@ local site in its own process, consumer processes that are killed if a test fail
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -58,12 +60,17 @@ def resumed(outs: list[Path], timeout: float = 60.0) -> float:
 
 def exited(proc: subprocess.Popen[bytes], err: Path, timeout: float) -> int:
     """``proc``'s exit code within ``timeout`` seconds; if it is still running, fail with the
-    tail of its log (what it was doing) rather than a bare ``TimeoutExpired``."""
+    tail of its log and its threads' stacks (SIGUSR1) rather than a bare ``TimeoutExpired``."""
     try:
         return proc.wait(timeout)
     except subprocess.TimeoutExpired:
-        tail = err.read_text(errors="replace")[-6000:]
-        pytest.fail(f"{err.stem} still running after {timeout:.0f} s; its log ends:\n{tail}")
+        size = err.stat().st_size
+        proc.send_signal(signal.SIGUSR1)  # every thread's stack into its log (zkcrawl.signals)
+        with contextlib.suppress(AssertionError):
+            wait_for(lambda: err.stat().st_size > size, 10, "the stacks", interval=0.1)
+        tail = err.read_text(errors="replace")[-12000:]
+        pytest.fail(f"{err.stem} still running after {timeout:.0f} s; its log (ending with "
+                    f"its threads' stacks) ends:\n{tail}")
 
 
 def no_traceback(*errs: Path) -> None:
