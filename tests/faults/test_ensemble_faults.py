@@ -23,7 +23,15 @@ import pytest
 
 from tests.conftest import wait_for
 from tests.faults.books import check_books, held_leases, owned_by
-from tests.faults.conftest import SESSION, heal, new_leader, no_traceback, resumed, written
+from tests.faults.conftest import (
+    SESSION,
+    exited,
+    heal,
+    new_leader,
+    no_traceback,
+    resumed,
+    written,
+)
 from tests.faults.netns import Forwarder, Netns, make_netns
 from tests.httpd import TestServer, delayed
 from tests.queue_view import queued_count, queued_counter
@@ -58,8 +66,8 @@ def test_leader_sigkilled_mid_crawl(ens, admin, zk_root, site, start_consumer):
     leader.kill()  # SIGKILL
     elected = new_leader(ens, leader)
     again = resumed(outs)
-    for proc, _, _ in runs:
-        assert proc.wait(120) == 0
+    for proc, _, err in runs:
+        assert exited(proc, err, 120) == 0
     books = check_books(admin, zk_root, urls, outs, explained=held.values())
     no_traceback(*(err for _, _, err in runs))
     figure("leader-killed", books=books.line(), held=len(held),
@@ -84,8 +92,8 @@ def test_two_of_three_servers_down_longer_than_the_session(ens, admin, zk_root, 
     time.sleep(2 * SESSION)  # the fault itself: an outage longer than the session
     heal(ens)
     again = resumed(outs)
-    for proc, _, _ in runs:
-        assert proc.wait(120) == 0
+    for proc, _, err in runs:
+        assert exited(proc, err, 120) == 0
     books = check_books(admin, zk_root, urls, outs, explained=held.values())
     errs = [err for _, _, err in runs]
     no_traceback(*errs)
@@ -141,8 +149,8 @@ def test_frozen_consumer_starts_none_of_the_items_it_held(ens, admin, zk_root,
         freed = time.monotonic() - stopped_at
         wait_for(lambda: written([oout]) > 0, 60, "the other consumer under way")
         os.kill(victim.pid, signal.SIGCONT)
-        assert other.wait(120) == 0
-        assert victim.wait(60) == 0
+        assert exited(other, oerr, 120) == 0
+        assert exited(victim, verr, 60) == 0
     per_path = Counter(r.path for r in srv.requests)
     path_of = {u: u.removeprefix(srv.base_url) for u in urls}
     started_paths = {path_of[u] for u in started.values()}
@@ -184,7 +192,7 @@ def test_out_on_a_full_disk(ens, admin, zk_root, site, start_consumer):
     assert not any(e["event"] == "item.done" for e in lines)  # nothing durable, none done
     good, out, err = start_consumer(ens.hosts, zk_root, "good", "--threads", "8",
                                     "--exit-when-idle", "2")
-    assert good.wait(120) == 0
+    assert exited(good, err, 120) == 0
     books = check_books(admin, zk_root, urls, [out])
     no_traceback(ferr, err)
     figure("out-full-disk", books=books.line(), exit=1)
@@ -228,7 +236,7 @@ def test_leader_killed_during_the_producers_offers(ens, admin, zk_root, site, tm
              SESSION * 3 + 10, "the producer's offer markers to go with its session")
     c, out, cerr = start_consumer(ens.hosts, zk_root, "c", "--threads", "16",
                                   "--exit-when-idle", "2")
-    assert c.wait(120) == 0
+    assert exited(c, cerr, 120) == 0
     books = check_books(admin, zk_root, urls, [out])
     assert books.extra == 0
     no_traceback(cerr)
@@ -277,7 +285,7 @@ def test_consumer_sigterm_while_zookeeper_is_down(ens, admin, zk_root, start_con
         heal(ens)
         after, aout, aerr = start_consumer(ens.hosts, zk_root, "after", "--threads", "8",
                                            "--exit-when-idle", "2")
-        assert after.wait(120) == 0
+        assert exited(after, aerr, 120) == 0
     books = check_books(admin, zk_root, urls, [oout, tout, aout], explained=held.values())
     no_traceback(oerr, terr, aerr)
     figure("sigterm-zookeeper-down", books=books.line(), held=len(held),
@@ -330,8 +338,8 @@ def _partition(ens, admin, zk_root, start_consumer, netns, victim_zk):  # type: 
         healed_at = time.monotonic()
         wait_for(lambda: '"zk.lost"' in verr.read_text(), 30, "the victim told of its loss")
         told = time.monotonic() - healed_at
-        assert other.wait(120) == 0
-        assert victim.wait(60) == 0
+        assert exited(other, oerr, 120) == 0
+        assert exited(victim, verr, 60) == 0
     per_path = Counter(r.path for r in srv.requests)
     # Never started on the stale claim: what it had not asked for is fetched once, elsewhere.
     assert {p: n for p, n in per_path.items() if p not in asked and n != 1} == {}

@@ -86,7 +86,7 @@ def test_owner_sigstopped_past_its_session_and_resumed(ens, admin, zk_root, host
                          for r in records(oout, strict=False)), 60, "a hand-over")
     os.kill(victim.pid, signal.SIGCONT)  # a zombie now: it must not fetch those hosts
     assert exited(other, oerr, 180) == 0
-    assert victim.wait(60) == 0
+    assert exited(victim, verr, 60) == 0
     books = check_books(admin, zk_root, urls, [vout, oout], explained=set(held.values()))
     gaps = server_gaps(hosts_site)
     assert len(gaps) == HOSTS and min(gaps.values()) >= DELAY, gaps
@@ -107,9 +107,9 @@ def test_a_consumer_joining_and_leaving_every_few_seconds(ens, admin, zk_root, h
         wait_for(lambda out=out: written([out]) >= 1 or steady.poll() is not None, 60,
                  "the newcomer fetching")
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(60) == 0
+        assert exited(proc, err, 60) == 0
         no_traceback(err)
-    assert steady.wait(180) == 0
+    assert exited(steady, serr, 180) == 0
     books = check_books(admin, zk_root, urls, outs, explained=explained)
     gaps = server_gaps(hosts_site)
     assert len(gaps) == HOSTS and min(gaps.values()) >= DELAY, gaps  # every hand-over
