@@ -534,8 +534,11 @@ class PartitionQueue:
                 and int(st.ephemeralOwner) == me]
 
     def drop_owner(self, p: int, version: int) -> bool:
-        """Delete the owner node of ``p`` that :meth:`forgotten_owners` found ours (at the
-        version it saw: a node deleted and made again since is left alone); True if gone."""
+        """Delete the owner node of ``p`` that :meth:`forgotten_owners` found ours, at the
+        version it saw; True if gone. (An owner node is never written, so the version does not
+        tell a node deleted and made again by another consumer in between: only this session
+        deletes its owner nodes, and only from the claim loop, so that takes an operator's
+        hand-delete and another take within this one round trip.)"""
         try:
             self.zk.delete(self.layout.partition_owner(p), version=version)
         except (NoNodeError, BadVersionError):
