@@ -60,8 +60,7 @@ class DryOfferer:
     def flush(self) -> None:
         self.out.flush()
 
-    def push(self) -> None:
-        self.out.flush()
+    push = flush  # nothing is ever buffered: nothing to commit later
 
     def close(self) -> None:
         self.flush()

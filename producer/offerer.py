@@ -178,10 +178,7 @@ class Offerer:
         bench e2e). At most ``_IN_FLIGHT`` handoffs wait, so a caller that gets ahead of
         ZooKeeper blocks here; a failure is raised at the next call. :meth:`flush` and
         :meth:`drain` still return only once everything before them is committed."""
-        if self._pending:
-            self._hand_over()
-        self._put(_FLUSH)
-        self._raise_failure()
+        self._ask(_FLUSH, wait=False)
 
     def drain(self) -> None:
         """:meth:`flush`, then wait until every held item is committed too (state
@@ -210,11 +207,12 @@ class Offerer:
         self._put(batch)
         self._raise_failure()
 
-    def _ask(self, what: Batch) -> None:
+    def _ask(self, what: Batch, wait: bool = True) -> None:
         if self._pending:
             self._hand_over()
         self._put(what)
-        self._handoff.join()
+        if wait:
+            self._handoff.join()
         self._raise_failure()
 
     def _put(self, item: Batch | None) -> None:

@@ -41,6 +41,12 @@ def _batches(zk: ZkClient, root: str) -> list[pb.Batch]:
     return out
 
 
+def _holder(zk: ZkClient, root: str, p: int) -> int | None:
+    """The session holding partition ``p``'s owner node, or None."""
+    stat = zk.exists(Layout.of(root).partition_owner(p))
+    return None if stat is None else stat.ephemeralOwner
+
+
 def _claim_all(q: OwnedQueue, n: int) -> list:
     got: list = []
     wait_for(lambda: got.extend(q.claim(100, timeout=0.5)) or len(got) >= n, 30,
@@ -214,7 +220,6 @@ def test_a_release_whose_answer_is_lost_is_tried_again(
     election at the exact moment."""
     a_zk = zk_factory()
     a = OwnedQueue(a_zk, zk_root, "a", _member(a_zk, zk_root, "a"))
-    layout = Layout.of(zk_root)
     real, lost = a.pq.release_many, []
 
     def cut_off(owned):  # type: ignore[no-untyped-def]
@@ -232,19 +237,16 @@ def test_a_release_whose_answer_is_lost_is_tried_again(
         b = OwnedQueue(b_zk, zk_root, "b", _member(b_zk, zk_root, "b"))
         ours = assign(P, ["a", "b"])["b"]
 
-        def holder(p: int) -> int | None:
-            stat = b_zk.exists(layout.partition_owner(p))
-            return None if stat is None else stat.ephemeralOwner
-
         def rounds() -> bool:  # as the claim loop's tick: members, then a round (a claim)
             for q in (a, b):
                 q.ownership.refresh()
                 q.claim(1, timeout=0.05)
-            return all(holder(p) == b_zk.session_id for p in ours)
+            return all(_holder(b_zk, zk_root, p) == b_zk.session_id for p in ours)
 
         wait_for(rounds, 30, "the newcomer took its partitions")
         assert lost and set(ours) <= set(lost[0])  # given up by a release that got no answer
-        assert all(holder(p) == a_zk.session_id for p in assign(P, ["a", "b"])["a"])
+        assert all(_holder(b_zk, zk_root, p) == a_zk.session_id
+                   for p in assign(P, ["a", "b"])["a"])
     finally:
         if b is not None:
             b.close()
@@ -272,15 +274,12 @@ def test_an_owner_node_a_consumer_forgot_is_swept_so_its_owner_takes_the_partiti
     a = OwnedQueue(a_zk, zk_root, "a", a_own)
     b = OwnedQueue(b_zk, zk_root, "b", b_own)
 
-    def holder() -> int | None:
-        stat = b_zk.exists(layout.partition_owner(theirs))
-        return None if stat is None else stat.ephemeralOwner
-
     try:
         wait_for(lambda: b.claim(1, timeout=0.05) == [] and theirs in b._asked, 30,
                  "b refused the partition a's session holds")
         wait_for(lambda: a.claim(1, timeout=0.05) == [] and b.claim(1, timeout=0.05) == []
-                 and holder() == b_zk.session_id, 30, "a swept it and b took it")
+                 and _holder(b_zk, zk_root, theirs) == b_zk.session_id, 30,
+                 "a swept it and b took it")
         assert theirs in b._parts and theirs not in a._parts
     finally:
         b.close()
