@@ -82,8 +82,9 @@ class Backlog:
     in exactly one :class:`TaskState`::
 
         put -> READY -> take -> RUNNING -> settle -> SETTLING -> forget -> GONE
-                 ^  ^              | cool(task, due)
-                 |  +-- release_due --+-- COOLING (time-ordered heap)
+         |       ^  ^              | cool(task, due)
+         |       |  +-- release_due --+-- COOLING (time-ordered heap)
+         +-------|------(cooled)--------> COOLING (its host's turn known not to have come)
                  |                 | await_mark (admitted: its start mark is being written)
                  +---- marked -----+-- MARKING
 
@@ -191,16 +192,30 @@ class Backlog:
                     return free
                 self._capacity.wait(left)
 
-    def put(self, tasks: Sequence[Task]) -> None:
-        """Add freshly claimed tasks (READY), at most what :meth:`wait_capacity` returned."""
+    def put(self, tasks: Sequence[Task], cooled: Sequence[tuple[Task, float]] = ()) -> None:
+        """Add freshly claimed tasks, at most what :meth:`wait_capacity` returned: READY, or
+        -- ``cooled``, ``(task, due)`` -- COOLING until the monotonic time ``due`` (the claim
+        loop knew its host's turn had not come: no pool thread takes it before it has)."""
         with self._lock:
             for t in tasks:
-                self._tasks[t.name] = t
+                self._add(t)
                 self._ready.append(t)
-                self._unstarted += 1
-                t.load_key = t.host
-                self._per_host[t.host] = self._per_host.get(t.host, 0) + 1
-            self._work.notify(len(tasks))
+            if tasks:
+                self._work.notify(len(tasks))
+            if cooled:
+                now = time.monotonic()
+                for t, due in cooled:
+                    self._add(t)
+                    t.state = COOLING
+                    t.cooled_at = now
+                    heapq.heappush(self._heap, (due, next(self._seq), t))
+                self._cooled.notify()
+
+    def _add(self, t: Task) -> None:
+        self._tasks[t.name] = t
+        self._unstarted += 1
+        t.load_key = t.host
+        self._per_host[t.host] = self._per_host.get(t.host, 0) + 1
 
     @property
     def per_host(self) -> Mapping[str, int]:
@@ -242,7 +257,7 @@ class Backlog:
                 if task is not None:
                     if task.marked:
                         self._marked_ready -= 1
-                        self._work.notify()  # one mark fewer ahead: a fresh one may go
+                        self._fresh_may_go()
                     task.state = RUNNING
                     self._running += 1
                     self._unstarted -= 1
@@ -324,8 +339,16 @@ class Backlog:
             task.state = RUNNING
             self._marking -= 1
             self._unstarted -= 1
-            self._work.notify()  # one mark fewer ahead: a fresh one may go
+            self._fresh_may_go()
             return True
+
+    def _fresh_may_go(self) -> None:
+        """One mark fewer ahead: an unmarked task may go now -- a waiting thread is woken
+        only when one is READY (fresh, or cooled: in ``_priority`` beside the marked ones,
+        which all are). A wake-up for nothing cost two context switches a page with 32
+        threads."""
+        if self._ready or len(self._priority) > self._marked_ready:
+            self._work.notify()
 
     # -- the queue's checkpoint thread ----------------------------------------------------
     def marked(self, claims: Iterable[Claimed]) -> None:

@@ -79,6 +79,25 @@ def test_a_cooled_task_comes_back_at_its_time_ahead_of_fresh_ones():
     assert b.take(0.1) is fresh
 
 
+def test_a_fresh_task_put_cooling_is_taken_only_after_its_time():
+    """The claim loop knew its host's turn had not come (Worker._plan): no pool thread
+    takes it before it is due, and it then goes ahead of fresh tasks."""
+    b = Backlog(4)
+    later, fresh = task(1), task(2, host="other:1")
+    b.put([fresh], [(later, time.monotonic() + 0.1)])
+    assert later.state is COOLING and fresh.state is READY
+    assert b.stats() == (0, 2, 2) and b.host_load("h:1") == 1
+    assert b.take(0.01) is fresh and b.take(0.01) is None
+    assert b.release_due(never, 0.01)  # not due yet
+    assert later.state is COOLING
+    time.sleep(0.11)
+    assert b.release_due(never, 0.01)
+    assert later.state is READY and later.timing.polite_ms >= 100.0
+    assert b.take(0.1) is later
+    b.put([], [])  # nothing: no notification, no change
+    assert b.stats() == (2, 0, 2)
+
+
 def test_release_due_holds_cooled_tasks_while_paused_and_waits_for_the_next():
     b = Backlog(2)
     t = task(1)

@@ -246,3 +246,34 @@ def test_an_admission_is_paid_on_the_thread_that_makes_the_request():
     gate.admit("b.com", None)
     gate.withdraw("b.com")  # released before its start: b is free again, a gap from now
     assert gate.admit("b.com", None)[1] == 1015.0
+
+
+def test_a_plan_reserves_the_slots_admit_would_and_admits_nothing():
+    """The claim loop's look at fresh items (HostGate.plan): each gets the next slot, a gap
+    apart, with the time admit would let it start; the host is not made busy, so the first
+    one is admitted at its slot and the next ones exactly when their slots come."""
+    clock = [1000.0]
+    gate = HostGate(LocalPoliteness(2.0, clock=lambda: clock[0]), 2.0)
+    plans = [gate.plan("a.com") for _ in range(3)]
+    assert plans == [(1000.0, 1000.0), (1002.0, 1002.0), (1004.0, 1004.0)]
+    assert gate.plan("b.com") == (1000.0, 1000.0)  # hosts are independent
+    assert gate.admit("a.com", 1000.0) == (1000.0, None)  # nothing was admitted before it
+    clock[0] = 1000.05
+    gate.finished("a.com")  # the request took 50 ms: the gap counts from its end
+    assert gate.admit("a.com", 1002.0) == (1002.0, 1002.05)  # asked at the planned time
+    clock[0] = 1002.05
+    assert gate.admit("a.com", 1002.0) == (1002.05, None)
+    # busy, or backed off: the due time says so, and the reservation is kept
+    slot, due = gate.plan("a.com")
+    assert slot == 1006.0 and due == 1006.0
+    gate.back_off("a.com", 30.0)
+    assert gate.plan("a.com") == (1032.05, 1032.05)  # a back-off moves the slots too
+
+
+def test_a_plan_for_a_busy_host_is_due_no_sooner_than_a_gap_from_now():
+    clock = [1000.0]
+    gate = HostGate(LocalPoliteness(1.0, clock=lambda: clock[0]), 1.0)
+    assert gate.admit("a.com", None) == (1000.0, None)  # in flight, its end unknown
+    clock[0] = 1000.5
+    slot, due = gate.plan("a.com")
+    assert slot == 1001.0 and due == 1001.5  # the gap from its end at the earliest

@@ -197,3 +197,21 @@ def test_unreachable_is_asked_again_by_a_caller_that_waited() -> None:
                                                            error="timeout")
     assert cache.decide("http://a.com/x", retry_after=1.0) == RobotsDecision(allowed=True)
     assert not cache.allowed("http://a.com/p") and len(fetch.calls) == 2
+
+
+def test_known_tells_a_verdict_in_memory_and_never_fetches() -> None:
+    """What the claim loop asks before it plans a fresh item's slot: robots.txt read, fresh,
+    answered -- never a fetch, never a wait for another thread's."""
+    clock = FakeClock()
+    fetch = FakeFetch({"http://a.com/robots.txt": (200, ROBOTS),
+                       "http://down.com/robots.txt": (503, b"")})
+    cache = RobotsCache(fetch, UA, ttl=100, clock=clock)
+    assert not cache.known("http://a.com/x") and fetch.calls == []
+    cache.decide("http://a.com/x")
+    assert cache.known("http://a.com/private") and cache.known("http://A.com:80/y")
+    assert not cache.known("https://a.com/x") and not cache.known("ftp://a.com/")
+    cache.decide("http://down.com/x")  # unreachable: no verdict to plan with
+    assert not cache.known("http://down.com/x")
+    clock.now = 101  # expired: decide would fetch again
+    assert not cache.known("http://a.com/x")
+    assert len(fetch.calls) == 2

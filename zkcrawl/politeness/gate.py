@@ -141,6 +141,13 @@ class HostGate:
         """
         return self.table.admit(host, slot, EARLY)
 
+    def plan(self, host: str) -> tuple[float, float]:
+        """The claim loop's look at a fresh item of ``host``: ``(slot, due)``, its slot
+        reserved (:meth:`LocalPoliteness.plan`) -- the item is admitted with it at ``due``
+        (a pool thread takes it then, not before: no trip through the pool only to queue
+        it). Admits nothing."""
+        return self.table.plan(host)
+
     def pay(self, host: str) -> None:
         """This thread performs an item admitted for ``host`` now: the first ``reserve``
         of its fetch is the admitted slot, and the request counts as started now (the

@@ -216,6 +216,26 @@ class LocalPoliteness:
                 self._prune(now)
             return start, None
 
+    def plan(self, host: str) -> tuple[float, float]:
+        """For an item of ``host`` not asked about yet: its slot reserved as :meth:`admit`
+        reserves one (each call the next), and when :meth:`admit` with that slot would let
+        it start, by what the table knows now: ``(slot, due)``. Nothing is admitted: the
+        host is not counted busy."""
+        with self._lock:
+            now = self._clock()
+            h = self._hosts.get(host)
+            if h is None:
+                h = self._hosts[host] = HostState()
+            gap = self._delay if h.gap is None else h.gap
+            slot = now if h.next_free < now else h.next_free
+            h.next_free = slot + gap
+            due = max(slot, h.last + gap, h.cool)
+            if gap > 0 and h.busy:
+                due = max(due, now + gap)
+            if len(self._hosts) > self._prune_at:
+                self._prune(now)
+            return slot, due
+
     def started(self, host: str, start: float) -> None:
         """A request to ``host`` reserved elsewhere (the fetcher's own) starts at ``start``."""
         with self._lock:

@@ -237,6 +237,11 @@ class Fetcher:
         self._local.robots = (url, decision, time.monotonic())
         return decision
 
+    def robots_known(self, url: str) -> bool:
+        """:meth:`robots` would answer from memory (robots off, or the origin's robots.txt
+        cached and fresh): asking costs no request and no wait."""
+        return self._robots is None or self._robots.known(url)
+
     def robots_allowed(self, url: str) -> bool:
         """True when robots.txt is off or allows ``url``."""
         return self.robots(url).allowed

@@ -188,6 +188,18 @@ class RobotsCache:
         """The Crawl-delay (seconds) robots.txt sets for this user agent on ``url``'s origin."""
         return self.decide(url).crawl_delay
 
+    def known(self, url: str) -> bool:
+        """robots.txt of ``url``'s origin is in the cache, fresh, read and not refused by
+        the address guard: :meth:`decide` answers from memory, without a request or a wait.
+        Never fetches, never blocks on another thread's fetch."""
+        target = _target(url)
+        if target is None:
+            return False
+        with self._lock:
+            entry = self._entries.get(target[1])
+            return (entry is not None and entry.expires > self._clock()
+                    and entry.blocked is None and not entry.unavailable)
+
     def decide(self, url: str, retry_after: float | None = None) -> RobotsDecision:
         """Full verdict for ``url``, fetching robots.txt if needed.  Never raises.
         ``retry_after``: an unreachable robots.txt fetched at least that many seconds ago is
