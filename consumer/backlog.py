@@ -29,6 +29,7 @@ from enum import StrEnum
 from zkcrawl.consumer.pipeline import Outcome
 from zkcrawl.consumer.timing import ItemTiming
 from zkcrawl.queue.claims import Claimed
+from zkcrawl.web.robots import RobotsDecision
 
 __all__ = ["COOLING", "GONE", "MARKING", "READY", "RUNNING", "SETTLING", "Backlog", "Task",
            "TaskState"]
@@ -68,6 +69,7 @@ class Task:
     cooled_at: float = 0.0
     outcome: Outcome | None = None  # what processing decided, once handed to the committer
     load_key: str = ""  # the host it was counted under in Backlog.host_load (host may change)
+    robots: tuple[str, RobotsDecision, float] | None = None  # the verdict read for its slot
 
     @property
     def name(self) -> str:

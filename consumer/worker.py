@@ -333,7 +333,9 @@ class Worker:
             return None
         handler, url = self.item_handler, task.claimed.url or ""
         if not handler.fetcher.robots_known(url) or not handler.prepare(url, host):
+            handler.fetcher.robots_read()  # not this thread's to keep
             return None  # robots.txt to read, or it says no: no slot needed
+        task.robots = handler.fetcher.robots_read()  # the fetch reuses it (perform)
         task.slot, due = handler.gate.plan(host)
         return due
 
@@ -361,7 +363,7 @@ class Worker:
         if task.host and self.ownership is not None and not self._owner_ready(task):
             return False
         if task.host and (task.slot is not None
-                          or self.item_handler.prepare(task.claimed.url or "", task.host)):
+                          or self._prepare(task)):
             # robots.txt may have taken seconds: the world may have changed meanwhile.
             if not self._may_start(task):
                 return False
@@ -375,6 +377,13 @@ class Worker:
             if (delay := start - time.monotonic()) > 0:
                 time.sleep(delay)  # < EARLY: cheaper than a trip through the heap
         return True
+
+    def _prepare(self, task: Task) -> bool:
+        """robots.txt's verdict for the task, read once (cached per host): kept with the
+        task for its fetch, which may run on another thread after a cool-down or its mark."""
+        allowed = self.item_handler.prepare(task.claimed.url or "", task.host)
+        task.robots = self.item_handler.fetcher.robots_read()
+        return allowed
 
     def begin(self, task: Task) -> bool:
         """An admitted item: its start mark first. True: none to write (already marked, or
@@ -451,6 +460,9 @@ class Worker:
         """Fetch, extract, build the record; record and outcome go to the committer."""
         if task.gated:
             self.item_handler.gate.pay(task.host)  # this thread makes the admitted request
+        if task.robots is not None:  # read when its slot was reserved: not read again
+            self.item_handler.fetcher.robots_use(task.robots)
+            task.robots = None
         task.timing.started = time.monotonic()
         outcome = self.item_handler.process(task.claimed, task.timing,
                                         task.host if task.gated else "")

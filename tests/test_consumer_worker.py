@@ -71,16 +71,18 @@ def test_a_fresh_item_whose_host_must_wait_goes_to_the_heap_not_through_the_pool
         run = Running(settings_for(zk_hosts, zk_root, tmp_path / "o.jsonl", "--threads", "2",
                                    "--backlog", "8", "--domain-delay", str(delay),
                                    "--exit-when-idle", "1", "--no-robots"))
-        puts: list[tuple[int, int]] = []
-        put, cool = run.worker.backlog.put, run.worker.backlog.cool
-        pool_cools: list[str] = []
-        run.worker.backlog.put = lambda ready, cooled=(): (  # type: ignore[method-assign]
-            puts.append((len(ready), len(cooled))), put(ready, cooled))[1]
-        run.worker.backlog.cool = lambda t, due: (  # type: ignore[method-assign]
-            pool_cools.append(t.name), cool(t, due))[1]
-        offer(zk, zk_root, [srv.url(f"/p/a{i}") for i in range(4)])
-        run.join(30)
-        run.close()
+        try:
+            puts: list[tuple[int, int]] = []
+            put, cool = run.worker.backlog.put, run.worker.backlog.cool
+            pool_cools: list[str] = []
+            run.worker.backlog.put = lambda ready, cooled=(): (  # type: ignore[method-assign]
+                puts.append((len(ready), len(cooled))), put(ready, cooled))[1]
+            run.worker.backlog.cool = lambda t, due: (  # type: ignore[method-assign]
+                pool_cools.append(t.name), cool(t, due))[1]
+            offer(zk, zk_root, [srv.url(f"/p/a{i}") for i in range(4)])
+            run.join(30)
+        finally:
+            run.stop()
         gaps = srv.gaps(host="127.0.0.1")
     assert len(records(tmp_path / "o.jsonl")) == 4
     assert min(gaps) >= delay  # measured by the server
@@ -89,6 +91,33 @@ def test_a_fresh_item_whose_host_must_wait_goes_to_the_heap_not_through_the_pool
     # a planned item asked again at its time may wait the rest of a gap counted from the
     # end of the request before it (a few ms): at most once each
     assert len(pool_cools) <= 3 and len(set(pool_cools)) == len(pool_cools)
+
+
+def test_robots_txt_judges_each_item_once_wherever_its_slot_was_reserved(
+        zk, zk_hosts, zk_root, tmp_path):
+    """The verdict read when an item's slot is reserved (the claim loop's plan, or a pool
+    thread's admission) travels with the item to the thread that fetches it: robots.txt is
+    asked once per item, not again by the fetch."""
+    robots = (200, {"Content-Type": "text/plain"}, b"User-agent: *\nDisallow: /private\n")
+    with TestServer({"/robots.txt": robots, "/p/*": page}) as srv:
+        run = Running(settings_for(zk_hosts, zk_root, tmp_path / "o.jsonl", "--threads", "2",
+                                   "--robots", "--exit-when-idle", "1"))
+        try:
+            cache = run.worker.item_handler.fetcher._robots
+            assert cache is not None
+            asked: Counter[str] = Counter()
+            decide = cache.decide
+            cache.decide = lambda url, retry_after=None: (  # type: ignore[method-assign]
+                asked.update([url]), decide(url, retry_after))[1]
+            urls = [srv.url(f"/p/a{i}") for i in range(8)]
+            offer(zk, zk_root, urls[:1])
+            wait_for(lambda: len(records(tmp_path / "o.jsonl")) == 1, timeout=15)
+            offer(zk, zk_root, urls[1:])  # robots.txt known now: their slots are planned
+            run.join(30)
+        finally:
+            run.stop()
+    assert len(records(tmp_path / "o.jsonl")) == 8
+    assert {u: asked[u] for u in urls} == dict.fromkeys(urls, 1)
 
 
 def test_failures_are_retried_at_the_tail_dead_lettered_or_recorded(zk, zk_hosts, zk_root,

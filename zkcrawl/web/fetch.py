@@ -237,6 +237,18 @@ class Fetcher:
         self._local.robots = (url, decision, time.monotonic())
         return decision
 
+    def robots_read(self) -> tuple[str, RobotsDecision, float] | None:
+        """The verdict :meth:`robots` read last on this thread, taken away: an item that
+        will be fetched on another thread carries it there (:meth:`robots_use`)."""
+        read: tuple[str, RobotsDecision, float] | None = getattr(self._local, "robots", None)
+        self._local.robots = None
+        return read
+
+    def robots_use(self, read: tuple[str, RobotsDecision, float] | None) -> None:
+        """The next :meth:`fetch` on this thread takes ``read`` (from :meth:`robots_read`)
+        as the verdict it would read again -- if it is for its URL and fresh, as ever."""
+        self._local.robots = read
+
     def robots_known(self, url: str) -> bool:
         """:meth:`robots` would answer from memory (robots off, or the origin's robots.txt
         cached and fresh): asking costs no request and no wait."""
