@@ -195,18 +195,7 @@ class LocalPoliteness:
         ``(slot, due)``: ask again at ``due`` with that ``slot``."""
         with self._lock:
             now = self._clock()
-            h = self._hosts.get(host)
-            if h is None:
-                h = self._hosts[host] = HostState()
-            gap = self._delay if h.gap is None else h.gap
-            if slot is None:
-                slot = now if h.next_free < now else h.next_free
-                h.next_free = slot + gap
-            due = max(slot, h.last + gap, h.cool)
-            if gap > 0 and h.busy:
-                # One request at a time to a polite host: the gap counts from its end, which
-                # is at least a gap from now.
-                due = max(due, now + gap)
+            h, slot, due = self._turn(host, slot, now)
             if due - now > early:
                 return slot, due
             start = max(now, due)
@@ -223,18 +212,30 @@ class LocalPoliteness:
         host is not counted busy."""
         with self._lock:
             now = self._clock()
-            h = self._hosts.get(host)
-            if h is None:
-                h = self._hosts[host] = HostState()
-            gap = self._delay if h.gap is None else h.gap
-            slot = now if h.next_free < now else h.next_free
-            h.next_free = slot + gap
-            due = max(slot, h.last + gap, h.cool)
-            if gap > 0 and h.busy:
-                due = max(due, now + gap)
+            _h, slot, due = self._turn(host, None, now)
             if len(self._hosts) > self._prune_at:
                 self._prune(now)
             return slot, due
+
+    def _turn(self, host: str, slot: float | None, now: float
+              ) -> tuple[HostState, float, float]:
+        """Under the lock: the host's row, its slot (reserved now when None) and when a
+        request in it may start -- the one home of the rule :meth:`admit` and :meth:`plan`
+        apply: the slot, a gap after the last request's start and end, the back-off, and one
+        request at a time to a polite host."""
+        h = self._hosts.get(host)
+        if h is None:
+            h = self._hosts[host] = HostState()
+        gap = self._delay if h.gap is None else h.gap
+        if slot is None:
+            slot = now if h.next_free < now else h.next_free
+            h.next_free = slot + gap
+        due = max(slot, h.last + gap, h.cool)
+        if gap > 0 and h.busy:
+            # One request at a time to a polite host: the gap counts from its end, which is
+            # at least a gap from now.
+            due = max(due, now + gap)
+        return h, slot, due
 
     def started(self, host: str, start: float) -> None:
         """A request to ``host`` reserved elsewhere (the fetcher's own) starts at ``start``."""
