@@ -86,9 +86,9 @@ class Backlog:
         put -> READY -> take -> RUNNING -> settle -> SETTLING -> forget -> GONE
          |       ^  ^              | cool(task, due)
          |       |  +-- release_due --+-- COOLING (time-ordered heap)
-         +-------|------(cooled)--------> COOLING (its host's turn known not to have come)
-                 |                 | await_mark (admitted: its start mark is being written)
-                 +---- marked -----+-- MARKING
+         |       |                 | await_mark (admitted: its start mark is being written)
+         |       +---- marked -----+-- MARKING
+         +-- put(..., cooled): COOLING at once (the claim loop knew its turn had not come)
 
     A task admitted to start (its host's slot taken at the gate) waits MARKING, off the pool
     thread, until its start mark is written (:meth:`zkcrawl.consumer.owned_queue.OwnedQueue.mark`: a
@@ -101,7 +101,8 @@ class Backlog:
     Who calls what:
 
     * the **claim loop** (one thread): :meth:`~Backlog.wait_capacity`, then :meth:`~Backlog.put`
-      of at most that many tasks;
+      of at most that many tasks (READY, or COOLING when it reserved their slots for later:
+      ``Worker._plan``);
     * the **pool threads**: :meth:`~Backlog.take`, then :meth:`~Backlog.cool` (its host's turn has
       not come), :meth:`~Backlog.await_mark` (admitted: its mark is written off the thread) or
       :meth:`~Backlog.settle` (done: the committer has it), and :meth:`~Backlog.task_done` when

@@ -98,7 +98,9 @@ class Worker:
       (SPEC §3), never to the ones still waiting in its backlog.
     * **Polite without idling**: a cooled item waits in the heap; the scheduler thread hands it
       back, ahead of fresh items, when its host's turn comes
-      (:class:`~zkcrawl.politeness.gate.HostGate`).
+      (:class:`~zkcrawl.politeness.gate.HostGate`). A fresh item whose host's turn has not
+      come goes there from the claim loop, its slot reserved (:meth:`Worker._plan`), without
+      a trip through the pool.
     * **No host holds back another**: a host holds at most a few turns' worth of the backlog;
       a claimed item beyond that is given back at once and skipped by the claim loop while its
       host is full (:class:`~zkcrawl.consumer.parking.Parking`), so one big host never stops the
