@@ -41,6 +41,7 @@ from zkcrawl.queue.fetched import Fetched
 from zkcrawl.textsafe import redact_userinfo
 from zkcrawl.web.addresses import BLOCKED_ADDRESS
 from zkcrawl.web.fetch import Fetcher, FetchResult
+from zkcrawl.web.robots import RobotsDecision
 from zkcrawl.web.urls import host_of
 from zkcrawl.web.validators import (
     Validators,
@@ -221,7 +222,15 @@ class ItemHandler:
         reserved. False: robots.txt disallows ``url``, no request will be made (the fetch
         reports ``robots`` at once), so no slot is needed. An unreachable robots.txt is no
         verdict: the item takes a slot like any other, so the host's back-off holds it."""
-        verdict = self.fetcher.robots(url)  # read once: the fetch that follows reuses it
+        return self._prepared(host, self.fetcher.robots(url))  # the fetch reuses it
+
+    def prepare_cached(self, url: str, host: str) -> bool | None:
+        """:meth:`prepare` from memory only: None when robots.txt would have to be read
+        (the claim loop never waits for it)."""
+        verdict = self.fetcher.robots_cached(url)
+        return None if verdict is None else self._prepared(host, verdict)
+
+    def _prepared(self, host: str, verdict: RobotsDecision) -> bool:
         if not verdict.allowed:
             return verdict.temporary
         if verdict.crawl_delay:

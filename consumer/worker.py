@@ -333,11 +333,11 @@ class Worker:
         own = self.ownership
         if own is not None and (not own.owns(host) or own.not_before(host) > time.monotonic()):
             return None
-        handler, url = self.item_handler, task.claimed.url or ""
-        if not handler.fetcher.robots_known(url) or not handler.prepare(url, host):
-            handler.fetcher.robots_read()  # not this thread's to keep
-            return None  # robots.txt to read, or it says no: no slot needed
+        handler = self.item_handler
+        allowed = handler.prepare_cached(task.claimed.url or "", host)
         task.robots = handler.fetcher.robots_read()  # the fetch reuses it (perform)
+        if not allowed:
+            return None  # robots.txt to read, or it says no: no slot needed
         task.slot, due = handler.gate.plan(host)
         return due
 

@@ -11,6 +11,7 @@ from tests.httpd import TestServer, delayed, html, sequence, static
 from tests.queue_view import held, queued_urls
 from tests.test_consumer_support import Running, offer, records, settings_for
 from zkcrawl.queue import control
+from zkcrawl.web.robots import RobotsDecision
 
 
 def page(h):  # type: ignore[no-untyped-def]
@@ -106,9 +107,17 @@ def test_robots_txt_judges_each_item_once_wherever_its_slot_was_reserved(
             cache = run.worker.item_handler.fetcher._robots
             assert cache is not None
             asked: Counter[str] = Counter()
-            decide = cache.decide
+            decide, cached = cache.decide, cache.cached
             cache.decide = lambda url, retry_after=None: (  # type: ignore[method-assign]
                 asked.update([url]), decide(url, retry_after))[1]
+
+            def judged_from_memory(url: str) -> RobotsDecision | None:
+                verdict = cached(url)
+                if verdict is not None:  # None: not judged (robots.txt still to read)
+                    asked.update([url])
+                return verdict
+
+            cache.cached = judged_from_memory  # type: ignore[method-assign]
             urls = [srv.url(f"/p/a{i}") for i in range(8)]
             offer(zk, zk_root, urls[:1])
             wait_for(lambda: len(records(tmp_path / "o.jsonl")) == 1, timeout=15)

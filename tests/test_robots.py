@@ -199,19 +199,22 @@ def test_unreachable_is_asked_again_by_a_caller_that_waited() -> None:
     assert not cache.allowed("http://a.com/p") and len(fetch.calls) == 2
 
 
-def test_known_tells_a_verdict_in_memory_and_never_fetches() -> None:
-    """What the claim loop asks before it plans a fresh item's slot: robots.txt read, fresh,
-    answered -- never a fetch, never a wait for another thread's."""
+def test_cached_gives_a_verdict_from_memory_only_and_never_fetches() -> None:
+    """What the claim loop asks before it plans a fresh item's slot: decide's verdict when
+    robots.txt is read, fresh and answered -- never a fetch, never a wait."""
     clock = FakeClock()
     fetch = FakeFetch({"http://a.com/robots.txt": (200, ROBOTS),
                        "http://down.com/robots.txt": (503, b"")})
     cache = RobotsCache(fetch, UA, ttl=100, clock=clock)
-    assert not cache.known("http://a.com/x") and fetch.calls == []
+    assert cache.cached("http://a.com/x") is None and fetch.calls == []
     cache.decide("http://a.com/x")
-    assert cache.known("http://a.com/private") and cache.known("http://A.com:80/y")
-    assert not cache.known("https://a.com/x") and not cache.known("ftp://a.com/")
+    assert cache.cached("http://a.com/private") == cache.decide("http://a.com/private")
+    assert cache.cached("http://A.com:80/no-zkcrawl") == RobotsDecision(allowed=False,
+                                                                       crawl_delay=1.5)
+    assert cache.cached("http://a.com/y") == RobotsDecision(allowed=True, crawl_delay=1.5)
+    assert cache.cached("https://a.com/x") is None and cache.cached("ftp://a.com/") is None
     cache.decide("http://down.com/x")  # unreachable: no verdict to plan with
-    assert not cache.known("http://down.com/x")
+    assert cache.cached("http://down.com/x") is None
     clock.now = 101  # expired: decide would fetch again
-    assert not cache.known("http://a.com/x")
+    assert cache.cached("http://a.com/x") is None
     assert len(fetch.calls) == 2

@@ -249,10 +249,16 @@ class Fetcher:
         as the verdict it would read again -- if it is for its URL and fresh, as ever."""
         self._local.robots = read
 
-    def robots_known(self, url: str) -> bool:
-        """:meth:`robots` would answer from memory (robots off, or the origin's robots.txt
-        cached and fresh): asking costs no request and no wait."""
-        return self._robots is None or self._robots.known(url)
+    def robots_cached(self, url: str) -> RobotsDecision | None:
+        """:meth:`robots` when it answers from memory (robots off, or the origin's
+        robots.txt cached and fresh), else None: no request, no wait."""
+        if self._robots is None:
+            decision: RobotsDecision | None = RobotsDecision(allowed=True)
+        else:
+            decision = self._robots.cached(url)
+        if decision is not None:
+            self._local.robots = (url, decision, time.monotonic())
+        return decision
 
     def robots_allowed(self, url: str) -> bool:
         """True when robots.txt is off or allows ``url``."""

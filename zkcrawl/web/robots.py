@@ -188,17 +188,19 @@ class RobotsCache:
         """The Crawl-delay (seconds) robots.txt sets for this user agent on ``url``'s origin."""
         return self.decide(url).crawl_delay
 
-    def known(self, url: str) -> bool:
-        """robots.txt of ``url``'s origin is in the cache, fresh, read and not refused by
-        the address guard: :meth:`decide` answers from memory, without a request or a wait.
-        Never fetches, never blocks on another thread's fetch."""
+    def cached(self, url: str) -> RobotsDecision | None:
+        """:meth:`decide`'s verdict when it comes from memory -- robots.txt of ``url``'s
+        origin cached, fresh, read and not refused by the address guard -- else None. Never
+        fetches, never waits for another thread's fetch."""
         target = _target(url)
         if target is None:
-            return False
+            return None
         with self._lock:
             entry = self._entries.get(target[1])
-            return (entry is not None and entry.expires > self._clock()
-                    and entry.blocked is None and not entry.unavailable)
+            if entry is None or entry.expires <= self._clock() or entry.blocked is not None \
+                    or entry.unavailable:
+                return None
+        return self._rules_verdict(target[0], entry)
 
     def decide(self, url: str, retry_after: float | None = None) -> RobotsDecision:
         """Full verdict for ``url``, fetching robots.txt if needed.  Never raises.
@@ -216,6 +218,10 @@ class RobotsCache:
         if entry.unavailable:
             return RobotsDecision(allowed=False, temporary=True,
                                   error=entry.error or "connection")
+        return self._rules_verdict(norm, entry)
+
+    def _rules_verdict(self, norm: str, entry: _Entry) -> RobotsDecision:
+        """The verdict of a read robots.txt on the normalized URL (memoized per entry)."""
         if entry.rules is None:
             return RobotsDecision(allowed=True)
         with self._lock:
