@@ -11,19 +11,21 @@
 * Handlers are installed only from the main thread (elsewhere nothing is installed), and the
   previous ones are restored on exit.
 * **SIGUSR1 dumps every thread's stack** to stderr and the program goes on
-  (:func:`thread_dump_on_sigusr1`, the standard library's :mod:`faulthandler`, in C: safe in a
-  signal, whatever the threads hold), as a JVM's SIGQUIT does: where a stuck process is,
-  without a debugger.
+  (:func:`thread_dump_on_sigusr1`), as a JVM's SIGQUIT does: where a stuck process is,
+  without a debugger. A Python handler on the main thread, holding the GIL, so every other
+  thread is at a bytecode boundary and its frames are whole; written with one ``os.write``
+  per thread, never through ``sys.stderr`` (whose lock the interrupted code may hold).
 """
 
 from __future__ import annotations
 
 import contextlib
-import faulthandler
 import io
+import os
 import signal
 import sys
 import threading
+import traceback
 from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
@@ -115,7 +117,15 @@ class StopSignals:
 def thread_dump_on_sigusr1() -> Iterator[bool]:
     """While the block runs, ``kill -USR1 PID`` writes every thread's stack to stderr (the
     process goes on). Yields whether it is installed: only from the main thread, and only
-    when stderr is a real file descriptor (a test's captured stream is not)."""
+    when stderr is a real file descriptor (a test's captured stream is not).
+
+    Why not :mod:`faulthandler` (which session 13 used): its handler runs in C in whatever
+    thread the signal lands on and walks the other threads' frames without the GIL, while
+    they run -- its documentation calls that unsafe, and here it left dumps cut off in the
+    middle of a thread (twice in one day's CI). This handler runs on the main thread between
+    two bytecodes (a wait there is interrupted for it) with the GIL held
+    (``sys._current_frames``, CPython's documented debugging hook); the cost is that a main
+    thread stuck inside one C call answers only when that call returns."""
     try:
         fd = sys.stderr.fileno()
     except (AttributeError, ValueError, io.UnsupportedOperation):
@@ -123,8 +133,23 @@ def thread_dump_on_sigusr1() -> Iterator[bool]:
     if fd < 0 or threading.current_thread() is not threading.main_thread():
         yield False
         return
-    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True, chain=False)
+    previous = signal.signal(signal.SIGUSR1, lambda _s, _f: _dump_threads(fd))
     try:
         yield True
     finally:
-        faulthandler.unregister(signal.SIGUSR1)
+        signal.signal(signal.SIGUSR1, previous)
+
+
+def _dump_threads(fd: int) -> None:
+    """Every thread's stack, most recent call first, in faulthandler's format, to ``fd``."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    current = threading.get_ident()
+    for ident, frame in sys._current_frames().items():
+        head = "Current thread" if ident == current else "Thread"
+        lines = [f"{head} {ident:#018x} ({names.get(ident, '?')}) (most recent call first):\n"]
+        lines += [f'  File "{f.filename}", line {f.lineno} in {f.name}\n'
+                  for f in reversed(traceback.extract_stack(frame))]
+        try:
+            os.write(fd, ("".join(lines) + "\n").encode("utf-8", "replace"))
+        except OSError:
+            return  # stderr gone: nothing to tell
