@@ -147,8 +147,8 @@ def _dump_threads(fd: int) -> None:
     for ident, frame in sys._current_frames().items():
         head = "Current thread" if ident == current else "Thread"
         lines = [f"{head} {ident:#018x} ({names.get(ident, '?')}) (most recent call first):\n"]
-        lines += [f'  File "{f.filename}", line {f.lineno} in {f.name}\n'
-                  for f in reversed(traceback.extract_stack(frame))]
+        lines += [f'  File "{f.f_code.co_filename}", line {lineno} in {f.f_code.co_name}\n'
+                  for f, lineno in traceback.walk_stack(frame)]  # no source read
         try:
             os.write(fd, ("".join(lines) + "\n").encode("utf-8", "replace"))
         except OSError:

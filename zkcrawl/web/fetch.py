@@ -34,7 +34,7 @@ from zkcrawl.web.addresses import (
     BlockedAddress,
     active,
 )
-from zkcrawl.web.robots import RobotsCache, RobotsDecision, RobotsUnreachable
+from zkcrawl.web.robots import ALLOWED, RobotsCache, RobotsDecision, RobotsUnreachable
 from zkcrawl.web.transports import Response, Transport, TransportFactory, transport_factory
 from zkcrawl.web.urls import host_key, host_of
 from zkcrawl.web.validators import Validators
@@ -232,7 +232,7 @@ class Fetcher:
         a :meth:`fetch` of the same URL on this thread within :data:`ROBOTS_RECHECK` seconds
         uses it instead of reading robots.txt again (robots off: always allowed)."""
         if self._robots is None:
-            return RobotsDecision(allowed=True)
+            return ALLOWED
         decision = self._robots.decide(url)
         self._local.robots = (url, decision, time.monotonic())
         return decision
@@ -251,11 +251,11 @@ class Fetcher:
 
     def robots_cached(self, url: str) -> RobotsDecision | None:
         """:meth:`robots` when it answers from memory (robots off, or the origin's
-        robots.txt cached and fresh), else None: no request, no wait."""
+        robots.txt cached and fresh), else None: no request, no wait. Robots off: nothing
+        is kept for the fetch (it reads no verdict)."""
         if self._robots is None:
-            decision: RobotsDecision | None = RobotsDecision(allowed=True)
-        else:
-            decision = self._robots.cached(url)
+            return ALLOWED
+        decision = self._robots.cached(url)
         if decision is not None:
             self._local.robots = (url, decision, time.monotonic())
         return decision

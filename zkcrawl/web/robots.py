@@ -30,8 +30,8 @@ from protego import Protego
 from zkcrawl.web.addresses import BlockedAddress
 from zkcrawl.web.urls import normalize_url
 
-__all__ = ["MAX_RULES", "MAX_RULE_BYTES", "RobotsCache", "RobotsDecision", "RobotsUnreachable",
-           "cap_rules", "robots_url"]
+__all__ = ["ALLOWED", "MAX_RULES", "MAX_RULE_BYTES", "RobotsCache", "RobotsDecision",
+           "RobotsUnreachable", "cap_rules", "robots_url"]
 
 log = structlog.get_logger(__name__)
 
@@ -90,6 +90,9 @@ class RobotsDecision:
     crawl_delay: float | None = None
     blocked: str | None = None
     error: str | None = None
+
+
+ALLOWED = RobotsDecision(allowed=True)  # the verdict without rules (frozen: one for all)
 
 
 @dataclass
@@ -223,7 +226,7 @@ class RobotsCache:
     def _rules_verdict(self, norm: str, entry: _Entry) -> RobotsDecision:
         """The verdict of a read robots.txt on the normalized URL (memoized per entry)."""
         if entry.rules is None:
-            return RobotsDecision(allowed=True)
+            return ALLOWED
         with self._lock:
             memo = self._memo.get(norm)
             if memo is not None and memo[0] is entry:
