@@ -3,11 +3,11 @@ item as a :class:`Task` in exactly one :class:`TaskState` until it is gone (the 
 diagram and who calls what: :class:`Backlog`'s docstring).
 
 * **Bounded**: never more than ``capacity`` (``--threads + --backlog``) tasks in the table.
-* **Marks ahead, at most ``mark_ahead``** (2 x ``--threads``): unmarked tasks (cooled, then
-  fresh) are admitted while fewer wait for or hold a written mark, then the marked ones
-  run -- the threads rarely wait for a checkpoint, and a death is charged to no more than
-  the running tasks and ``mark_ahead`` marked ones. A cooling task is a heap entry, so no
-  thread waits for a host.
+* **Marks ahead, at most ``mark_ahead``** (2 x ``--threads``): unmarked tasks (by the claim
+  loop as they arrive, else by the pool: cooled, then fresh) are admitted while fewer wait
+  for or hold a written mark, then the marked ones run -- the threads rarely wait for a
+  checkpoint, and a death is charged to no more than the running tasks and ``mark_ahead``
+  marked ones. A cooling task is a heap entry, so no thread waits for a host.
 * **An admission is used or given back** (``withdraw``), and a task is handed to one pool
   thread per READY.
 * **Every wait is bounded** by its ``timeout``, so flags set by a signal handler are seen.
@@ -89,6 +89,7 @@ class Backlog:
          |       |                 | await_mark (admitted: its start mark is being written)
          |       +---- marked -----+-- MARKING
          +-- put(..., cooled): COOLING at once (the claim loop knew its turn had not come)
+         +-- put(..., marking): MARKING at once (the claim loop admitted it, mark asked)
 
     A task admitted to start (its host's slot taken at the gate) waits MARKING, off the pool
     thread, until its start mark is written (:meth:`zkcrawl.consumer.owned_queue.OwnedQueue.mark`: a
@@ -100,9 +101,10 @@ class Backlog:
 
     Who calls what:
 
-    * the **claim loop** (one thread): :meth:`~Backlog.wait_capacity`, then :meth:`~Backlog.put`
-      of at most that many tasks (READY, or COOLING when it reserved their slots for later:
-      ``Worker._plan``);
+    * the **claim loop** (one thread): :meth:`~Backlog.wait_capacity`, then
+      :meth:`~Backlog.reserve_marks` and :meth:`~Backlog.put` of at most that many tasks
+      (READY; COOLING when it reserved their slots for later: ``Worker._plan``; MARKING when
+      it admitted them within the room reserved: ``Worker._admit_ahead``);
     * the **pool threads**: :meth:`~Backlog.take`, then :meth:`~Backlog.cool` (its host's turn has
       not come), :meth:`~Backlog.await_mark` (admitted: its mark is written off the thread) or
       :meth:`~Backlog.settle` (done: the committer has it), and :meth:`~Backlog.task_done` when
@@ -195,11 +197,32 @@ class Backlog:
                     return free
                 self._capacity.wait(left)
 
-    def put(self, tasks: Sequence[Task], cooled: Sequence[tuple[Task, float]] = ()) -> None:
+    def reserve_marks(self, n: int) -> int:
+        """Room for up to ``n`` start marks asked by the claim loop (``mark_ahead`` not yet
+        reached): counted as MARKING from now, so no pool thread takes the same room; what
+        :meth:`put` does not use of it (``reserved``) is given back there."""
+        with self._lock:
+            if self.mark_ahead is None:
+                return 0
+            room = max(0, min(n, self.mark_ahead - self._marking - self._marked_ready))
+            self._marking += room
+            return room
+
+    def put(self, tasks: Sequence[Task], cooled: Sequence[tuple[Task, float]] = (),
+            marking: Sequence[Task] = (), reserved: int = 0) -> None:
         """Add freshly claimed tasks, at most what :meth:`wait_capacity` returned: READY, or
         -- ``cooled``, ``(task, due)`` -- COOLING until the monotonic time ``due`` (the claim
-        loop knew its host's turn had not come: no pool thread takes it before it has)."""
+        loop knew its host's turn had not come: no pool thread takes it before it has), or
+        -- ``marking``, admitted by the claim loop within the room it :meth:`reserve_marks`
+        (``reserved``) -- MARKING: its start mark is asked next (``Worker._admit_ahead``), and
+        :meth:`marked` hands it to a pool thread once written (one trip through the pool)."""
         with self._lock:
+            self._marking -= reserved - len(marking)  # the room not used goes back
+            for t in marking:
+                self._add(t)
+                t.state = MARKING
+            if reserved > len(marking):
+                self._fresh_may_go()
             for t in tasks:
                 self._add(t)
                 self._ready.append(t)

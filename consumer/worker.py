@@ -83,18 +83,21 @@ class Worker:
     has the states and the guarantees)::
 
         claim -> ready -> [pool thread] admit -> running -> settling (committer) -> gone
-                 ^ ^                      | host cooling: time-ordered heap, no thread waits
-                 | +------- cooling <-----+
-                 |                        | admitted: its start mark written off the thread
-                 +-------- marking <------+   (then the next pool thread performs it)
+          |      ^ ^                      | host cooling: time-ordered heap, no thread waits
+          |      | +------- cooling <-----+
+          |      |                        | admitted: its start mark written off the thread
+          |      +-------- marking <------+   (then the next pool thread performs it)
+          +-- [claim loop] admit ahead ---^   (planned, within mark_ahead: one trip)
 
     * **Bounded**: never more than ``threads + backlog`` leases, whatever state they are in.
     * **Charged only when started**: a claimed item is not marked started in its batch until
-      a pool thread admits it to start now (:meth:`Worker.admit`); then its mark is written --
+      it is admitted to start now -- by the claim loop when that costs no wait
+      (:meth:`Worker._admit_ahead`, within the backlog's ``mark_ahead``: the pool then takes it
+      once), else by a pool thread (:meth:`Worker.admit`); then its mark is written --
       durable before its request, so a page that kills its consumers is still charged -- by
       the queue's checkpoint thread, coalesced with the other marks
-      (:meth:`~zkcrawl.consumer.owned_queue.OwnedQueue.mark`), while the pool thread goes on with
-      another item; a holder's death costs an attempt only to the items it had started
+      (:meth:`~zkcrawl.consumer.owned_queue.OwnedQueue.mark`), while the threads go on with
+      other items; a holder's death costs an attempt only to the items it had started
       (SPEC §3), never to the ones still waiting in its backlog.
     * **Polite without idling**: a cooled item waits in the heap; the scheduler thread hands it
       back, ahead of fresh items, when its host's turn comes
@@ -317,7 +320,40 @@ class Worker:
                 ready.append(t)
             else:
                 cooled.append((t, due - LEAD))
-        self.backlog.put(ready, cooled)
+        room = self.backlog.reserve_marks(sum(1 for t in ready if t.slot is not None))
+        ahead: list[Task] = []
+        if room:
+            unmarked = []
+            for t in ready:
+                if len(ahead) >= room or t.slot is None or not self._admit_ahead(t, ahead,
+                                                                                 cooled):
+                    unmarked.append(t)
+            ready = unmarked
+        self.backlog.put(ready, cooled, ahead, room)
+        for t in ahead:
+            if self.queue.mark(t.claimed):  # nothing to write: a pool thread performs it
+                self.backlog.marked([t.claimed])
+
+    def _admit_ahead(self, task: Task, ahead: list[Task],
+                     cooled: list[tuple[Task, float]]) -> bool:
+        """Admit a planned task at the gate here, as :meth:`admit` would on a pool thread,
+        so that its start mark is asked now and the pool takes it once, marked (bench
+        recrawl: 2 trips through the pool a page before, 1 now). Into ``ahead`` (admitted)
+        or ``cooled`` (the gate said later) and True; False: the pool admits it as ever."""
+        if self.stopping.requested or not self.sink.available:
+            return False
+        session = task.claimed.session
+        if self.session.stale(session) or (
+                session is not None and self.session.silent_for() > self._silence_limit):
+            return False
+        start, due = self.item_handler.gate.admit(task.host, task.slot)
+        task.slot = start
+        if due is not None:
+            cooled.append((task, due - LEAD))
+        else:
+            task.gated = True
+            ahead.append(task)
+        return True
 
     def _plan(self, task: Task) -> float | None:
         """Reserve a fresh task's politeness slot here, as :meth:`admit` would on a pool
@@ -374,7 +410,7 @@ class Worker:
                 task.slot = start
                 self.backlog.cool(task, due - LEAD)
                 return False
-            task.gated = True
+            task.gated, task.slot = True, start
             assert start is not None  # admitted: the start is known
             if (delay := start - time.monotonic()) > 0:
                 time.sleep(delay)  # < EARLY: cheaper than a trip through the heap
@@ -420,6 +456,8 @@ class Worker:
             self.backlog.cool(task, time.monotonic() + (0.0 if self.control.paused
                                                         else TICK / 5))
             return
+        if task.gated and task.slot is not None and (delay := task.slot - time.monotonic()) > 0:
+            time.sleep(delay)  # admitted by the claim loop for a start < EARLY ahead
         self.perform(task)
 
     def _owner_ready(self, task: Task) -> bool:

@@ -329,6 +329,30 @@ def test_no_more_tasks_are_marked_ahead_than_mark_ahead():
     assert b.take(0.05) is ts[3]
 
 
+def test_the_claim_loop_marks_ahead_within_the_room_it_reserved():
+    """``reserve_marks`` counts its room as MARKING at once (no pool thread takes it too);
+    ``put`` adds the admitted tasks MARKING and gives the room it did not use back; a task
+    marked by the claim loop reaches a pool thread once, marked."""
+    b = Backlog(8, mark_ahead=3)
+    first = task(1)
+    b.put([first])
+    assert b.take(0.1) is first and b.await_mark(first)  # one MARKING on a thread's way
+    assert b.reserve_marks(5) == 2  # the cap is 3: room for two more
+    assert b.reserve_marks(1) == 0  # the room is taken until put says what it used
+    ahead, fresh = task(10), task(11)
+    b.put([fresh], marking=[ahead], reserved=2)  # one of the two used: one goes back
+    assert ahead.state is MARKING and fresh.state is READY and b.stats() == (1, 3, 3)
+    assert b.take(0.05) is fresh  # the room given back lets a fresh task be admitted
+    assert b.await_mark(fresh)
+    assert b.reserve_marks(5) == 0  # three MARKING now (first, ahead, fresh)
+    b.marked([ahead.claimed])
+    assert b.take(0.05) is ahead and ahead.marked  # its one trip through the pool
+    assert b.reserve_marks(5) == 1
+    b.put([], reserved=1)
+    assert b.reserve_marks(5) == 1
+    assert Backlog(4).reserve_marks(3) == 0  # no mark_ahead: the pool admits everything
+
+
 def test_a_marked_task_cooled_and_due_again_goes_in_front_of_fresh_ones():
     b = Backlog(8, mark_ahead=1)
     ts = [task(i) for i in range(3)]

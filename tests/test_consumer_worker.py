@@ -76,8 +76,8 @@ def test_a_fresh_item_whose_host_must_wait_goes_to_the_heap_not_through_the_pool
             puts: list[tuple[int, int]] = []
             put, cool = run.worker.backlog.put, run.worker.backlog.cool
             pool_cools: list[str] = []
-            run.worker.backlog.put = lambda ready, cooled=(): (  # type: ignore[method-assign]
-                puts.append((len(ready), len(cooled))), put(ready, cooled))[1]
+            run.worker.backlog.put = lambda ready, cooled=(), *ahead: (  # type: ignore[method-assign]
+                puts.append((len(ready), len(cooled))), put(ready, cooled, *ahead))[1]
             run.worker.backlog.cool = lambda t, due: (  # type: ignore[method-assign]
                 pool_cools.append(t.name), cool(t, due))[1]
             offer(zk, zk_root, [srv.url(f"/p/a{i}") for i in range(4)])
@@ -92,6 +92,35 @@ def test_a_fresh_item_whose_host_must_wait_goes_to_the_heap_not_through_the_pool
     # a planned item asked again at its time may wait the rest of a gap counted from the
     # end of the request before it (a few ms): at most once each
     assert len(pool_cools) <= 3 and len(set(pool_cools)) == len(pool_cools)
+
+
+def test_the_claim_loop_asks_the_start_marks_so_each_item_goes_through_the_pool_once(
+        zk, zk_hosts, zk_root, tmp_path):
+    """A claimed item the claim loop can admit (robots.txt known, the host's turn come) is
+    admitted and its start mark asked there: a pool thread takes it once, marked, instead of
+    once to admit it and again to perform it."""
+    with TestServer({"/p/*": page}) as srv:
+        run = Running(settings_for(zk_hosts, zk_root, tmp_path / "o.jsonl", "--threads", "4",
+                                   "--backlog", "8", "--domain-delay", "0", "--no-robots",
+                                   "--exit-when-idle", "1"))
+        try:
+            taken: list[tuple[str, bool]] = []
+            take = run.worker.backlog.take
+
+            def counted(timeout: float):  # type: ignore[no-untyped-def]
+                t = take(timeout)
+                if t is not None:
+                    taken.append((t.name, t.marked))
+                return t
+
+            run.worker.backlog.take = counted  # type: ignore[method-assign]
+            offer(zk, zk_root, [srv.url(f"/p/a{i}") for i in range(8)])
+            run.join(30)
+        finally:
+            run.stop()
+    assert len(records(tmp_path / "o.jsonl")) == 8
+    assert len(taken) == 8 and all(marked for _, marked in taken)  # once each, marked
+    assert len({name for name, _ in taken}) == 8
 
 
 def test_robots_txt_judges_each_item_once_wherever_its_slot_was_reserved(
