@@ -90,6 +90,7 @@ class Backlog:
          |       +---- marked -----+-- MARKING
          +-- put(..., cooled): COOLING at once (the claim loop knew its turn had not come)
          +-- put(..., marking): MARKING at once (the claim loop admitted it, mark asked)
+         COOLING -- release_due, admit_due --> MARKING (the scheduler admitted it)
 
     A task admitted to start (its host's slot taken at the gate) waits MARKING, off the pool
     thread, until its start mark is written (:meth:`zkcrawl.consumer.owned_queue.OwnedQueue.mark`: a
@@ -110,7 +111,8 @@ class Backlog:
       :meth:`~Backlog.settle` (done: the committer has it), and :meth:`~Backlog.task_done` when
       they let go of it;
     * the queue's checkpoint thread: :meth:`~Backlog.marked` (marks written);
-    * the **scheduler** (one thread): :meth:`~Backlog.release_due` in a loop;
+    * the **scheduler** (one thread): :meth:`~Backlog.release_due` in a loop (admitting a
+      due planned task itself through ``admit_due``, its mark asked through ``mark``);
     * the committer and the claim loop: :meth:`~Backlog.forget` (settled, released or lost),
       :meth:`~Backlog.drop_unstarted` (leases lost with a session);
     * shutdown: :meth:`~Backlog.held`, :meth:`~Backlog.wait_empty`, :meth:`~Backlog.close`.
@@ -171,6 +173,11 @@ class Backlog:
         # be written now, not at the end of the queue's coalescing window (the queue's
         # mark_soon; called under this lock, sets an event)
         self.starved: Callable[[], None] | None = None
+        # the scheduler admits a due planned task itself (Worker._admit_due: the gate's
+        # (start, due), or None to leave it to the pool; called under this lock, takes only
+        # the politeness table's), then asks its mark (the queue's mark, outside the lock)
+        self.admit_due: Callable[[Task], tuple[float | None, float | None] | None] | None = None
+        self.mark: Callable[[Claimed], bool] | None = None
         self._marking = 0  # tasks MARKING
         self._unstarted = 0  # tasks READY, COOLING or MARKING (stats: no walk of the table)
 
@@ -411,7 +418,14 @@ class Backlog:
     def release_due(self, paused: Callable[[], bool], timeout: float) -> bool:
         """Hand every cooled task whose time came back to the pool (unless ``paused()``),
         then wait until the next one is due, a :meth:`cool`, a :meth:`wake_scheduler` or
-        ``timeout``. False once closed: the scheduler's loop ends."""
+        ``timeout``. False once closed: the scheduler's loop ends.
+
+        With ``admit_due`` set, an unmarked task with a reserved slot is admitted here
+        instead, while fewer than ``mark_ahead`` are marked ahead: MARKING, its start mark
+        asked (``mark``, outside the lock) -- the pool takes it once, marked; or COOLING
+        again when the gate says later. ``admit_due`` returns None to leave it to the
+        pool."""
+        to_mark: list[Task] = []
         with self._lock:
             if self._closed:
                 return False
@@ -419,21 +433,63 @@ class Backlog:
             if self._heap and not paused():
                 now = time.monotonic()
                 heap = self._heap
+                later: list[tuple[float, int, Task]] = []
                 while heap and heap[0][0] <= now:
                     task = heapq.heappop(heap)[2]
-                    if task.state is COOLING:  # else released or lost meanwhile
-                        task.state = READY
-                        task.timing.polite_ms += (now - task.cooled_at) * 1000.0
-                        if task.marked:  # marked ones stay in front (_next)
-                            self._marked_ready += 1
-                            self._priority.appendleft(task)
-                        else:
-                            self._priority.append(task)
-                        self._work.notify()
+                    if task.state is not COOLING:  # released or lost meanwhile
+                        continue
+                    task.timing.polite_ms += (now - task.cooled_at) * 1000.0
+                    task.cooled_at = now
+                    if self._admitted_here(task, later, to_mark):
+                        continue
+                    task.state = READY
+                    if task.marked:  # marked ones stay in front (_next)
+                        self._marked_ready += 1
+                        self._priority.appendleft(task)
+                    else:
+                        self._priority.append(task)
+                    self._work.notify()
+                for entry in later:
+                    heapq.heappush(heap, entry)
                 if heap:
                     wait = min(wait, heap[0][0] - now)
-            self._cooled.wait(wait)
-            return not self._closed
+            if not to_mark:
+                self._cooled.wait(wait)
+                return not self._closed
+        self._mark_ahead_of_pool(to_mark)
+        return not self._closed
+
+    def _admitted_here(self, task: Task, later: list[tuple[float, int, Task]],
+                       to_mark: list[Task]) -> bool:
+        """Under the lock: admit a due COOLING task on the scheduler's thread (see
+        :meth:`release_due`). True: handled here -- admitted, MARKING, into ``to_mark``
+        (its mark to ask), or into ``later`` (COOLING again); False: to the pool as
+        READY."""
+        admit = self.admit_due
+        if (admit is None or task.marked or task.slot is None or self.mark_ahead is None
+                or self._marking + self._marked_ready >= self.mark_ahead):
+            return False
+        verdict = admit(task)
+        if verdict is None:
+            return False
+        start, due = verdict
+        task.slot = start
+        if due is not None:
+            later.append((due, next(self._seq), task))
+            return True
+        task.gated = True  # under the lock: a _gone from now on gives the admission back
+        task.state = MARKING
+        self._marking += 1
+        to_mark.append(task)
+        return True
+
+    def _mark_ahead_of_pool(self, tasks: list[Task]) -> None:
+        """Ask the start marks of tasks the scheduler admitted (outside the lock: the
+        queue's own); a mark that needs no write hands its task to the pool at once."""
+        assert self.mark is not None
+        done = [t.claimed for t in tasks if self.mark(t.claimed)]
+        if done:
+            self.marked(done)
 
     def wake_scheduler(self) -> None:
         """Something :meth:`release_due` depends on changed (the cluster paused or resumed)."""

@@ -87,12 +87,14 @@ class Worker:
           |      | +------- cooling <-----+
           |      |                        | admitted: its start mark written off the thread
           |      +-------- marking <------+   (then the next pool thread performs it)
-          +-- [claim loop] admit ahead ---^   (planned, within mark_ahead: one trip)
+          +-- [claim loop] admit ahead ---^   (planned, within mark_ahead: one trip;
+                 [scheduler] admits a cooling one so when its time comes)
 
     * **Bounded**: never more than ``threads + backlog`` leases, whatever state they are in.
     * **Charged only when started**: a claimed item is not marked started in its batch until
-      it is admitted to start now -- by the claim loop when that costs no wait
-      (:meth:`Worker._admit_ahead`, within the backlog's ``mark_ahead``: the pool then takes it
+      it is admitted to start now -- by the claim loop, or the scheduler when its planned
+      time comes, when that costs no wait (:meth:`Worker._admit_ahead`,
+      :meth:`Worker._admit_due`, within the backlog's ``mark_ahead``: the pool then takes it
       once), else by a pool thread (:meth:`Worker.admit`); then its mark is written --
       durable before its request, so a page that kills its consumers is still charged -- by
       the queue's checkpoint thread, coalesced with the other marks
@@ -148,6 +150,7 @@ class Worker:
         self.backlog = Backlog(settings.capacity, mark_ahead=MARKS_AHEAD * settings.threads)
         self.backlog.withdraw = item_handler.gate.withdraw  # an admitted item that never started
         queue.on_marked = self.backlog.marked
+        self.backlog.admit_due, self.backlog.mark = self._admit_due, queue.mark
         self.backlog.starved = queue.mark_soon  # an idle pool thread: marks go now
         self.ownership = ownership  # --politeness owner: only the owner fetches a host
         self.redelivered = 0  # items claimed after a holder died (redeliveries, no fetch)
@@ -334,22 +337,37 @@ class Worker:
             if self.queue.mark(t.claimed):  # nothing to write: a pool thread performs it
                 self.backlog.marked([t.claimed])
 
+    def _admit_due(self, task: Task) -> tuple[float | None, float | None] | None:
+        """The scheduler's admission of a planned task whose time came (under the backlog's
+        lock: flags and the gate only): the gate's ``(start, None)`` -- admitted -- or
+        ``(slot, when to look again)``; or None when a pool
+        thread should decide (stopping, the sink down, the session in doubt, paused, the
+        host not ours or in its hand-over wait)."""
+        if self.stopping.requested or not self.sink.available or self.control.paused:
+            return None
+        session = task.claimed.session
+        if self.session.stale(session) or (
+                session is not None and self.session.silent_for() > self._silence_limit):
+            return None
+        own = self.ownership
+        if own is not None and (not own.owns(task.host)
+                                or own.not_before(task.host) > time.monotonic()):
+            return None
+        start, due = self.item_handler.gate.admit(task.host, task.slot)
+        return start, None if due is None else due - LEAD  # cooled: back in the heap then
+
     def _admit_ahead(self, task: Task, ahead: list[Task],
                      cooled: list[tuple[Task, float]]) -> bool:
         """Admit a planned task at the gate here, as :meth:`admit` would on a pool thread,
         so that its start mark is asked now and the pool takes it once, marked (bench
         recrawl: 2 trips through the pool a page before, 1 now). Into ``ahead`` (admitted)
         or ``cooled`` (the gate said later) and True; False: the pool admits it as ever."""
-        if self.stopping.requested or not self.sink.available:
+        verdict = self._admit_due(task)
+        if verdict is None:
             return False
-        session = task.claimed.session
-        if self.session.stale(session) or (
-                session is not None and self.session.silent_for() > self._silence_limit):
-            return False
-        start, due = self.item_handler.gate.admit(task.host, task.slot)
-        task.slot = start
+        task.slot, due = verdict
         if due is not None:
-            cooled.append((task, due - LEAD))
+            cooled.append((task, due))
         else:
             task.gated = True
             ahead.append(task)

@@ -353,6 +353,39 @@ def test_the_claim_loop_marks_ahead_within_the_room_it_reserved():
     assert Backlog(4).reserve_marks(3) == 0  # no mark_ahead: the pool admits everything
 
 
+def test_the_scheduler_admits_a_planned_task_whose_time_came_and_asks_its_mark():
+    """With ``admit_due``, a due cooled task with a reserved slot is admitted on the
+    scheduler's thread (MARKING, gated, its mark asked): the pool takes it once, marked. The
+    gate may say later (back in the heap), the worker may leave it to the pool (None), a mark
+    may need no write (READY and marked at once); past ``mark_ahead`` the pool admits it."""
+    b = Backlog(8, mark_ahead=2)
+    verdicts: dict[str, tuple[float | None, float | None] | None] = {}
+    b.admit_due = lambda t: verdicts[t.name]
+    asked: list[str] = []
+    written: set[str] = set()
+    b.mark = lambda c: (asked.append(c.name), c.name in written)[1]
+    now = time.monotonic()
+    admitted, later, left, unwritten, over = ts = [task(i) for i in range(5)]
+    for t in ts:
+        t.slot = now
+    verdicts.update({admitted.name: (now, None), later.name: (now, now + 60),
+                     left.name: None, unwritten.name: (now, None), over.name: (now, None)})
+    written.add(unwritten.name)
+    b.put([], [(t, now) for t in ts])
+    b.release_due(never, 0.01)
+    assert admitted.state is MARKING and admitted.gated and asked == [admitted.name,
+                                                                       unwritten.name]
+    assert later.state is COOLING and not later.gated  # the gate said later: in the heap
+    assert left.state is READY and not left.marked  # the worker left it to the pool
+    assert unwritten.state is READY and unwritten.marked  # its mark needed no write
+    assert over.state is READY and not over.marked and not over.gated  # two marked ahead
+    b.marked([admitted.claimed])
+    taken = [b.take(0.01) for _ in range(4)]
+    assert taken[0] is admitted and set(taken) == {admitted, unwritten, left, over}
+    assert [t for t in taken if t.marked] == [admitted, unwritten]  # taken once, marked
+    assert b.take(0.01) is None  # later still cools
+
+
 def test_a_marked_task_cooled_and_due_again_goes_in_front_of_fresh_ones():
     b = Backlog(8, mark_ahead=1)
     ts = [task(i) for i in range(3)]

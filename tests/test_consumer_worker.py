@@ -80,12 +80,19 @@ def test_a_fresh_item_whose_host_must_wait_goes_to_the_heap_not_through_the_pool
                 puts.append((len(ready), len(cooled))), put(ready, cooled, *ahead))[1]
             run.worker.backlog.cool = lambda t, due: (  # type: ignore[method-assign]
                 pool_cools.append(t.name), cool(t, due))[1]
+            taken: list[tuple[str, bool]] = []
+            take = run.worker.backlog.take
+            run.worker.backlog.take = lambda timeout: (  # type: ignore[method-assign]
+                t := take(timeout), t is not None and taken.append((t.name, t.marked)), t)[2]
             offer(zk, zk_root, [srv.url(f"/p/a{i}") for i in range(4)])
             run.join(30)
         finally:
             run.stop()
         gaps = srv.gaps(host="127.0.0.1")
     assert len(records(tmp_path / "o.jsonl")) == 4
+    # admitted and marked by the claim loop or, at their time, by the scheduler: each item
+    # goes through the pool once
+    assert len(taken) == 4 and all(marked for _, marked in taken)
     assert min(gaps) >= delay  # measured by the server
     assert sum(c for _, c in puts) >= 3  # the first ready; each later one planned, in the claims
     # that bring them (the host holds two at a time)
