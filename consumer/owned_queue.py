@@ -55,7 +55,7 @@ RETAKE_S = 5.0  # a partition another session holds: asked again (its owner node
 # as long as this session lives -- the next owner waits for it.
 SWEEP_S = 30.0
 INGRESS_MOVE = 2000  # ingress items one move takes (fewer when they exceed a transaction)
-PICK_PER_BATCH = 16  # a claim reads past at most so many items of a batch it cannot take
+PICK_PER_BATCH = 16  # a claim reads past the items of at most so many full hosts a batch
 PER_ROUND = 8  # partitions listed per claim round at most (gaining 90 of them at once
 # stalled a consumer's claims for a second: measured by bench rebalance)
 TAKES_PER_ROUND = 64  # partitions taken per claim round, pipelined (PartitionQueue.take_many:
@@ -584,11 +584,12 @@ class OwnedQueue:
         and a batch yields as many as it has in turn: the items in flight stay in as few
         batches as the order allows, and each checkpoint rewrites few batch nodes (16 per
         batch and per claim spread one host's 272 in flight over 9 batches of 60 KB: half
-        a megabyte a checkpoint). A batch is read past at most PICK_PER_BATCH items its
-        hosts have no room for. At-most-once: the chosen go to ``want_done`` (deleted on
-        the take, SPEC §3).
+        a megabyte a checkpoint). A batch is read past the items of at most PICK_PER_BATCH
+        hosts that have no room (each such host counts once, however many items it has:
+        one big host's run never hides another host's items behind it). At-most-once: the
+        chosen go to ``want_done`` (deleted on the take, SPEC §3).
 
-        A batch whose first items (up to PICK_PER_BATCH) all had hosts without room is
+        A batch whose items read (up to PICK_PER_BATCH full hosts) all had hosts without room is
         *stalled*: it would yield nothing again, and is not read, until one of those hosts
         may have room -- its load went down (the backlog's ``take_freed``), or a claim
         picked from it (its pick may have been given back) -- or its queue changed."""
@@ -638,6 +639,11 @@ class OwnedQueue:
                     if load is not None and host:
                         picked[host] = picked.get(host, 0) + 1
                 else:
+                    # A host found full counts once towards the batch's PICK_PER_BATCH, its
+                    # later items none: one big host's run of items never hides another
+                    # host's behind it (bench skew: a small host in the big one's
+                    # partition waited for hundreds of its items to go, at its gap).
+                    r = refused.get(b, 0) + (host not in full)
                     full.add(host)
                     # The batch's next items whose hosts are full now would be refused at
                     # their turn too: read past them here, without a trip through the heap
@@ -650,7 +656,6 @@ class OwnedQueue:
                         nxt = heads[1] if len(heads) == 2 or heads[1] < heads[2] else heads[2]
                         limit = (nxt[0], nxt[1], nxt[2])
                     offered = b.offered
-                    r = refused.get(b, 0) + 1
                     pos += 1
                     while pos < len(queued) and r < PICK_PER_BATCH:
                         i = queued[pos]
@@ -661,7 +666,7 @@ class OwnedQueue:
                             if not host or cap - load.get(host, 0) - picked.get(host, 0) > 0:
                                 break
                             full.add(host)
-                        r += 1
+                            r += 1
                         pos += 1
                     refused[b] = r
                 if pos < len(queued) and refused.get(b, 0) < PICK_PER_BATCH:

@@ -22,6 +22,7 @@ def reference(batches: list[_Batch], n: int, room_of: dict[str, int]) -> list[tu
     heads = [(b.offered[b.queued[0]], b.p, b.seq, 0, b) for b in batches if b.queued]
     heapq.heapify(heads)
     out, refused, left = [], {}, n
+    full: set[str] = set()  # a full host counts once towards a batch's bound
     while heads and left > 0:
         _, p, seq, pos, b = heads[0]
         i = b.queued[pos]
@@ -31,7 +32,8 @@ def reference(batches: list[_Batch], n: int, room_of: dict[str, int]) -> list[tu
             out.append((b.p, i))
             left -= 1
         else:
-            refused[b] = refused.get(b, 0) + 1
+            refused[b] = refused.get(b, 0) + (host not in full)
+            full.add(host)
         pos += 1
         if pos < len(b.queued) and refused.get(b, 0) < PICK_PER_BATCH:
             heapq.heapreplace(heads, (b.offered[b.queued[pos]], p, seq, pos, b))
@@ -85,3 +87,27 @@ def test_the_pick_takes_what_the_plain_merge_takes_claim_after_claim(seed: int, 
         if claim % 40 == 39:
             for b in every:  # released items come back to their batches
                 b.queued = sorted({*b.queued, *rnd.sample(range(60), 5)})
+
+
+def test_a_full_hosts_run_of_items_never_hides_another_hosts_items_behind_it():
+    """One big host's items fill a batch, a small host's few come after 300 of them (bench
+    skew, a small host in the big one's partition): the big host at its cap, a claim still
+    reaches the small host's items -- a full host counts once towards the read-past bound,
+    not once per item (before: 16 items, and the small host waited for the big one's 300)."""
+    q = OwnedQueue.__new__(OwnedQueue)
+    q._lock, q._once, q._parts = threading.RLock(), False, {}
+    q._stalled, q._picked_last, q._stalled_at = {}, [], 0.0
+    now = time.time()
+    hosts = ["big"] * 300 + ["small"] * 3 + ["big"] * 100
+    items = tuple(Item(url=f"http://x/{i}", enqueued_at=now) for i in range(len(hosts)))
+    b = _Batch(0, BatchNode("qn-0000000001", 0, Batch(items)), 0, now)
+    b.queued, b.hosts = list(range(len(hosts))), hosts
+    q._parts[0] = _Part(Owned(0, 1, now), batches={"qn-0000000001": b})
+    q._offered_of(b)
+    load = {"big": 2}  # at its cap
+    q.host_cap = (2, load, set)
+    got = q._pick(10)
+    assert [b.hosts[i] for _, idx in got for i in idx] == ["small", "small"]  # its cap: 2
+    load["small"] = 2
+    assert q._pick(10) == []  # every host full: nothing, and the batch is stalled
+    assert b.stall is not None and b.stall[2] == {"big", "small"}
