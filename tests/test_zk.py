@@ -398,3 +398,30 @@ def test_gather_with_a_timeout_is_bounded_while_zookeeper_is_frozen(
     finally:
         client.close()
         server.stop()
+
+
+def test_many_threads_asking_silent_for_at_once_start_one_pause_watch(zk_hosts: str) -> None:
+    """``silent_for`` starts the client's pause watch on first use: a consumer's pool threads
+    all ask at once, and each started a watch of its own before (16 threads ticking 10 times
+    a second, 15 of them never stopped by ``close``)."""
+    def watches() -> int:
+        return sum(1 for t in threading.enumerate() if t.name == "zk-pause-watch")
+
+    client = ZkClient(zk_hosts, session_timeout=10).connect()
+    try:
+        before = watches()
+        barrier = threading.Barrier(16)
+
+        def ask() -> None:
+            barrier.wait(5)
+            client.silent_for()
+
+        threads = [threading.Thread(target=ask) for _ in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        assert watches() == before + 1
+    finally:
+        client.close()
+    wait_for(lambda: watches() == before, timeout=5)  # close stops it

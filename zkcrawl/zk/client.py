@@ -161,6 +161,7 @@ class ZkClient:
             self._sasl_failure_is_auth_failure()
         self._heard = time.monotonic()  # the last word from the server (silent_for)
         self._pause: PauseWatch | None = None  # started by the first silent_for()
+        self._pause_lock = threading.Lock()  # ... once: many threads ask it at first
         self._note_replies()
         self._wire = Wire(self._kazoo, timeout=max(zk_timeout, 1.0))
 
@@ -236,10 +237,14 @@ class ZkClient:
         request sent after it is answered: a frozen process hears nothing, but on waking
         kazoo may first read what the server sent before it expired the session, and that
         is no word about the session now (:class:`PauseWatch`)."""
-        if self._pause is None:
-            self._pause = PauseWatch(self._probe).start()
+        pause = self._pause
+        if pause is None:
+            with self._pause_lock:  # a pool's threads ask at once: one watch, not one each
+                if self._pause is None and not self._stopped.is_set():
+                    self._pause = PauseWatch(self._probe).start()
+                pause = self._pause
         now = time.monotonic()
-        if self._pause.in_doubt(now):
+        if pause is not None and pause.in_doubt(now):
             return math.inf
         return now - self._heard
 
@@ -327,8 +332,9 @@ class ZkClient:
     def close(self) -> None:
         """End the session (ephemeral nodes vanish now) and stop all retries."""
         self._stopped.set()
-        if self._pause is not None:
-            self._pause.stop()
+        with self._pause_lock:
+            if self._pause is not None:
+                self._pause.stop()
         self._stop_quietly()
 
     def _stop_quietly(self) -> None:
