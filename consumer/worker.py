@@ -150,7 +150,7 @@ class Worker:
         self.backlog = Backlog(settings.capacity, mark_ahead=MARKS_AHEAD * settings.threads)
         self.backlog.withdraw = item_handler.gate.withdraw  # an admitted item that never started
         queue.on_marked = self.backlog.marked
-        self.backlog.admit_due, self.backlog.mark = self._admit_due, queue.mark
+        self.backlog.admit_due, self.backlog.mark = self._admit_due, self._ask_mark
         self.backlog.starved = queue.mark_soon  # an idle pool thread: marks go now
         self.ownership = ownership  # --politeness owner: only the owner fetches a host
         self.redelivered = 0  # items claimed after a holder died (redeliveries, no fetch)
@@ -334,8 +334,18 @@ class Worker:
             ready = unmarked
         self.backlog.put(ready, cooled, ahead, room)
         for t in ahead:
-            if self.queue.mark(t.claimed):  # nothing to write: a pool thread performs it
+            if self._ask_mark(t.claimed):  # nothing to write: a pool thread performs it
                 self.backlog.marked([t.claimed])
+
+    def _ask_mark(self, claimed: Claimed) -> bool:
+        """The queue's ``mark`` asked off the pool (the claim loop, the scheduler), where a
+        bug must not stop the loop: it is logged and the item performed unmarked (True), as
+        a pool thread's internal error would settle it rather than drop it."""
+        try:
+            return self.queue.mark(claimed)
+        except Exception:
+            log.exception("consumer.internal_error", item=claimed.name, url=claimed.url)
+            return True
 
     def _admit_due(self, task: Task) -> tuple[float | None, float | None] | None:
         """The scheduler's admission of a planned task whose time came (under the backlog's

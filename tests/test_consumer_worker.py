@@ -130,6 +130,33 @@ def test_the_claim_loop_asks_the_start_marks_so_each_item_goes_through_the_pool_
     assert len({name for name, _ in taken}) == 8
 
 
+def test_a_mark_that_fails_off_the_pool_stops_neither_loop_nor_item(zk, zk_hosts, zk_root,
+                                                                     tmp_path):
+    """The claim loop and the scheduler ask start marks themselves now: a bug in the queue's
+    mark is logged there and the item performed (as a pool thread's internal error settles
+    its item), never a dead claim loop or scheduler, never an item left waiting."""
+    with TestServer({"/p/*": page}) as srv:
+        run = Running(settings_for(zk_hosts, zk_root, tmp_path / "o.jsonl", "--threads", "2",
+                                   "--domain-delay", "0.2", "--no-robots",
+                                   "--exit-when-idle", "1"))
+        try:
+            mark, failed = run.worker.queue.mark, []
+
+            def flaky(c):  # type: ignore[no-untyped-def]
+                if len(failed) < 3:
+                    failed.append(c.name)
+                    raise RuntimeError("a bug in mark")
+                return mark(c)
+
+            run.worker.queue.mark = flaky  # type: ignore[method-assign]
+            offer(zk, zk_root, [srv.url(f"/p/a{i}") for i in range(4)])
+            run.join(30)
+        finally:
+            run.stop()
+    assert len(failed) == 3
+    assert len(records(tmp_path / "o.jsonl")) == 4
+
+
 def test_robots_txt_judges_each_item_once_wherever_its_slot_was_reserved(
         zk, zk_hosts, zk_root, tmp_path):
     """The verdict read when an item's slot is reserved (the claim loop's plan, or a pool
