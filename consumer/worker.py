@@ -349,22 +349,31 @@ class Worker:
 
     def _admit_due(self, task: Task) -> tuple[float | None, float | None] | None:
         """The scheduler's admission of a planned task whose time came (under the backlog's
-        lock: flags and the gate only): the gate's ``(start, None)`` -- admitted -- or
-        ``(slot, when to look again)``; or None when a pool
-        thread should decide (stopping, the sink down, the session in doubt, paused, the
-        host not ours or in its hand-over wait)."""
-        if self.stopping.requested or not self.sink.available or self.control.paused:
-            return None
-        session = task.claimed.session
-        if self.session.stale(session) or (
-                session is not None and self.session.silent_for() > self._silence_limit):
+        lock: flags and the gate only): :meth:`_admit_now`'s answer, or None when a pool
+        thread should decide (also stopping, paused, the host not ours or in its hand-over
+        wait -- what the claim loop's :meth:`_plan` checked when it planned the task)."""
+        if self.stopping.requested or self.control.paused:
             return None
         own = self.ownership
         if own is not None and (not own.owns(task.host)
                                 or own.not_before(task.host) > time.monotonic()):
             return None
+        return self._admit_now(task)
+
+    def _admit_now(self, task: Task) -> tuple[float | None, float | None] | None:
+        """The gate's ``(start, None)`` -- admitted -- or ``(slot, when to look again)``
+        for a planned task; None when a pool thread should decide (the sink down, the
+        session in doubt)."""
+        if not self.sink.available or self.session.stale(task.claimed.session) \
+                or self._unheard(task.claimed.session):
+            return None
         start, due = self.item_handler.gate.admit(task.host, task.slot)
         return start, None if due is None else due - LEAD  # cooled: back in the heap then
+
+    def _unheard(self, session: int | None) -> bool:
+        """The server has been silent past kazoo's read timeout while ``session`` holds the
+        item: its session may be gone already (SIGSTOP, a partition) -- start nothing."""
+        return session is not None and self.session.silent_for() > self._silence_limit
 
     def _admit_ahead(self, task: Task, ahead: list[Task],
                      cooled: list[tuple[Task, float]]) -> bool:
@@ -372,7 +381,7 @@ class Worker:
         so that its start mark is asked now and the pool takes it once, marked (bench
         recrawl: 2 trips through the pool a page before, 1 now). Into ``ahead`` (admitted)
         or ``cooled`` (the gate said later) and True; False: the pool admits it as ever."""
-        verdict = self._admit_due(task)
+        verdict = self._admit_now(task)  # _plan has just checked the rest
         if verdict is None:
             return False
         task.slot, due = verdict
@@ -479,8 +488,7 @@ class Worker:
                 task.gated = False
                 self.item_handler.gate.withdraw(task.host)
             return
-        if (session is not None and self.session.silent_for() > self._silence_limit) \
-                or self.control.paused:
+        if self._unheard(session) or self.control.paused:
             self.backlog.cool(task, time.monotonic() + (0.0 if self.control.paused
                                                         else TICK / 5))
             return
@@ -514,7 +522,7 @@ class Worker:
                 log.info("item.dropped", item=task.name, url=task.claimed.url,
                          reason="session lost before it started")
             return False
-        if session is not None and self.session.silent_for() > self._silence_limit:
+        if self._unheard(session):
             # Unheard from the server that long, the session may be gone already (SIGSTOP,
             # a partition): wait for word -- LOST drops the item above, a reply starts it.
             self.backlog.cool(task, time.monotonic() + TICK / 5)
