@@ -336,6 +336,8 @@ class Worker:
         for t in ahead:
             if self._ask_mark(t.claimed):  # nothing to write: a pool thread performs it
                 self.backlog.marked([t.claimed])
+        if ahead:
+            self.backlog.hurry_marks()
 
     def _ask_mark(self, claimed: Claimed) -> bool:
         """The queue's ``mark`` asked off the pool (the claim loop, the scheduler), where a

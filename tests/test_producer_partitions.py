@@ -483,3 +483,25 @@ def test_push_hands_a_pages_links_over_without_waiting_for_their_commit(zk, zk_r
         assert queued(zk, zk_root) == Counter(urls) and offerer.pending == 0
     finally:
         offerer.close()
+
+
+def test_the_depths_are_listed_when_the_offerer_starts_not_at_its_first_commit(zk, zk_root):
+    """Listing every partition (~70 ms at the default P) is done by the committer as soon
+    as the Offerer exists, while the producer fetches its first page: nothing offered yet,
+    the depths are known and each partition listed once; the first commit lists nothing
+    again (bench e2e: the first page's items waited for that listing before)."""
+    from zkcrawl.producer.offerer import Offerer
+    from zkcrawl.producer.summary import Counts
+
+    feed = PartitionOffers(zk, zk_root, 8)
+    offerer = Offerer(feed, SeenSet.open(None, 1000, 0.001), Counts(), producer_id="p",
+                      batch=100, max_depth=1000, max_partition_depth=1000, max_held=100,
+                      stop=threading.Event())
+    try:
+        wait_for(lambda: feed.measured, timeout=30, what="the depths listed at the start")
+        assert feed.listings == 8 and offerer.pending == 0
+        assert offerer.add("http://h.example/a", "listing")
+        offerer.flush()
+        assert queued(zk, zk_root) == Counter(["http://h.example/a"]) and feed.listings == 8
+    finally:
+        offerer.close()

@@ -255,7 +255,11 @@ class CurlTransport:
     @classmethod
     def factory(cls, idle: int | None = None) -> functools.partial[CurlTransport]:
         """A transport factory whose transports share one :class:`HandlePool` (``idle``
-        handles at most; default :func:`idle_handles_default`)."""
+        handles at most; default :func:`idle_handles_default`). Probes the header API here,
+        once, where it is made (before the threads that use it start): probed on the
+        threads' first handles, every thread probed it at once (~1.5 ms each, reading
+        ``/proc/self/maps``) and a consumer's first requests started over 25 ms, not 1."""
+        header_api()
         return functools.partial(cls, pool=HandlePool(idle))
 
     def set_guard(self, guard: AddressGuard | None) -> None:
