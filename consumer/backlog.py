@@ -100,7 +100,7 @@ class Backlog:
     thread that finds nothing to take while tasks wait MARKING calls ``starved`` (the queue's
     ``mark_soon``): the marks go now rather than at the end of the queue's coalescing window.
     So does a take that leaves fewer than :attr:`~Backlog.low_water` marked tasks ready while
-    marks wait (and :meth:`~Backlog.hurry_marks` once marks were asked off the pool): a
+    marks wait (and :meth:`~Backlog.ask_marks`, once it asked marks off the pool): a
     busy pool has the next marks written before its threads run out of marked tasks, not
     after (bench e2e: threads idled for a checkpoint's write, ~4 ms, several times a second).
 
@@ -109,7 +109,8 @@ class Backlog:
     * the **claim loop** (one thread): :meth:`~Backlog.wait_capacity`, then
       :meth:`~Backlog.reserve_marks` and :meth:`~Backlog.put` of at most that many tasks
       (READY; COOLING when it reserved their slots for later: ``Worker._plan``; MARKING when
-      it admitted them within the room reserved: ``Worker._admit_ahead``);
+      it admitted them within the room reserved: ``Worker._admit_ahead``), then
+      :meth:`~Backlog.ask_marks` of those;
     * the **pool threads**: :meth:`~Backlog.take`, then :meth:`~Backlog.cool` (its host's turn has
       not come), :meth:`~Backlog.await_mark` (admitted: its mark is written off the thread) or
       :meth:`~Backlog.settle` (done: the committer has it), and :meth:`~Backlog.task_done` when
@@ -315,12 +316,6 @@ class Backlog:
                     return None
                 self._work.wait(deadline - now)
 
-    def hurry_marks(self) -> None:
-        """Marks were just asked (the claim loop): written now if the pool is about to run
-        out of marked tasks (:attr:`low_water`), not at the end of the coalescing window."""
-        with self._lock:
-            self._low_on_marks()
-
     def _low_on_marks(self) -> None:
         if self._marking and self._marked_ready < self.low_water and self.starved is not None:
             self.starved()
@@ -475,7 +470,7 @@ class Backlog:
             if not to_mark:
                 self._cooled.wait(wait)
                 return not self._closed
-        self._mark_ahead_of_pool(to_mark)
+        self.ask_marks(to_mark)
         return not self._closed
 
     def _admitted_here(self, task: Task, later: list[tuple[float, int, Task]],
@@ -502,14 +497,19 @@ class Backlog:
         to_mark.append(task)
         return True
 
-    def _mark_ahead_of_pool(self, tasks: list[Task]) -> None:
-        """Ask the start marks of tasks the scheduler admitted (outside the lock: the
-        queue's own); a mark that needs no write hands its task to the pool at once."""
+    def ask_marks(self, tasks: Sequence[Task]) -> None:
+        """Ask the start marks of tasks admitted off the pool -- by the scheduler, or by the
+        claim loop (``put(..., marking)``) -- outside the lock (the queue's own); a mark that
+        needs no write hands its task to the pool at once; then the marks go now if the pool
+        is about to run out of marked tasks (:attr:`low_water`)."""
+        if not tasks:
+            return
         assert self.mark is not None
         done = [t.claimed for t in tasks if self.mark(t.claimed)]
         if done:
             self.marked(done)
-        self.hurry_marks()
+        with self._lock:
+            self._low_on_marks()
 
     def wake_scheduler(self) -> None:
         """Something :meth:`release_due` depends on changed (the cluster paused or resumed)."""

@@ -333,11 +333,7 @@ class Worker:
                     unmarked.append(t)
             ready = unmarked
         self.backlog.put(ready, cooled, ahead, room)
-        for t in ahead:
-            if self._ask_mark(t.claimed):  # nothing to write: a pool thread performs it
-                self.backlog.marked([t.claimed])
-        if ahead:
-            self.backlog.hurry_marks()
+        self.backlog.ask_marks(ahead)  # through _ask_mark (Backlog.mark)
 
     def _ask_mark(self, claimed: Claimed) -> bool:
         """The queue's ``mark`` asked off the pool (the claim loop, the scheduler), where a

@@ -232,7 +232,7 @@ class Offerer:
     def _commit_loop(self) -> None:
         # The depths first, while the producer reads its first page: listing every partition
         # takes ~70 ms at the default P, and at the first commit it delayed the first items
-        # of a crawl by as much (bench e2e). A failure here is raised at the next call.
+        # of a crawl by as much (bench e2e). A failure here is raised at the next hand-over.
         self._guarded(self._measure_once)
         while True:
             try:  # items held: offer them as soon as a partition changed, between handoffs

@@ -456,18 +456,20 @@ def test_a_busy_pool_asks_for_the_next_marks_before_its_marked_tasks_run_out():
     """Taking a marked task that leaves fewer than ``low_water`` (a quarter of
     ``mark_ahead``) marked and ready while others wait MARKING calls ``starved``: the next
     marks are written while the pool still has marked work, not once a thread idles. Above
-    the low water, or with nothing MARKING, a take asks nothing; ``hurry_marks`` (marks
-    just asked off the pool) asks by the same rule."""
+    the low water, or with nothing MARKING, a take asks nothing; ``ask_marks`` (marks
+    asked off the pool) asks by the same rule once it asked them."""
     asked: list[int] = []
     b = Backlog(16, mark_ahead=8)
     assert b.low_water == 2 and Backlog(4).low_water == 0
     b.starved = lambda: asked.append(1)
+    b.mark = lambda _c: False  # every mark needs a write
 
-    def ahead(*ids: int) -> None:  # the claim loop admits these: MARKING
+    def ahead(*ids: int) -> list[Task]:  # the claim loop admits these: MARKING
         ts = [task(i) for i in ids]
         assert b.reserve_marks(len(ts)) == len(ts)
         b.put([], marking=ts, reserved=len(ts))
         waiting.extend(ts)
+        return ts
 
     def take_marked() -> None:
         t = b.take(0.01)
@@ -480,16 +482,14 @@ def test_a_busy_pool_asks_for_the_next_marks_before_its_marked_tasks_run_out():
     for _ in range(3):
         take_marked()
     assert asked == []  # one left, but no mark waits
-    ahead(10, 11, 12)
-    b.hurry_marks()
+    b.ask_marks(ahead(10, 11, 12))
     assert asked == [1]  # one marked ready (< 2) while three wait MARKING: write them now
     asked.clear()
     b.marked([t.claimed for t in waiting])  # four ready now
     waiting.clear()
     take_marked()
     assert asked == []  # three left: above the low water
-    ahead(20)
-    b.hurry_marks()
+    b.ask_marks(ahead(20))
     assert asked == []  # three marked ready: enough for now
     take_marked()
     assert asked == []  # two left: not below the low water
