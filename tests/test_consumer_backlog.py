@@ -495,3 +495,28 @@ def test_a_busy_pool_asks_for_the_next_marks_before_its_marked_tasks_run_out():
     assert asked == []  # two left: not below the low water
     take_marked()
     assert asked == [1]  # one left while one waits MARKING
+
+
+def test_with_a_pool_thread_idle_marks_keep_the_coalescing_window():
+    """The low water is a busy pool's rule: while a pool thread waits in ``take``, marks
+    asked off the pool do not hurry the checkpoint (the thread asked when it began to wait,
+    with nothing MARKING then: nothing); once no thread waits, the same marks do."""
+    asked: list[int] = []
+    b = Backlog(16, mark_ahead=8)
+    b.starved = lambda: asked.append(1)
+    b.mark = lambda _c: False
+    got: list[Task | None] = []
+    waiter = threading.Thread(target=lambda: got.append(b.take(10.0)))
+    waiter.start()
+    deadline = time.monotonic() + 10
+    while b._idle == 0 and time.monotonic() < deadline:  # bounded: the thread is waiting
+        time.sleep(0.001)
+    ts = [task(i) for i in range(3)]
+    assert b.reserve_marks(3) == 3
+    b.put([], marking=ts, reserved=3)
+    b.ask_marks(ts)
+    assert asked == []  # a thread is idle: the queue's window, not the low water
+    b.marked([ts[0].claimed])
+    waiter.join(10)
+    assert not waiter.is_alive() and got == [ts[0]]
+    assert asked == [1]  # that take left none marked, two waiting, and no thread idle
