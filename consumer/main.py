@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from zkcrawl.consumer.extract_pool import extraction
 from zkcrawl.consumer.metrics import Metrics, MetricsServer
-from zkcrawl.consumer.owned_queue import OwnedQueue
+from zkcrawl.consumer.owned_queue import HostCap, OwnedQueue
 from zkcrawl.consumer.ownership import Ownership, recorded_partitions
 from zkcrawl.consumer.pipeline import ItemHandler
 from zkcrawl.consumer.processors import ArticleProcessor, FieldsProcessor, Processors, parse_routes
@@ -144,12 +144,15 @@ def _cap_hosts(queue: object, worker: Worker) -> None:
     one item, at most a quarter of the worker's table, zkcrawl.consumer.parking's bound): the rest
     stay in ZooKeeper, unmarked -- with ``--delivery at-most-once`` too, whose items cannot
     be given back once taken. An owner's hosts are its own, so a short horizon is enough to
-    keep each at its pace, and the table holds as many hosts as it can. No gap
+    keep each at its pace, and the table holds as many hosts as it can. A host's items stay
+    there, too, until its next request could start (READY_AHEAD_S: its gap, Crawl-delay or
+    back-off nearly over), so the table holds only hosts whose turn is near. No gap
     (--domain-delay 0), no cap: the worker's capacity bounds what it takes."""
     gap = worker.s.domain_delay
     if isinstance(queue, OwnedQueue) and gap > 0:
         cap = max(1, min(math.ceil(OWNER_HORIZON_S / gap), worker.s.capacity // 4))
-        queue.host_cap = (cap, worker.backlog.per_host, worker.backlog.take_freed)
+        queue.host_cap = HostCap(cap, worker.backlog.per_host, worker.backlog.take_freed,
+                                 worker.item_handler.gate.ready_at)
 
 
 def _politeness(settings: ConsumerSettings) -> LocalPoliteness:

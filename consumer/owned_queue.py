@@ -14,10 +14,12 @@ owns, batch by batch (its docstring has the guarantees in full and the costs).
 from __future__ import annotations
 
 import heapq
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from zkcrawl.consumer.ownership import Ownership
 from zkcrawl.logs import get_logger
@@ -72,6 +74,28 @@ MARK_S = 0.1
 # 16 pages at a high rate, each rewriting its whole batch node: the soak (one host, 1,400
 # pages/s) sent ZooKeeper 3.5 MB/s and ran its 256 MiB heap out.
 MARK_MIN_S = 0.02
+# A host's items stay in their batch until its next request could start within this long
+# (HostCap.ready_at): a claim round (ROOM_S) and the pick, with room to spare. Before, an
+# owner took a host's next item as soon as the last one settled and held it for the whole
+# gap: bench hosts' default case (500 hosts at a 1 s gap, --backlog 64) ran at 84 pages/s of
+# 552, each of the table's 96 places waiting ~1 s for its host's turn.
+READY_AHEAD_S = 0.1
+
+
+class HostCap(NamedTuple):
+    """What the pick asks the worker about a host (set by the consumer's wiring,
+    :func:`zkcrawl.consumer.main._cap_hosts`): ``cap``, the items a host may have in the
+    worker; ``load``, the worker's live count of each host's items (``Backlog.per_host``,
+    read without its lock, an estimate); ``take_freed``, the hosts whose load went down since
+    it was last called (``Backlog.take_freed``): the pick looks again only at stalled batches
+    of theirs; ``ready_at``, when a host's next request could start (the politeness table's
+    ``ready_at``; None: at once) -- a host not ready within :data:`READY_AHEAD_S` has no room
+    now, and its stalled batches are looked at again when its time comes."""
+
+    cap: int
+    load: Mapping[str, int]
+    take_freed: Callable[[], set[str]]
+    ready_at: Callable[[str], float] | None = None
 
 
 class _Claim(Claimed):
@@ -203,12 +227,14 @@ class OwnedQueue:
         self.pq = PartitionQueue(zk, root, ownership.partitions, consumer=consumer_id,
                                  max_attempts=max_attempts)
         self.skip: object = None  # the worker's Parking.skip (names it wants not now)
-        # Items a host may take in the worker: (its per-host cap, the worker's live count of
-        # each host's items -- Backlog.per_host, read without its lock, an estimate); set by
-        # the consumer's wiring; items beyond it stay here, unmarked (no churn of marks).
-        # The third: the hosts whose load went down since it was last called
-        # (Backlog.take_freed): the pick looks again only at stalled batches of theirs.
-        self.host_cap: tuple[int, Mapping[str, int], Callable[[], set[str]]] | None = None
+        # Items a host may take in the worker, and when (HostCap); set by the consumer's
+        # wiring; items beyond it stay here, unmarked (no churn of marks).
+        self.host_cap: HostCap | None = None
+        # Hosts the pick found not ready, by when they will be (a heap; _wake_at has each
+        # host's latest entry, older ones are skipped): the claim loop's next-contact times.
+        self._waking: list[tuple[float, str]] = []
+        self._wake_at: dict[str, float] = {}
+        self._clock: Callable[[], float] = time.monotonic  # the politeness table's clock
         self._stalled: dict[str, set[_Batch]] = {}  # host -> batches stalled on it (_pick)
         self._picked_last: list[str] = []  # hosts the last pick took items of
         self._stalled_at = 0.0  # when _restall last ran
@@ -293,7 +319,8 @@ class OwnedQueue:
                 got = []
             if got or time.monotonic() >= deadline:
                 return got
-            self._wake.wait(max(0.0, min(deadline - time.monotonic(), 0.5)))
+            now = time.monotonic()
+            self._wake.wait(max(0.0, min(deadline - now, 0.5, self.next_ready() - now)))
             # Tasks end hundreds of times a second, each waking this loop (room_freed): a
             # look at most every ROOM_S, and one pick covers every host that got room
             # meanwhile (a rate limit, not a synchronisation; bounded by the deadline).
@@ -589,20 +616,29 @@ class OwnedQueue:
         one big host's run never hides another host's items behind it). At-most-once: the
         chosen go to ``want_done`` (deleted on the take, SPEC §3).
 
+        A host has room when it holds fewer than its cap in the worker *and* its next
+        request could start within READY_AHEAD_S (:class:`HostCap`'s ``ready_at``): a host
+        in its gap or its back-off keeps its items here, where they take no place in the
+        worker's table, and the host waits in a heap of next-contact times (Mercator's).
+
         A batch whose items read (up to PICK_PER_BATCH full hosts) all had hosts without room is
         *stalled*: it would yield nothing again, and is not read, until one of those hosts
-        may have room -- its load went down (the backlog's ``take_freed``), or a claim
-        picked from it (its pick may have been given back) -- or its queue changed."""
+        may have room -- its load went down (the backlog's ``take_freed``), its time came
+        (the heap), or a claim picked from it (its pick may have been given back) -- or its
+        queue changed."""
         freed: set[str] = set()
+        ready: Callable[[str], float] | None = None
         if self.host_cap is None:
             cap, load = 0, None  # no cap: every host has room
         else:
-            cap, load, take_freed = self.host_cap
+            cap, load, take_freed, ready = self.host_cap
             freed = take_freed()
+        horizon = self._clock() + READY_AHEAD_S
         picked: dict[str, int] = {}  # items picked in this claim, per host
         # hosts found full: they stay full for the rest of the claim (a pick only takes room)
         full: set[str] = set()
         with self._lock:
+            freed.update(self._woken(horizon))
             stalled = self._stalled
             if stalled:
                 freed.update(self._picked_last)
@@ -632,7 +668,9 @@ class OwnedQueue:
                 i = queued[pos]
                 host = hosts[i]
                 if load is None or not host or (
-                        host not in full and cap - load.get(host, 0) - picked.get(host, 0) > 0):
+                        host not in full and cap - load.get(host, 0) - picked.get(host, 0) > 0
+                        and (ready is None or host in picked
+                             or self._ready(host, ready, horizon))):
                     chosen.setdefault(b, []).append(i)
                     left -= 1
                     pos += 1
@@ -663,7 +701,10 @@ class OwnedQueue:
                             break
                         host = hosts[i]
                         if host not in full:
-                            if not host or cap - load.get(host, 0) - picked.get(host, 0) > 0:
+                            if not host or (
+                                    cap - load.get(host, 0) - picked.get(host, 0) > 0
+                                    and (ready is None or host in picked
+                                         or self._ready(host, ready, horizon))):
                                 break
                             full.add(host)
                             r += 1
@@ -684,6 +725,33 @@ class OwnedQueue:
                 if self._once:
                     b.want_done |= gone
             return list(chosen.items())
+
+    def _ready(self, host: str, ready_at: Callable[[str], float], horizon: float) -> bool:
+        """Whether ``host``'s next request could start by ``horizon``; if not, it is kept
+        in the heap of next-contact times (under the lock: the claim loop's)."""
+        at = ready_at(host)
+        if at <= horizon:
+            return True
+        if at < self._wake_at.get(host, math.inf):
+            self._wake_at[host] = at
+            heapq.heappush(self._waking, (at, host))
+        return False
+
+    def _woken(self, horizon: float) -> list[str]:
+        """The hosts of the heap whose time comes by ``horizon``, out of it (under the lock)."""
+        waking, out = self._waking, []
+        while waking and waking[0][0] <= horizon:
+            at, host = heapq.heappop(waking)
+            if self._wake_at.get(host) == at:
+                del self._wake_at[host]
+                out.append(host)
+        return out
+
+    def next_ready(self) -> float:
+        """The monotonic time the heap's first host becomes ready, less READY_AHEAD_S
+        (``inf``: none waits): when a claim finding nothing looks again at the latest."""
+        with self._lock:
+            return self._waking[0][0] - READY_AHEAD_S if self._waking else math.inf
 
     def _restall(self) -> None:
         """The stalled batches' index again from the batches held (a lost partition's

@@ -58,6 +58,23 @@ def test_one_case_keeps_the_books(zk_hosts: str, tmp_path: Path) -> None:
     assert zk is not None and zk["writes_per_page"] > 0 and zk["requests_per_page"] > 0
 
 
+def test_a_host_in_its_gap_takes_no_place_in_the_consumers_table(zk_hosts: str,
+                                                                 tmp_path: Path) -> None:
+    """A consumer with a table of 4 places (2 threads, --backlog 2) and 6 hosts at a 1 s
+    gap: a host's next item stays in ZooKeeper until its turn is near (READY_AHEAD_S), so
+    no item waits in the consumer for its host's gap -- before, each host's next item was
+    taken as soon as the last one ended and held a place for the whole second (polite_ms
+    ~950 for every page but a host's first, and 4 places served ~4 pages a second)."""
+    out = bh.case(zk_hosts, hosts=6, per_host=3, procs=1, threads=2, latency_ms=5, delay=1.0,
+                  tmp=tmp_path, backlog=2)
+    assert out["pages"] == out["expected"] == out["unique_urls"] == 18
+    assert out["errors"] == 0 and out["exit_codes"] == [0]
+    assert out["hosts_below_delay"] == 0 and out["min_gap_s"] >= 1.0 - 0.002
+    # READY_AHEAD_S is 100 ms: a page waits at most that for its turn, plus a claim round
+    # (ROOM_S) and a busy machine's delays -- far from the gap it waited before.
+    assert out["polite_ms_p90"] < 400, out
+
+
 @pytest.mark.slow
 def test_run_bench_reports_every_case(zk_hosts: str) -> None:
     out = bh.run_bench(zk_hosts, hosts=4, per_host=2, threads=2, latency_ms=5, delay=0.1,

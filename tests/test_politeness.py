@@ -277,3 +277,29 @@ def test_a_plan_for_a_busy_host_is_due_no_sooner_than_a_gap_from_now():
     clock[0] = 1000.5
     slot, due = gate.plan("a.com")
     assert slot == 1001.0 and due == 1001.5  # the gap from its end at the earliest
+
+
+def test_ready_at_is_when_the_next_request_could_start_by_the_table() -> None:
+    """The claim loop's look (OwnedQueue._pick): an unknown host at once; a gap after the
+    last request's start and end; a reserved slot; Crawl-delay; a back-off -- and the same
+    time ``admit`` would give a fresh item then (so a host picked at its time starts)."""
+    clock = FakeClock()
+    table = LocalPoliteness(1.0, clock=clock)
+    assert table.ready_at("a.com") == -math.inf
+    start, due = table.admit("a.com", None, 0.002)
+    assert due is None and start == 1000.0
+    assert table.ready_at("a.com") == 1001.0  # a gap after its start (and its slot)
+    clock.advance(0.3)
+    table.finished("a.com")  # ended at 1000.3: a gap after the end
+    assert table.ready_at("a.com") == 1001.3
+    clock.advance(1.0)
+    assert table.admit("a.com", None, 0.002) == (1001.3, None)  # ready_at's time: admitted
+    table.finished("a.com")
+    table.set_min_delay("b.com", 5.0)  # Crawl-delay: its own gap
+    table.admit("b.com", None, 0.002)
+    table.finished("b.com")
+    assert table.ready_at("b.com") == pytest.approx(1001.3 + 5.0)
+    table.back_off("c.com", 30.0)  # Retry-After or the down-host back-off
+    assert table.ready_at("c.com") == pytest.approx(1001.3 + 30.0)
+    gate = HostGate(table, 1.0)
+    assert gate.ready_at("c.com") == table.ready_at("c.com")

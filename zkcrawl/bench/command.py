@@ -68,8 +68,8 @@ class Settings(CommonSettings):
     consumers: int = opt(4, "hosts: consumer processes of its many-consumer case "
                          "(owner_N)", metavar="N")
     backlog: int = opt(0, "hosts, rebalance: --backlog of each consumer (0: twice --threads); a "
-                       "consumer keeps at most --threads + --backlog items in memory, so a "
-                       "crawl of many hosts needs at least the hosts it owns", metavar="N")
+                       "consumer keeps at most --threads + --backlog items in memory, of hosts "
+                       "whose turn is near", metavar="N")
     small_hosts: int = opt(50, "skew: small hosts, --per-host pages each", metavar="N")
     big_pages: int = opt(600, "skew: pages of the one big host", metavar="N")
     page_kb: int = opt(0, "recrawl: articles of 0.5-1.5 times this many KB (0: the site's "

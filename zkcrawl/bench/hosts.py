@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import psutil
 import requests
@@ -247,8 +248,34 @@ def case(zk_hosts: str, *, hosts: int, per_host: int, procs: int, threads: int,
         "server_connections": stats["connections"],
         "min_gap_s": round(min(gaps), 4) if gaps else None,
         "hosts_below_delay": sum(1 for g in gaps if g < delay),
+        # how long pages waited in a consumer for their host's turn -- the table's places a
+        # host in its gap holds -- each host's first left out (it waits for its
+        # partition's hand-over, a gap after the start: Ownership.not_before)
+        "polite_ms_p50": _percentile(_later_polite(recs), 50),
+        "polite_ms_p90": _percentile(_later_polite(recs), 90),
         "cpu_ms_per_page": round(cpu_s * 1000 / (pages - 1), 3) if pages > 1 else None,
         "zk": per_page(before, after, pages)}
+
+
+def _later_polite(recs: list[dict[str, Any]]) -> list[float]:
+    """``polite_ms`` of every record but each host's first (by ``fetched_at``)."""
+    seen: set[str] = set()
+    out = []
+    for r in sorted(recs, key=lambda r: str(r.get("fetched_at"))):
+        host = urlsplit(str(r.get("url"))).netloc
+        if host in seen:
+            out.append(float(r.get("polite_ms") or 0.0))
+        seen.add(host)
+    return out
+
+
+def _percentile(values: list[float], pct: int) -> float | None:
+    """The ``pct``-th percentile of ``values`` (nearest rank), None for none."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, max(0, math.ceil(pct / 100 * len(ordered)) - 1))],
+                 1)
 
 
 def offer(zk: ZkClient, root: str, urls: list[str]) -> None:
@@ -346,14 +373,16 @@ def render(out: dict[str, Any]) -> str:
              f"--backlog {out.get('backlog', out['threads'] * 2)}, "
              f"load {out['load_avg_1m']}",
              f"{'case':<11}{'pages/s':>9}{'attain.':>9}{'%':>7}{'min gap s':>11}"
-             f"{'<delay':>8}{'CPU ms/pg':>11}{'ZK req/pg':>11}{'writes/pg':>11}"]
+             f"{'<delay':>8}{'CPU ms/pg':>11}{'ZK req/pg':>11}{'writes/pg':>11}"
+             f"{'polite p50/p90 ms':>19}"]
     for key in dict.fromkeys(("owner_1", _many_key(out), "contention")):
         c = out[key]
         zk = c["zk"] or {}
         lines.append(f"{key:<11}{c['pages_per_s']:>9}{c['attainable_pages_per_s']:>9}"
                      f"{c['pct_attainable']:>7}{_s(c['min_gap_s']):>11}"
                      f"{c['hosts_below_delay']:>8}{_s(c['cpu_ms_per_page']):>11}"
-                     f"{_s(zk.get('requests_per_page')):>11}{_s(zk.get('writes_per_page')):>11}")
+                     f"{_s(zk.get('requests_per_page')):>11}{_s(zk.get('writes_per_page')):>11}"
+                     f"{_s(c.get('polite_ms_p50')) + ' / ' + _s(c.get('polite_ms_p90')):>19}")
     lines.append("ratios: " + ", ".join(f"{k}={v}" for k, v in out["ratios"].items()))
     return "\n".join(lines)
 

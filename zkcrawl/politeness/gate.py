@@ -148,6 +148,12 @@ class HostGate:
         it). Admits nothing."""
         return self.table.plan(host)
 
+    def ready_at(self, host: str) -> float:
+        """When ``host``'s next request could start at the soonest
+        (:meth:`LocalPoliteness.ready_at`): the claim loop leaves a host's items in its
+        queue until then (Mercator's heap of next-contact times)."""
+        return self.table.ready_at(host)
+
     def pay(self, host: str) -> None:
         """This thread performs an item admitted for ``host`` now: the first ``reserve``
         of its fetch is the admitted slot, and the request counts as started now (the

@@ -237,6 +237,19 @@ class LocalPoliteness:
             due = max(due, now + gap)
         return h, slot, due
 
+    def ready_at(self, host: str) -> float:
+        """The soonest a new request to ``host`` could start by what the table knows now
+        (``-inf``: at once): its next free slot, a gap after its last request's start and
+        end, its back-off. Requests in flight are not counted (the caller counts its own).
+        Read without the lock, for the claim loop's pick on every item it looks at: a row
+        changed meanwhile is read again at the next pick, and :meth:`admit` decides."""
+        h = self._hosts.get(host)
+        if h is None:
+            return -math.inf
+        gap = self._delay if h.gap is None else h.gap
+        last = h.last + gap
+        return max(h.next_free, last, h.cool)
+
     def started(self, host: str, start: float) -> None:
         """A request to ``host`` reserved elsewhere (the fetcher's own) starts at ``start``."""
         with self._lock:
