@@ -127,3 +127,45 @@ def test_article_sizes_with_page_kb() -> None:
     assert 40_000 < sum(sizes) / len(sizes) < 60_000
     assert article_body(7, 100, 50) == article_body(7, 100, 50)
     assert article_body(7, 100, 0) == article_body(7)
+
+
+def test_the_site_waits_to_the_microsecond_and_moves_to_epoll_past_fd_setsize() -> None:
+    """epoll's waits are whole milliseconds, rounded up: every response timer of the site
+    fired ~0.6 ms late (a latency bench e2e's bound does not count). The site's selector is
+    select (microseconds) while every descriptor fits FD_SETSIZE, and moves every
+    registration to epoll at the first that does not (the many-hosts site, a crawl of
+    hundreds of connections); the loop serves on either."""
+    import selectors
+    import socket
+
+    from zkcrawl.bench import site
+
+    sel = site._PreciseSelector()
+    a, b = socket.socketpair()
+    try:
+        sel.register(a, selectors.EVENT_READ, "a")
+        assert isinstance(sel._inner, selectors.SelectSelector)
+        b.send(b"x")
+        assert [(k.data, ev) for k, ev in sel.select(1.0)] == [("a", selectors.EVENT_READ)]
+        c, d = socket.socketpair()
+        try:
+            sel.LIMIT = c.fileno()  # c is past the limit
+            key = sel.register(c, selectors.EVENT_READ, "c")
+            assert not isinstance(sel._inner, selectors.SelectSelector)
+            assert key.data == "c" and sel.get_key(a).data == "a" and len(sel.get_map()) == 2
+            d.send(b"y")
+            got = sorted(k.data for k, _ in sel.select(1.0))
+            assert got == ["a", "c"]  # a's byte is still unread: both ready, moved over
+            sel.unregister(c)
+        finally:
+            c.close()
+            d.close()
+    finally:
+        sel.close()
+        a.close()
+        b.close()
+    loop = site._loop_factory()
+    try:
+        assert loop.run_until_complete(asyncio.sleep(0.001, "served")) == "served"
+    finally:
+        loop.close()
