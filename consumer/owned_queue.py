@@ -749,9 +749,11 @@ class OwnedQueue:
 
     def next_ready(self) -> float:
         """The monotonic time the heap's first host becomes ready, less READY_AHEAD_S
-        (``inf``: none waits): when a claim finding nothing looks again at the latest."""
-        with self._lock:
-            return self._waking[0][0] - READY_AHEAD_S if self._waking else math.inf
+        (``inf``: none waits): when a claim finding nothing looks again at the latest. The
+        claim loop's own call, without the lock (only its picks change the heap): a
+        checkpoint holding the lock through its write must not hold the claim's wait."""
+        waking = self._waking
+        return waking[0][0] - READY_AHEAD_S if waking else math.inf
 
     def _restall(self) -> None:
         """The stalled batches' index again from the batches held (a lost partition's
