@@ -431,7 +431,7 @@ class OwnedQueue:
                         kept=len(state.holds),
                         note="the host state of the partition node is not to be trusted: "
                              "its hosts start one gap after the take")
-        self.ownership.taken(p, time.monotonic(), state)
+        self.ownership.taken(p, time.monotonic(), state, first=owned.epoch == 1)
         with self._lock:
             self._parts[p] = _Part(owned, holds={h.host: h for h in state.holds})
         # One line per partition would flood a start (256 at once: ownership.changed says

@@ -49,9 +49,10 @@ class Ownership:
     * **The gap holds across a hand-over**: a partition this consumer gains is fetched no sooner
       than ``--domain-delay + HANDOVER_S`` after it learned of the gain (:meth:`not_before`):
       the old owner stops starting requests to it as soon as it sees the same change, and a
-      request it had started began before that. A consumer that loses a partition starts
-      nothing more in it (:meth:`owns` is asked before every start) and gives back its items
-      that had not started.
+      request it had started began before that. A partition's first owner ever (its take at
+      epoch 1) starts its hosts at once: nobody ever started a request to them. A consumer
+      that loses a partition starts nothing more in it (:meth:`owns` is asked before every
+      start) and gives back its items that had not started.
     * **Nothing while in doubt**: a consumer owns nothing while its own registration is not in
       the member list (the others cannot see it, so they own its share), and after its session is
       lost it owns nothing until its registration is back; every partition is then gained afresh,
@@ -84,6 +85,9 @@ class Ownership:
         self.gap = gap
         self.wait = gap + HANDOVER_S
         self._taken: dict[int, float] = {}  # partition -> when its owner node became ours
+        # partitions whose take was the first ever (epoch 1): no request was ever started to
+        # their hosts, which start at once
+        self._first: set[int] = set()
         self._clock = clock
         self._path = Layout.of(root).consumers
         self._lock = threading.Lock()
@@ -169,6 +173,7 @@ class Ownership:
                 self._in_doubt = True
                 self._owned.clear()
                 self._taken.clear()
+                self._first.clear()
                 self._seeded.clear()
                 self.generation += 1
             self._on_change()
@@ -190,6 +195,7 @@ class Ownership:
             for p in lost:
                 del self._owned[p]
                 self._taken.pop(p, None)
+                self._first.discard(p)
                 self._seeded.pop(p, None)
             for p in gained:
                 # the very first assignment of a consumer that starts with the crawl waits
@@ -228,18 +234,28 @@ class Ownership:
         with self._lock:
             return frozenset() if self._in_doubt else frozenset(self._owned)
 
-    def taken(self, partition: int, at: float, state: ps.Decoded | None = None) -> None:
+    def taken(self, partition: int, at: float, state: ps.Decoded | None = None, *,
+              first: bool = False) -> None:
         """The partition's owner node is ours since ``at`` (monotonic): its hosts wait one
         gap from then (the previous owner let go with nothing in flight, or its session
         ended -- after its last request began), not the hand-over wait of a mere member
         list change (:mod:`zkcrawl.consumer.owned_queue`); a host the take's ``state`` holds waits
         until its hold ends (a Crawl-delay: that long after ``at``), clamped by the
-        decoder (never past ``HOLD_CAP`` from now)."""
+        decoder (never past ``HOLD_CAP`` from now).
+
+        ``first``: the partition's first take ever (its node's epoch 1: every take moves its
+        version on, and only owners write it) -- no consumer ever owned it, so none ever
+        started a request to its hosts, and they start at once. A crawl's first pages no
+        longer wait a gap (bench hosts: every host's first page waited ~1 s)."""
         seeds = self._seeds(at, state) if state is not None else {}
         if state is not None:
             self._seed_gate(state)
         with self._lock:
             self._taken[partition] = at
+            if first and not seeds:
+                self._first.add(partition)
+            else:
+                self._first.discard(partition)
             self.partitions_taken += 1
             self.holds_inherited += len(seeds)
             self.states_ignored += bool(state is not None
@@ -300,6 +316,8 @@ class Ownership:
         p = self.partition(host)
         taken = self._taken.get(p)
         if taken is not None and p in self._owned:
+            if p in self._first:
+                return taken
             seeded = self._seeded.get(p)
             due = seeded.get(host) if seeded else None
             return taken + self.gap if due is None else due

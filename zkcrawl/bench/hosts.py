@@ -249,24 +249,25 @@ def case(zk_hosts: str, *, hosts: int, per_host: int, procs: int, threads: int,
         "min_gap_s": round(min(gaps), 4) if gaps else None,
         "hosts_below_delay": sum(1 for g in gaps if g < delay),
         # how long pages waited in a consumer for their host's turn -- the table's places a
-        # host in its gap holds -- each host's first left out (it waits for its
-        # partition's hand-over, a gap after the start: Ownership.not_before)
-        "polite_ms_p50": _percentile(_later_polite(recs), 50),
-        "polite_ms_p90": _percentile(_later_polite(recs), 90),
+        # host in its gap holds -- each host's first apart (on a fresh root it waits for
+        # nothing: its partition's first owner, Ownership.not_before)
+        "polite_ms_p50": _percentile(_polite(recs)[1], 50),
+        "polite_ms_p90": _percentile(_polite(recs)[1], 90),
+        "polite_ms_first_p90": _percentile(_polite(recs)[0], 90),  # each host's first
         "cpu_ms_per_page": round(cpu_s * 1000 / (pages - 1), 3) if pages > 1 else None,
         "zk": per_page(before, after, pages)}
 
 
-def _later_polite(recs: list[dict[str, Any]]) -> list[float]:
-    """``polite_ms`` of every record but each host's first (by ``fetched_at``)."""
+def _polite(recs: list[dict[str, Any]]) -> tuple[list[float], list[float]]:
+    """``polite_ms`` of each host's first record (by ``fetched_at``), and of the others."""
     seen: set[str] = set()
-    out = []
+    first: list[float] = []
+    later: list[float] = []
     for r in sorted(recs, key=lambda r: str(r.get("fetched_at"))):
         host = urlsplit(str(r.get("url"))).netloc
-        if host in seen:
-            out.append(float(r.get("polite_ms") or 0.0))
+        (later if host in seen else first).append(float(r.get("polite_ms") or 0.0))
         seen.add(host)
-    return out
+    return first, later
 
 
 def _percentile(values: list[float], pct: int) -> float | None:
