@@ -234,7 +234,7 @@ class OwnedQueue:
         # host's latest entry, older ones are skipped): the claim loop's next-contact times.
         self._waking: list[tuple[float, str]] = []
         self._wake_at: dict[str, float] = {}
-        self._clock: Callable[[], float] = time.monotonic  # the politeness table's clock
+        self._clock: Callable[[], float] = time.monotonic  # the politeness table's (tests: a fake)
         self._stalled: dict[str, set[_Batch]] = {}  # host -> batches stalled on it (_pick)
         self._picked_last: list[str] = []  # hosts the last pick took items of
         self._stalled_at = 0.0  # when _restall last ran

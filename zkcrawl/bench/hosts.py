@@ -234,6 +234,7 @@ def case(zk_hosts: str, *, hosts: int, per_host: int, procs: int, threads: int,
     floor_s = max(len(urls) / thread_bound, (per_host - 1) * delay + latency_ms / 1000)
     attainable = len(urls) / floor_s
     gaps = [g for g in stats["host_min_gap_s"].values() if g is not None]
+    first_polite, later_polite = _polite(recs)
     return {
         "consumers": procs, "hosts": hosts, "per_host": per_host,
         "pages": pages, "expected": len(urls), "unique_urls": len({r["url"] for r in recs}),
@@ -251,9 +252,9 @@ def case(zk_hosts: str, *, hosts: int, per_host: int, procs: int, threads: int,
         # how long pages waited in a consumer for their host's turn -- the table's places a
         # host in its gap holds -- each host's first apart (on a fresh root it waits for
         # nothing: its partition's first owner, Ownership.not_before)
-        "polite_ms_p50": _percentile(_polite(recs)[1], 50),
-        "polite_ms_p90": _percentile(_polite(recs)[1], 90),
-        "polite_ms_first_p90": _percentile(_polite(recs)[0], 90),  # each host's first
+        "polite_ms_p50": _percentile(later_polite, 50),
+        "polite_ms_p90": _percentile(later_polite, 90),
+        "polite_ms_first_p90": _percentile(first_polite, 90),  # each host's first
         "cpu_ms_per_page": round(cpu_s * 1000 / (pages - 1), 3) if pages > 1 else None,
         "zk": per_page(before, after, pages)}
 

@@ -230,7 +230,7 @@ class LocalPoliteness:
         if slot is None:
             slot = now if h.next_free < now else h.next_free
             h.next_free = slot + gap
-        due = max(slot, h.last + gap, h.cool)
+        due = self._due(h, slot)
         if gap > 0 and h.busy:
             # One request at a time to a polite host: the gap counts from its end, which is
             # at least a gap from now.
@@ -244,11 +244,12 @@ class LocalPoliteness:
         Read without the lock, for the claim loop's pick on every item it looks at: a row
         changed meanwhile is read again at the next pick, and :meth:`admit` decides."""
         h = self._hosts.get(host)
-        if h is None:
-            return -math.inf
-        gap = self._delay if h.gap is None else h.gap
-        last = h.last + gap
-        return max(h.next_free, last, h.cool)
+        return -math.inf if h is None else self._due(h, h.next_free)
+
+    def _due(self, h: HostState, slot: float) -> float:
+        """When a request in ``slot`` may start by the row ``h``: the slot, a gap after the
+        last request's start and end, the back-off (:meth:`_turn` and :meth:`ready_at`)."""
+        return max(slot, h.last + (self._delay if h.gap is None else h.gap), h.cool)
 
     def started(self, host: str, start: float) -> None:
         """A request to ``host`` reserved elsewhere (the fetcher's own) starts at ``start``."""
