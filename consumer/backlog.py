@@ -28,11 +28,16 @@ from enum import StrEnum
 
 from zkcrawl.consumer.pipeline import Outcome
 from zkcrawl.consumer.timing import ItemTiming
+from zkcrawl.politeness.gate import EARLY
 from zkcrawl.queue.claims import Claimed
 from zkcrawl.web.robots import RobotsDecision
 
-__all__ = ["COOLING", "GONE", "MARKING", "READY", "RUNNING", "SETTLING", "Backlog", "Task",
-           "TaskState"]
+__all__ = ["COOLING", "GONE", "LEAD", "MARKING", "READY", "RUNNING", "SETTLING", "Backlog",
+           "Task", "TaskState"]
+
+# A cooled task leaves the heap this much before its slot; the pool thread that picks it up
+# sleeps the rest (< EARLY), so the hand-over does not make it start late.
+LEAD = EARLY / 2
 
 
 class TaskState(StrEnum):
@@ -163,6 +168,9 @@ class Backlog:
         # a checkpoint's write takes)
         self.low_water = 0 if mark_ahead is None else mark_ahead // 4
         self._marked_ready = 0  # tasks READY with their mark written (in _priority, first)
+        # tasks COOLING with their mark written: admitted ahead of a slot still to come (the
+        # scheduler, ``admit_due``), or cooled again after it (paused, the server silent)
+        self._marked_cooling = 0
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)
         self._cooled = threading.Condition(self._lock)
@@ -187,7 +195,9 @@ class Backlog:
         # (start, due), or None to leave it to the pool; called under this lock, takes only
         # the politeness table's), then asks its mark (the queue's mark, outside the lock)
         self.admit_due: Callable[[Task], tuple[float | None, float | None] | None] | None = None
-        self.mark: Callable[[Claimed], bool] | None = None
+        # (the claim, the time it is to start when that is ahead -- the mark is needed by
+        # then -- else None)
+        self.mark: Callable[[Claimed, float | None], bool] | None = None
         self._marking = 0  # tasks MARKING
         self._unstarted = 0  # tasks READY, COOLING or MARKING (stats: no walk of the table)
         self._idle = 0  # pool threads waiting in take for a task
@@ -222,7 +232,7 @@ class Backlog:
         with self._lock:
             if self.mark_ahead is None:
                 return 0
-            room = max(0, min(n, self.mark_ahead - self._marking - self._marked_ready))
+            room = max(0, min(n, self.mark_ahead - self._ahead()))
             self._marking += room
             return room
 
@@ -346,7 +356,7 @@ class Backlog:
             if prio:
                 return prio.popleft()
             return self._ready.popleft() if self._ready else None
-        if self._marking + self._marked_ready >= self.mark_ahead:  # enough marked ahead
+        if self._ahead() >= self.mark_ahead:  # enough marked ahead
             return prio.popleft() if prio and prio[0].marked else None
         for i, task in enumerate(prio):  # marked ones are in front: the first unmarked
             if not task.marked and task.state is READY:
@@ -367,6 +377,7 @@ class Backlog:
         with self._lock:
             if task.state is RUNNING:
                 task.state = COOLING
+                self._marked_cooling += task.marked
                 self._unstarted += 1
                 task.cooled_at = time.monotonic()
                 heapq.heappush(self._heap, (due, next(self._seq), task))
@@ -401,6 +412,10 @@ class Backlog:
             self._fresh_may_go()
             return True
 
+    def _ahead(self) -> int:
+        """Tasks MARKING or marked and not yet on a thread (what ``mark_ahead`` caps)."""
+        return self._marking + self._marked_ready + self._marked_cooling
+
     def _fresh_may_go(self) -> None:
         """One mark fewer ahead: an unmarked task may go now -- a waiting thread is woken
         only when one is READY (fresh, or cooled: in ``_priority`` beside the marked ones,
@@ -416,12 +431,21 @@ class Backlog:
         identity, as :meth:`drop_unstarted`."""
         with self._lock:
             n = 0
+            now = time.monotonic()
             for c in claims:
                 task = self._tasks.get(c.name)
                 if task is not None and task.claimed is c and task.state is MARKING:
                     task.marked = True
-                    task.state = READY
                     self._marking -= 1
+                    if task.slot is not None and task.slot - now > EARLY:
+                        # admitted ahead of its slot (admit_due): it waits for it in the heap
+                        task.state = COOLING
+                        task.cooled_at = now
+                        self._marked_cooling += 1
+                        heapq.heappush(self._heap, (task.slot - LEAD, next(self._seq), task))
+                        self._cooled.notify()
+                        continue
+                    task.state = READY
                     self._marked_ready += 1
                     self._priority.appendleft(task)
                     n += 1
@@ -470,6 +494,7 @@ class Backlog:
                         continue
                     task.state = READY
                     if task.marked:  # marked ones stay in front (_next)
+                        self._marked_cooling -= 1
                         self._marked_ready += 1
                         self._priority.appendleft(task)
                     else:
@@ -493,7 +518,7 @@ class Backlog:
         READY."""
         admit = self.admit_due
         if (admit is None or task.marked or task.slot is None or self.mark_ahead is None
-                or self._marking + self._marked_ready >= self.mark_ahead):
+                or self._ahead() >= self.mark_ahead):
             return False
         verdict = admit(task)
         if verdict is None:
@@ -517,7 +542,10 @@ class Backlog:
         if not tasks:
             return
         assert self.mark is not None
-        done = [t.claimed for t in tasks if self.mark(t.claimed)]
+        now = time.monotonic()
+        done = [t.claimed for t in tasks
+                if self.mark(t.claimed, t.slot if t.slot is not None and t.slot - now > EARLY
+                             else None)]
         if done:
             self.marked(done)
         with self._lock:
@@ -559,6 +587,9 @@ class Backlog:
             self._work.notify()  # one mark fewer ahead
         elif task.state is READY and task.marked:
             self._marked_ready -= 1
+            self._work.notify()
+        elif task.state is COOLING and task.marked:
+            self._marked_cooling -= 1
             self._work.notify()
         if task.state in _UNSTARTED:
             self._unstarted -= 1

@@ -58,8 +58,11 @@ RETAKE_S = 5.0  # a partition another session holds: asked again (its owner node
 SWEEP_S = 30.0
 INGRESS_MOVE = 2000  # ingress items one move takes (fewer when they exceed a transaction)
 PICK_PER_BATCH = 16  # a claim reads past the items of at most so many full hosts a batch
-PER_ROUND = 8  # partitions listed per claim round at most (gaining 90 of them at once
-# stalled a consumer's claims for a second: measured by bench rebalance)
+# Partitions listed and read per claim round at most, in one pipelined read
+# (PartitionQueue.read_many). One by one, gaining 90 of them at once stalled a consumer's
+# claims for a second (bench rebalance), and 8 a round one after another made a start on
+# 128 partitions take ~3 s to read them all (bench hosts, 2,500 hosts: ~20 ms a partition).
+PER_ROUND = 64
 TAKES_PER_ROUND = 64  # partitions taken per claim round, pipelined (PartitionQueue.take_many:
 # one by one, a consumer took a new root's 256 partitions in 3.5 s before its first fetch)
 ROOM_S = 0.02  # a claim that found nothing looks again at most this often when woken
@@ -69,6 +72,14 @@ FLUSH_S = 0.2  # settles wait at most this long for their checkpoint (one write 
 # 0.111, owner_4 0.200 vs 0.059, 0.099 before, when a claim marked its items); 50 ms 0.085,
 # 0.139; 100 ms 0.052, 0.103.
 MARK_S = 0.1
+# A mark asked with the time its item starts (``mark(c, by=...)``: admitted ahead of its
+# host's turn) goes this long before that at the latest: a checkpoint's round trip, with
+# room. bench hosts (2,500 hosts at a 1 s gap, 2 x 128 threads) before: a page waited p50 59
+# / p90 154 ms for its mark after its turn came, and each host's pages were 1.13 s apart.
+MARK_WRITE_S = 0.04
+# ... and is asked this long ahead (Worker._admit_due): marks asked in a stream then share
+# a checkpoint about every MARK_S, as the others.
+MARK_LEAD_S = MARK_S + MARK_WRITE_S
 # ... or sooner when a pool thread finds nothing to take while marks wait (mark_soon), but
 # at most one checkpoint per MARK_MIN_S. A count (16 marks: at once) wrote a checkpoint per
 # 16 pages at a high rate, each rewriting its whole batch node: the soak (one host, 1,400
@@ -261,6 +272,9 @@ class OwnedQueue:
         self._want = threading.Event()  # settles or unmarks wait for a checkpoint
         self._mark_now = threading.Event()  # marks wait for one: within MARK_S
         self._mark_soon = threading.Event()  # ... or sooner: a pool thread is idle
+        self._mark_by = math.inf  # ... or by the first start a mark was asked for, less
+        # MARK_WRITE_S (under _lock)
+        self._mark_wake = threading.Event()  # the moment the marks go moved nearer
         self._stopping = threading.Event()
         ownership.figures = self.host_figures
         zk.add_listener(self._on_state)
@@ -371,14 +385,13 @@ class OwnedQueue:
                  if not part.leaving and not part.listed and part.dirty]
         if len(fresh) > 1:
             self._probe(fresh, now)
-        lists = 0
-        for part in list(self._parts.values()):
-            if not part.leaving and (part.dirty or now - part.listed >= RELIST_S):
-                if lists >= PER_ROUND:
-                    self._wake.set()
-                    break
-                self._list(part, now)
-                lists += 1
+        due = [part for part in list(self._parts.values())
+               if not part.leaving and (part.dirty or now - part.listed >= RELIST_S)]
+        if len(due) > PER_ROUND:
+            due = due[:PER_ROUND]
+            self._wake.set()  # more to list: the next round comes at once
+        if due:
+            self._list(due, now)
 
     def _sweep(self, owned: frozenset[int]) -> None:
         """Defence in depth: delete any owner node this session holds of a partition it
@@ -498,26 +511,47 @@ class OwnedQueue:
                 names = []
                 self._stopping.wait(1.0)
 
-    def _list(self, part: _Part, now: float) -> None:
-        part.dirty, part.listed = False, now
+    def _list(self, parts: list[_Part], now: float) -> None:
+        """Read the new batches of ``parts`` (one pipelined read for all): each becomes a
+        :class:`_Batch` to pick from. A partition whose listing got no answer is listed
+        again next round; one fenced is given up."""
+        for part in parts:
+            part.dirty, part.listed = False, now  # before: a watch firing meanwhile sets it
         try:
-            read = self.pq.read(part.owned, skip=frozenset(part.batches),
-                                watch=self._watch_part(part.owned.partition))
-            for node in read.batches:
-                node2 = self.pq.adopt(part.owned, node, keep_abandoned=True)
-                if node2 is None:
-                    continue
-                abandoned = self.pq.abandoned_here(node2)
-                b = _Batch(part.owned.partition, node2, item_codec.parse_seq(node2.name) or 0,
-                           time.time())
-                b.queued = [i for i in node2.batch.pending if i not in node2.batch.started]
-                b.hosts = [host_key(it.url) if it is not None else ""
-                           for it in node2.batch.items]
-                with self._lock:
-                    part.batches[node2.name] = b
-                    self._abandoned.extend((b, i) for i in abandoned)
-        except Fenced:
-            self._fence(part.owned.partition)
+            reads = self.pq.read_many([(part.owned, frozenset(part.batches))
+                                       for part in parts], self._watch_part)
+        except Exception:
+            for part in parts:
+                part.dirty = True  # no answer: listed again next round
+            raise
+        for part in parts:
+            read = reads[part.owned.partition]
+            if isinstance(read, Fenced):
+                self._fence(part.owned.partition)
+            elif isinstance(read, Exception):
+                part.dirty = True  # no answer (ZooKeeper away, a dead letter not written)
+            else:
+                try:
+                    self._adopt(part, read.batches)
+                except Fenced:
+                    self._fence(part.owned.partition)
+
+    def _adopt(self, part: _Part, nodes: list[BatchNode]) -> None:
+        """A partition's batches read: adopted (a dead holder's items charged), each a
+        :class:`_Batch` to pick from."""
+        for node in nodes:
+            node2 = self.pq.adopt(part.owned, node, keep_abandoned=True)
+            if node2 is None:
+                continue
+            abandoned = self.pq.abandoned_here(node2)
+            b = _Batch(part.owned.partition, node2, item_codec.parse_seq(node2.name) or 0,
+                       time.time())
+            b.queued = [i for i in node2.batch.pending if i not in node2.batch.started]
+            b.hosts = [host_key(it.url) if it is not None else ""
+                       for it in node2.batch.items]
+            with self._lock:
+                part.batches[node2.name] = b
+                self._abandoned.extend((b, i) for i in abandoned)
 
     def _take(self, n: int) -> list[Claimed]:
         """Up to ``n`` queued items (not skipped), handed out unmarked -- no write: the ones
@@ -554,14 +588,15 @@ class OwnedQueue:
                     b.queued = sorted({*b.queued, *unwritten})
         return out
 
-    def mark(self, c: Claimed) -> bool:
+    def mark(self, c: Claimed, by: float | None = None) -> bool:
         """``c`` is admitted to start: its mark must be durable before its request (a page
         that kills its consumers is charged each time). True: nothing to write -- marked
         already (an abandoned entry, or given back after its mark and claimed again), or
         at-most-once (it left its batch at the take): start it now. False: marked with the
-        next checkpoint, within MARK_S; :attr:`on_marked` gets it once written. An item no
-        longer held here (its partition lost) is given up again through :meth:`drain_lost`:
-        never started."""
+        next checkpoint, within MARK_S -- or, ``by`` given (the monotonic time it is to
+        start), MARK_WRITE_S before ``by`` if that is sooner; :attr:`on_marked` gets it once
+        written. An item no longer held here (its partition lost) is given up again through
+        :meth:`drain_lost`: never started."""
         if self._once:
             return True
         i = self._index(c)
@@ -573,6 +608,9 @@ class OwnedQueue:
                 b.unstart.discard(i)
                 b.want_start.add(i)
             self._lost.extend(lost)
+            if by is not None and by - MARK_WRITE_S < self._mark_by:
+                self._mark_by = by - MARK_WRITE_S
+                self._mark_wake.set()
         # set only when clear (an item each: Event.set takes the event's lock among the
         # pool threads); the checkpoint thread clears both before it reads the wants
         if not self._mark_now.is_set():
@@ -586,6 +624,7 @@ class OwnedQueue:
         ``starved``): the next checkpoint goes now, at most MARK_MIN_S after the last."""
         if self._mark_now.is_set() and not self._mark_soon.is_set():
             self._mark_soon.set()
+            self._mark_wake.set()
 
     def _hand_abandoned(self, n: int) -> list[Claimed]:
         """Up to ``n`` kept abandoned entries of batches still ours, each a claim that
@@ -797,25 +836,25 @@ class OwnedQueue:
     # -- checkpoints -----------------------------------------------------------------------
     def _flush_loop(self) -> None:
         """One checkpoint at a time, carrying everything that waits: within MARK_S of a
-        mark (an item waits for it to start), sooner when a pool thread is idle (at most
-        one per MARK_MIN_S) -- at once when the previous checkpoint's answer came later
-        than that -- else within FLUSH_S of a settle or an unmark."""
+        mark (an item waits for it to start), by the time a mark asked with its start
+        needs it (:meth:`mark`'s ``by``), sooner when a pool thread is idle -- at most one
+        per MARK_MIN_S, at once when the previous checkpoint's answer came later than that
+        -- else within FLUSH_S of a settle or an unmark."""
         last = 0.0
         while not self._stopping.is_set():
             self._want.wait(1.0)
             if not self._want.is_set():
                 continue
-            # settles alone wait for company; a mark cuts that short: at most one write
-            # per MARK_S, unless a pool thread is idle (then one per MARK_MIN_S)
-            if (self._mark_now.wait(FLUSH_S)
-                    and (left := last + MARK_S - time.monotonic()) > 0
-                    and self._mark_soon.wait(left)):
-                self._stopping.wait(last + MARK_MIN_S - time.monotonic())
+            # settles alone wait for company; a mark cuts that short
+            if self._mark_now.wait(FLUSH_S):
+                self._until_marks_go(last)
             if self._stopping.is_set():
                 return
             self._want.clear()
             self._mark_now.clear()
             self._mark_soon.clear()
+            with self._lock:  # the marks read from here on are this checkpoint's
+                self._mark_by = math.inf
             last = time.monotonic()
             try:
                 self._flush()
@@ -826,6 +865,19 @@ class OwnedQueue:
                 log.exception("partition.checkpoint_failed", consumer=self.consumer_id)
                 self._wanted_again()
                 self._stopping.wait(1.0)
+
+    def _until_marks_go(self, last: float) -> None:
+        """Wait until the marks waiting go (``last``: the previous checkpoint's start):
+        MARK_S after it, or by the first start a mark was asked for (less MARK_WRITE_S),
+        or -- a pool thread idle -- now; never sooner than MARK_MIN_S after it."""
+        while not self._stopping.is_set():
+            self._mark_wake.clear()  # then read: a nearer moment set after it wakes us
+            go = last + MARK_MIN_S if self._mark_soon.is_set() else \
+                min(last + MARK_S, self._mark_by)
+            left = max(go, last + MARK_MIN_S) - time.monotonic()
+            if left <= 0:
+                return
+            self._mark_wake.wait(left)
 
     def _wanted_again(self) -> None:
         """A checkpoint that did not go through: what it carried waits for the next one."""
@@ -1168,6 +1220,12 @@ class OwnedQueue:
         with self._lock:
             return sum(p.in_flight() for p in self._parts.values())
 
+    @property
+    def mark_lead(self) -> float:
+        """A mark waits at most MARK_S for its checkpoint, then the write: MARK_LEAD_S (none
+        at most once: :meth:`mark` writes nothing)."""
+        return 0.0 if self._once else MARK_LEAD_S
+
     def close(self) -> None:
         """The last checkpoint (settles not written yet), then let go of every partition:
         a clean stop hands them over at once. Disconnected, neither can go through: no
@@ -1177,6 +1235,7 @@ class OwnedQueue:
         self._ingress_event.set()
         self._mark_now.set()
         self._mark_soon.set()
+        self._mark_wake.set()
         away = not self._connected.is_set()
         self._flusher.join(0.1 if away else FLUSH_S + 5.0)  # a daemon: mid-call, left to end
         self._mover.join(0.1 if away else 5.0)

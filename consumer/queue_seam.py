@@ -46,12 +46,18 @@ class WorkerQueue(Protocol):
     @property
     def held(self) -> int: ...
 
+    @property
+    def mark_lead(self) -> float:
+        """How long before an item's start its mark should be asked so that it is
+        written by then (0: :meth:`mark` needs no write)."""
+
     #: called with items whose start marks are written (by the queue's own thread)
     on_marked: Callable[[Sequence[Claimed]], None] | None
 
-    def mark(self, claimed: Claimed) -> bool:
-        """``claimed`` is admitted to start: True, start it now; False, not before
-        ``on_marked`` has it."""
+    def mark(self, claimed: Claimed, by: float | None = None) -> bool:
+        """``claimed`` is admitted to start (at the monotonic time ``by``, when it was
+        admitted ahead of its turn: its mark is needed by then): True, start it now; False,
+        not before ``on_marked`` has it."""
 
     def mark_soon(self) -> None:
         """A pool thread is idle while marks wait: write them without waiting for company

@@ -27,6 +27,7 @@ from zkcrawl.consumer import components, progress
 from zkcrawl.consumer.backlog import (
     COOLING,
     GONE,
+    LEAD,
     READY,
     RUNNING,
     SETTLING,
@@ -70,9 +71,6 @@ report = logs.reporter(__name__)
 # (--session-timeout + 2 s): far below it. Never a ZooKeeper question: a loop waiting for an
 # unreachable ZooKeeper still ticks.
 MIN_STALL = 60.0
-# A cooled item leaves the heap this much before its slot; the pool thread that picks it up
-# sleeps the rest (< EARLY), so the hand-over does not make it start late.
-LEAD = EARLY / 2
 
 
 class Worker:
@@ -151,6 +149,8 @@ class Worker:
         self.backlog.withdraw = item_handler.gate.withdraw  # an admitted item that never started
         queue.on_marked = self.backlog.marked
         self.backlog.admit_due, self.backlog.mark = self._admit_due, self._ask_mark
+        # the scheduler admits a planned task this long before its turn (_wake)
+        self._mark_lead = max(LEAD, queue.mark_lead)
         self.backlog.starved = queue.mark_soon  # an idle pool thread: marks go now
         self.ownership = ownership  # --politeness owner: only the owner fetches a host
         self.redelivered = 0  # items claimed after a holder died (redeliveries, no fetch)
@@ -316,16 +316,22 @@ class Worker:
         if park:
             self.queue.release([t.claimed for t in park])
         ready: list[Task] = []
+        soon: list[tuple[Task, float]] = []  # turn within mark_lead: admitted now if room
         cooled: list[tuple[Task, float]] = []
         for t in keep:
             due = self._plan(t)
-            if due is None or due - time.monotonic() <= EARLY:
+            if due is None or (left := due - time.monotonic()) <= EARLY:
                 ready.append(t)
+            elif left <= self._mark_lead:
+                soon.append((t, due))
             else:
-                cooled.append((t, due - LEAD))
-        room = self.backlog.reserve_marks(sum(1 for t in ready if t.slot is not None))
+                cooled.append((t, self._wake(due)))
+        room = self.backlog.reserve_marks(len(soon) + sum(1 for t in ready if t.slot is not None))
         ahead: list[Task] = []
-        if room:
+        for t, due in soon:  # first: their marks are due soonest
+            if len(ahead) >= room or not self._admit_ahead(t, ahead, cooled, self._mark_lead):
+                cooled.append((t, self._wake(due)))
+        if len(ahead) < room:
             unmarked = []
             for t in ready:
                 if len(ahead) >= room or t.slot is None or not self._admit_ahead(t, ahead,
@@ -335,12 +341,12 @@ class Worker:
         self.backlog.put(ready, cooled, ahead, room)
         self.backlog.ask_marks(ahead)  # through _ask_mark (Backlog.mark)
 
-    def _ask_mark(self, claimed: Claimed) -> bool:
+    def _ask_mark(self, claimed: Claimed, by: float | None) -> bool:
         """The queue's ``mark`` asked off the pool (the claim loop, the scheduler), where a
         bug must not stop the loop: it is logged and the item performed unmarked (True), as
         a pool thread's internal error would settle it rather than drop it."""
         try:
-            return self.queue.mark(claimed)
+            return self.queue.mark(claimed, by)
         except Exception:
             log.exception("consumer.internal_error", item=claimed.name, url=claimed.url)
             return True
@@ -356,17 +362,27 @@ class Worker:
         if own is not None and (not own.owns(task.host)
                                 or own.not_before(task.host) > time.monotonic()):
             return None
-        return self._admit_now(task)
+        return self._admit_now(task, self._mark_lead)
 
-    def _admit_now(self, task: Task) -> tuple[float | None, float | None] | None:
-        """The gate's ``(start, None)`` -- admitted -- or ``(slot, when to look again)``
-        for a planned task; None when a pool thread should decide (the sink down, the
-        session in doubt)."""
+    def _admit_now(self, task: Task, ahead: float = EARLY
+                   ) -> tuple[float | None, float | None] | None:
+        """The gate's ``(start, None)`` -- admitted, to start within ``ahead`` -- or
+        ``(slot, when to look again)`` for a planned task; None when a pool thread should
+        decide (the sink down, the session in doubt)."""
         if not self.sink.available or self.session.stale(task.claimed.session) \
                 or self._unheard(task.claimed.session):
             return None
-        start, due = self.item_handler.gate.admit(task.host, task.slot)
-        return start, None if due is None else due - LEAD  # cooled: back in the heap then
+        start, due = self.item_handler.gate.admit(task.host, task.slot, ahead)
+        return start, None if due is None else self._wake(due)  # cooled: back in the heap
+
+    def _wake(self, due: float) -> float:
+        """When a task whose host's turn comes at ``due`` leaves the heap: ``mark_lead``
+        before it, for the scheduler to admit it and ask its mark in time (:meth:`_admit_due`:
+        the request starts on time, not a checkpoint's wait late -- bench hosts' pages were
+        1.13 s apart at a 1 s gap, ~60 ms of it waiting for marks), or -- that moment past --
+        LEAD before it: the pool thread that takes it admits it at once."""
+        early = due - self._mark_lead
+        return early if early - time.monotonic() > EARLY else due - LEAD
 
     def _unheard(self, session: int | None) -> bool:
         """The server has been silent past kazoo's read timeout while ``session`` holds the
@@ -374,12 +390,14 @@ class Worker:
         return session is not None and self.session.silent_for() > self._silence_limit
 
     def _admit_ahead(self, task: Task, ahead: list[Task],
-                     cooled: list[tuple[Task, float]]) -> bool:
+                     cooled: list[tuple[Task, float]], horizon: float = EARLY) -> bool:
         """Admit a planned task at the gate here, as :meth:`admit` would on a pool thread,
         so that its start mark is asked now and the pool takes it once, marked (bench
-        recrawl: 2 trips through the pool a page before, 1 now). Into ``ahead`` (admitted)
-        or ``cooled`` (the gate said later) and True; False: the pool admits it as ever."""
-        verdict = self._admit_now(task)  # _plan has just checked the rest
+        recrawl: 2 trips through the pool a page before, 1 now) -- at its turn, if that
+        comes within ``horizon`` (its mark is written meanwhile; it waits in the heap for
+        the rest). Into ``ahead`` (admitted) or ``cooled`` (the gate said later) and True;
+        False: the pool admits it as ever."""
+        verdict = self._admit_now(task, horizon)  # _plan has just checked the rest
         if verdict is None:
             return False
         task.slot, due = verdict
@@ -443,7 +461,7 @@ class Worker:
             start, due = self.item_handler.gate.admit(task.host, task.slot)
             if due is not None:
                 task.slot = start
-                self.backlog.cool(task, due - LEAD)
+                self.backlog.cool(task, self._wake(due))
                 return False
             task.gated, task.slot = True, start
             assert start is not None  # admitted: the start is known

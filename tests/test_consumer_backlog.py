@@ -363,7 +363,7 @@ def test_the_scheduler_admits_a_planned_task_whose_time_came_and_asks_its_mark()
     b.admit_due = lambda t: verdicts[t.name]
     asked: list[str] = []
     written: set[str] = set()
-    b.mark = lambda c: (asked.append(c.name), c.name in written)[1]
+    b.mark = lambda c, _by: (asked.append(c.name), c.name in written)[1]
     now = time.monotonic()
     admitted, later, left, unwritten, over = ts = [task(i) for i in range(5)]
     for t in ts:
@@ -384,6 +384,39 @@ def test_the_scheduler_admits_a_planned_task_whose_time_came_and_asks_its_mark()
     assert taken[0] is admitted and set(taken) == {admitted, unwritten, left, over}
     assert [t for t in taken if t.marked] == [admitted, unwritten]  # taken once, marked
     assert b.take(0.01) is None  # later still cools
+
+
+def test_a_task_admitted_ahead_of_its_turn_waits_for_it_marked_in_the_heap():
+    """The scheduler admits a planned task before its slot (its mark asked with the slot:
+    written by then); once written, the task waits in the heap, marked and still counted
+    ahead against ``mark_ahead``, and goes to the pool, in front, only at its slot. One
+    that leaves meanwhile gives its admission back."""
+    b = Backlog(8, mark_ahead=2)
+    asked: list[tuple[str, float | None]] = []
+    b.mark = lambda c, by: (asked.append((c.name, by)), False)[1]
+    withdrawn: list[str] = []
+    b.withdraw = withdrawn.append
+    now = time.monotonic()
+    soon, gone, fresh = task(0), task(1, host="other:1"), task(2, host="third:1")
+    slots = {soon.name: now + 0.3, gone.name: now + 60}
+    b.admit_due = lambda t: (slots[t.name], None)  # admitted, to start at its slot
+    for t in (soon, gone):
+        t.slot = now
+    b.put([], [(soon, now), (gone, now)])
+    b.release_due(never, 0.01)
+    assert asked == [(soon.name, slots[soon.name]), (gone.name, slots[gone.name])]
+    b.marked([soon.claimed, gone.claimed])
+    assert soon.state is COOLING and soon.marked and soon.gated
+    b.put([fresh])
+    assert b.take(0.01) is None  # fresh waits: two marked ahead (the cap), none due yet
+    b.forget([gone])
+    assert withdrawn == ["other:1"]  # its admission given back
+    assert b.take(0.01) is fresh  # one ahead now: room again
+    deadline = time.monotonic() + 10
+    while soon.state is COOLING and time.monotonic() < deadline:  # bounded: due in 0.3 s
+        b.release_due(never, 0.05)
+    assert soon.state is READY and time.monotonic() >= slots[soon.name] - 0.01
+    assert b.take(0.01) is soon
 
 
 def test_a_marked_task_cooled_and_due_again_goes_in_front_of_fresh_ones():
@@ -462,7 +495,7 @@ def test_a_busy_pool_asks_for_the_next_marks_before_its_marked_tasks_run_out():
     b = Backlog(16, mark_ahead=8)
     assert b.low_water == 2 and Backlog(4).low_water == 0
     b.starved = lambda: asked.append(1)
-    b.mark = lambda _c: False  # every mark needs a write
+    b.mark = lambda _c, _by: False  # every mark needs a write
 
     def ahead(*ids: int) -> list[Task]:  # the claim loop admits these: MARKING
         ts = [task(i) for i in ids]
@@ -504,7 +537,7 @@ def test_with_a_pool_thread_idle_marks_keep_the_coalescing_window():
     asked: list[int] = []
     b = Backlog(16, mark_ahead=8)
     b.starved = lambda: asked.append(1)
-    b.mark = lambda _c: False
+    b.mark = lambda _c, _by: False
     got: list[Task | None] = []
     waiter = threading.Thread(target=lambda: got.append(b.take(10.0)))
     waiter.start()

@@ -7,7 +7,10 @@ partition over at once."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+
+import pytest
 
 from tests.conftest import expire_session, wait_for
 from zkcrawl.consumer.owned_queue import OwnedQueue
@@ -16,6 +19,7 @@ from zkcrawl.queue import partition_batch as pb
 from zkcrawl.queue.ingress import IngressQueue
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.layout import Layout
+from zkcrawl.queue.partition_queue import PartitionQueue
 from zkcrawl.queue.partitions import assign
 from zkcrawl.zk import ConnectionLoss
 from zkcrawl.zk.client import ZkClient
@@ -186,24 +190,75 @@ def test_marks_of_a_batch_that_could_not_be_read_again_are_written_at_a_later_ch
         q.close()
 
 
-def test_a_consumer_gaining_many_partitions_lists_the_empty_ones_in_one_round(
+def test_a_start_reads_every_partition_with_batches_in_its_first_round(
         zk_factory: Callable[..., ZkClient], zk_root: str) -> None:
-    """A start (or a gain) of 64 empty partitions: one pipelined listing sets every watch in
-    the first claim round (at PER_ROUND a round, 8 rounds; a producer's first items landing
-    in a partition not yet listed waited for its round), and an item offered afterwards to
-    any of them is claimed."""
+    """A consumer starting on 32 partitions that all hold batches reads them in one
+    pipelined read: its first claim already hands out items of every partition (read 8 a
+    round, one after another, a start on 128 took ~3 s before every host had its first
+    page: bench hosts)."""
+    n = 32
+    zk = zk_factory()
+    PartitionQueue(zk, zk_root, n).offer(
+        [Item(url=f"http://h{i}.test/{j}") for j in range(3) for i in range(200)])
+    zk.ensure_path(Layout.of(zk_root).consumers)
+    zk.create(Layout.of(zk_root).consumer("a"), b"{}", ephemeral=True)
+    q = OwnedQueue(zk, zk_root, "a", Ownership(zk, zk_root, "a", 1.0, partitions=n).start())
+    try:
+        first: list = []
+        wait_for(lambda: bool(first.extend(q.claim(1000, timeout=0.5)) or first), 30,
+                 "a first claim")
+        assert len({c.name.split("/")[0] for c in first}) == n
+    finally:
+        q.close()
+
+
+def test_a_mark_asked_with_its_start_is_written_by_then(
+        zk_factory: Callable[..., ZkClient], zk_root: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mark asked with the time its item is to start (admitted ahead of its host's turn)
+    goes in a checkpoint MARK_WRITE_S before it, not at the end of the coalescing window
+    (MARK_S, stretched here to 3 s): its request starts on time. A mark asked without one
+    rides in the same checkpoint."""
     from zkcrawl.consumer import owned_queue
 
+    monkeypatch.setattr(owned_queue, "MARK_S", 3.0)
+    zk = zk_factory()
+    IngressQueue(zk, zk_root).offer_many([Item(url=f"http://h{i}.test/") for i in range(3)])
+    q = OwnedQueue(zk, zk_root, "a", _member(zk, zk_root, "a"))
+    try:
+        got = _claim_all(q, 3)
+        _mark_all(q, got[:1])  # a checkpoint now: the window counts from it
+        written: list[tuple[str, float]] = []
+        q.on_marked = lambda cs: written.extend((c.name, time.monotonic()) for c in cs)
+        by = time.monotonic() + 0.8
+        assert not q.mark(got[1])  # no start given: the window's end, 3 s away
+        assert not q.mark(got[2], by=by)
+        wait_for(lambda: len(written) == 2, 10, "both marks written")
+        assert max(t for _, t in written) <= by
+        assert {name for name, _ in written} == {got[1].name, got[2].name}
+    finally:
+        q.close()
+
+
+def test_a_consumer_gaining_many_partitions_lists_the_empty_ones_in_one_round(
+        zk_factory: Callable[..., ZkClient], zk_root: str) -> None:
+    """A start (or a gain) of twice PER_ROUND empty partitions: one pipelined listing sets
+    every watch (at PER_ROUND a round, a producer's first items landing in a partition not
+    yet listed waited for its round), and an item offered afterwards to any of them is
+    claimed."""
+    from zkcrawl.consumer import owned_queue
+
+    n = 2 * owned_queue.PER_ROUND
     zk = zk_factory()
     zk.ensure_path(Layout.of(zk_root).consumers)
     zk.create(Layout.of(zk_root).consumer("a"), b"{}", ephemeral=True)
-    ownership = Ownership(zk, zk_root, "a", 1.0, partitions=64).start()
+    ownership = Ownership(zk, zk_root, "a", 1.0, partitions=n).start()
     q = OwnedQueue(zk, zk_root, "a", ownership)
     try:
-        wait_for(lambda: q.claim(1, timeout=0.05) == [] and len(q._parts) == 64, 30,
-                 "64 partitions taken")
+        wait_for(lambda: q.claim(1, timeout=0.05) == [] and len(q._parts) == n, 30,
+                 f"{n} partitions taken")
         listed = sum(1 for part in q._parts.values() if part.listed and not part.dirty)
-        assert listed == 64 > owned_queue.PER_ROUND
+        assert listed == n
         IngressQueue(zk, zk_root).offer_many([Item(url=f"http://h{i}.test/") for i in range(40)])
         assert len(_claim_all(q, 40)) == 40
     finally:

@@ -269,6 +269,38 @@ def test_a_node_that_is_no_batch_and_a_bad_entry_become_dead_letters(zk: ZkClien
     assert len(errors) == 3 and all(e.startswith("malformed") for e in errors)
 
 
+def test_many_partitions_are_read_at_once_and_one_bad_partition_spoils_none(
+        zk: ZkClient, zk_root: str) -> None:
+    """read_many: the batches of many partitions in one pipelined listing and read, each
+    listing watched; a node that is no batch in one becomes its dead letter, a partition
+    deleted by hand after its take gives its own error -- the others are read all the same,
+    with what each call skips left out."""
+    q = PartitionQueue(zk, zk_root, P, consumer="c")
+    q.offer(_items(200, hosts=40))
+    zk.create(Layout.of(zk_root).partition_batch_prefix(3), b"not a batch", sequence=True)
+    owned = [o for p in range(P) if (o := q.take(p)) is not None]
+    assert len(owned) == P
+    gone = owned[5]
+    zk.delete(Layout.of(zk_root).partition(gone.partition), recursive=True)
+    skip = frozenset(n for n, _ in _batches(zk, zk_root, 0))
+    fired: list[int] = []
+    reads = q.read_many([(o, skip if o.partition == 0 else frozenset()) for o in owned],
+                        lambda p: lambda _event: fired.append(p))
+    assert sorted(reads) == list(range(P))
+    assert isinstance(reads[gone.partition], Exception)
+    good = {p: r for p, r in reads.items() if not isinstance(r, Exception)}
+    assert len(good) == P - 1 and good[0].batches == []  # its one batch was skipped
+    dead = _dead(zk, zk_root)
+    assert good[3].dead == 1 and len(dead) == 1 and str(dead[0]["error"]).startswith("malformed")
+    urls = {it.url for p, r in good.items() for node in r.batches for it in node.batch.items
+            if it is not None}
+    expected = {it.url for it in _items(200, hosts=40)
+                if q.partition_of_url(it.url) not in (0, gone.partition)}
+    assert urls == expected
+    q.offer([it for it in _items(200, hosts=40) if q.partition_of_url(it.url) == 1][:1])
+    wait_for(lambda: 1 in fired, 10, "the listing's watch")
+
+
 def test_a_forged_batch_of_thousands_of_tiny_items_is_crawled_not_refused() -> None:
     """Another client may pack more tiny items than a batch made here holds: every one
     that fits in 64 KiB decodes; a batch of more entries than could be items is one reason."""

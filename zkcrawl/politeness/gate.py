@@ -130,16 +130,20 @@ class HostGate:
         self.table.set_min_delay(host, seconds)
 
     # -- scheduler side -------------------------------------------------------------------
-    def admit(self, host: str, slot: float | None) -> tuple[float | None, float | None]:
-        """Decide whether an item for ``host`` may start now.
+    def admit(self, host: str, slot: float | None, ahead: float = EARLY
+              ) -> tuple[float | None, float | None]:
+        """Decide whether an item for ``host`` may start now -- or within ``ahead``
+        seconds: the scheduler admits a planned item that long before its turn, so that
+        its start mark is written by then (``Worker._admit_due``).
 
         ``slot`` is what the item got from its last call (None the first time). Returns
-        ``(start, None)`` when it may go -- the caller sleeps until ``start``, a few
-        milliseconds at most; the host is busy from then until :meth:`finished` or
-        :meth:`withdraw`, and the thread that makes the request calls :meth:`pay` first --
-        or ``(slot, due)``: queue the item until ``due`` and call again with ``slot``.
+        ``(start, None)`` when it may go -- at ``start``, at most ``ahead`` away; the host is
+        busy from the admission until :meth:`finished` or :meth:`withdraw` (no other request
+        to it is admitted meanwhile), and the thread that makes the request calls :meth:`pay`
+        first -- or ``(slot, due)``: queue the item until ``due`` and call again with
+        ``slot``.
         """
-        return self.table.admit(host, slot, EARLY)
+        return self.table.admit(host, slot, ahead)
 
     def plan(self, host: str) -> tuple[float, float]:
         """The claim loop's look at a fresh item of ``host``: ``(slot, due)``, its slot

@@ -190,8 +190,8 @@ class LocalPoliteness:
         come, a gap has passed since the last request's start *and end*, no back-off holds
         and -- for a host with a gap -- no other request to it is in flight.
 
-        Returns ``(start, None)`` when it may: it is counted in flight from ``start`` (at most
-        ``early`` seconds away) until :meth:`finished`; or
+        Returns ``(start, None)`` when it may -- at ``start``, at most ``early`` seconds away
+        -- counted in flight from now until :meth:`finished`; or
         ``(slot, due)``: ask again at ``due`` with that ``slot``."""
         with self._lock:
             now = self._clock()

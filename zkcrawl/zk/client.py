@@ -537,15 +537,20 @@ class ZkClient:
         pending: Pending[bool] = self._kazoo.delete_async(path, version=version)
         return pending
 
-    def get_many(self, paths: Sequence[str]) -> list[ReadResult]:
-        """Data of many znodes in one round trip (:class:`~zkcrawl.zk.wire.MultiRead`): per
-        path ``(bytes, stat)`` or the error (NoNodeError...). Falls back to pipelined gets
-        on servers < 3.6."""
+    def get_many(self, paths: Sequence[str], per_request: int | None = None
+                 ) -> list[ReadResult]:
+        """Data of many znodes in one round trip (:class:`~zkcrawl.zk.wire.MultiRead`; of
+        at most ``per_request`` paths each, pipelined, for large nodes): per path ``(bytes,
+        stat)`` or the error (NoNodeError...). Falls back to pipelined gets on servers
+        < 3.6."""
         if not paths:
             return []
         if self._multiread:
+            step = per_request or len(paths)
             try:
-                return list(self.answer(self._wire.multi_read(paths)))
+                pending = [self._wire.multi_read(paths[i:i + step])
+                           for i in range(0, len(paths), step)]
+                return [r for one in pending for r in self.answer(one)]
             except (UnimplementedError, MarshallingError):
                 self._multiread = False  # an old server: pipelined gets from now on
         return [r if isinstance(r, Exception) else (r[0] or b"", r[1])
