@@ -198,7 +198,7 @@ class Status:
                 "leases": held, "items_per_s": w.timings.items_per_s(),
                 "control": w.control.state, "threads": w.s.threads,
                 "capacity": w.s.capacity, "parked": w.parking.parked_total,
-                "redelivered": w.redelivered,
+                "redelivered": w.redelivered, "given_back": w.given_back,
                 **({"ownership": ownership.snapshot()} if ownership else {}),
                 "domain_delay": w.s.domain_delay}
 

@@ -147,12 +147,17 @@ def _cap_hosts(queue: object, worker: Worker) -> None:
     keep each at its pace, and the table holds as many hosts as it can. A host's items stay
     there, too, until its next request could start (READY_AHEAD_S: its gap, Crawl-delay or
     back-off nearly over), so the table holds only hosts whose turn is near. No gap
-    (--domain-delay 0), no cap: the worker's capacity bounds what it takes."""
+    (--domain-delay 0), no cap -- the worker's capacity bounds what it takes -- but the same
+    wait for a host's turn: a host under a Retry-After or a down back-off (or with a
+    Crawl-delay) keeps its items in ZooKeeper until then, so they never fill the table in
+    front of hosts that are ready."""
+    if not isinstance(queue, OwnedQueue):
+        return
     gap = worker.s.domain_delay
-    if isinstance(queue, OwnedQueue) and gap > 0:
-        cap = max(1, min(math.ceil(OWNER_HORIZON_S / gap), worker.s.capacity // 4))
-        queue.host_cap = HostCap(cap, worker.backlog.per_host, worker.backlog.take_freed,
-                                 worker.item_handler.gate.ready_at)
+    cap = (max(1, min(math.ceil(OWNER_HORIZON_S / gap), worker.s.capacity // 4)) if gap > 0
+           else worker.s.capacity)
+    queue.host_cap = HostCap(cap, worker.backlog.per_host, worker.backlog.take_freed,
+                             worker.item_handler.gate.ready_at)
 
 
 def _politeness(settings: ConsumerSettings) -> LocalPoliteness:

@@ -39,7 +39,7 @@ from zkcrawl.consumer.committer import Settle
 from zkcrawl.consumer.components import TICK, ConsumerState, Lifecycle, Stopping
 from zkcrawl.consumer.metrics import Metrics
 from zkcrawl.consumer.ownership import Ownership
-from zkcrawl.consumer.parking import Parking
+from zkcrawl.consumer.parking import HORIZON_S, Parking
 from zkcrawl.consumer.pipeline import COMPLETE, DEAD, RETRY, ItemHandler, Outcome
 from zkcrawl.consumer.processors import PROCESSOR_ERROR
 from zkcrawl.consumer.queue_seam import WorkerQueue
@@ -63,6 +63,9 @@ log = structlog.get_logger(__name__)
 # with 1 the threads waited for checkpoints (bench crawl, one host at 50 ms: 0.88x the
 # pages/s; 2: 1.00x).
 MARKS_AHEAD = 2
+# A task whose host's turn is further than this goes back to its batch (Worker._give_back):
+# the per-host horizon of zkcrawl.consumer.parking (two turns at the default gap).
+GIVE_BACK_S = HORIZON_S
 # consumer.stats and consumer.summary: reports at info whatever --log-level (logs.reporter).
 report = logs.reporter(__name__)
 
@@ -154,6 +157,7 @@ class Worker:
         self.backlog.starved = queue.mark_soon  # an idle pool thread: marks go now
         self.ownership = ownership  # --politeness owner: only the owner fetches a host
         self.redelivered = 0  # items claimed after a holder died (redeliveries, no fetch)
+        self.given_back = 0  # items given back because their host's turn was far (_give_back)
         self._owned_generation = -1
         self.parking = Parking(self.backlog.host_load, settings.domain_delay, settings.capacity,
                                enabled=queue.delivery == "at-least-once",
@@ -461,12 +465,35 @@ class Worker:
             start, due = self.item_handler.gate.admit(task.host, task.slot)
             if due is not None:
                 task.slot = start
-                self.backlog.cool(task, self._wake(due))
+                if not self._give_back(task, due):
+                    self.backlog.cool(task, self._wake(due))
                 return False
             task.gated, task.slot = True, start
             assert start is not None  # admitted: the start is known
             if (delay := start - time.monotonic()) > 0:
                 time.sleep(delay)  # < EARLY: cheaper than a trip through the heap
+        return True
+
+    def _give_back(self, task: Task, due: float) -> bool:
+        """A task whose host's turn is more than GIVE_BACK_S away (a Retry-After, a down
+        back-off or a Crawl-delay learnt after its claim) goes back to its batch, unmarked --
+        its reserved slot given back too -- rather than hold a place of the table that long
+        in front of hosts that are ready; the claim's pick leaves it there until the host's
+        turn is near (``HostCap.ready_at``). Not with ``--delivery at-most-once`` (nothing
+        can go back) nor once marked."""
+        if (task.marked or self.queue.delivery != "at-least-once"
+                or due - time.monotonic() <= GIVE_BACK_S):
+            return False
+        if task.slot is not None:
+            self.item_handler.gate.unreserve(task.host, task.slot)
+        if self.backlog.forget([task]):
+            try:
+                self.queue.release([task.claimed])
+            except Exception as exc:  # closing the session releases it too
+                log.warning("consumer.release_deferred", items=1, error=repr(exc))
+            self.given_back += 1
+            log.debug("item.given_back", item=task.name, url=task.claimed.url, host=task.host,
+                      turn_in_s=round(due - time.monotonic(), 3))
         return True
 
     def _prepare(self, task: Task) -> bool:

@@ -62,6 +62,39 @@ def test_domain_delay_holds_per_host_and_a_cooling_host_idles_no_thread(zk, zk_h
     assert len(records(tmp_path / "o.jsonl")) == 10
 
 
+def test_a_host_in_a_long_back_off_holds_no_place_in_front_of_the_others(
+        zk, zk_hosts, zk_root, tmp_path):
+    """--domain-delay 0, one partition, a table of 4 (2 threads + 2): 127.0.0.1 answers its
+    first request 503 with Retry-After: 5, and 20 of its items are queued in front of 10 of
+    localhost's. Its items wait for its turn in ZooKeeper (the pick's ready check; one
+    already held goes back), not in the table: every localhost page is fetched well before
+    the back-off ends; 127.0.0.1 gets nothing more in it than what was admitted before its
+    answer; each URL is recorded once. Before, the backed-off host's items filled the table
+    for the whole Retry-After and localhost waited behind them."""
+    retry_after = 5.0
+    with TestServer({"/a/*": sequence((503, {"Retry-After": f"{retry_after:g}"}, b""), page),
+                     "/p/*": page}) as srv:
+        urls = ([srv.url(f"/a/{i}") for i in range(20)]
+                + [srv.url(f"/p/b{i}", host="localhost") for i in range(10)])
+        offer(zk, zk_root, urls)
+        run = Running(settings_for(zk_hosts, zk_root, tmp_path / "o.jsonl", "--threads", "2",
+                                   "--backlog", "2", "--partitions", "1",
+                                   "--exit-when-idle", "1"))
+        try:
+            run.join(60)
+        finally:
+            run.stop()
+        busy, others = srv.times(host="127.0.0.1"), srv.times(host="localhost")
+    recs = records(tmp_path / "o.jsonl")
+    assert sorted(r["url"] for r in recs) == sorted(urls)  # each once, the 503 retried
+    assert len(others) == 10 and len(busy) == 21
+    answered = busy[0]  # the 503 (its answer a few ms later)
+    assert max(others) < answered + retry_after - 2  # localhost did not wait for it
+    inside = [t for t in busy[1:] if t < answered + retry_after - 0.5]
+    assert len(inside) <= 4  # admitted before the answer came: the table's worth at most
+    assert queued_urls(zk, zk_root) == [] == held(zk, zk_root)
+
+
 def test_a_fresh_item_whose_host_must_wait_goes_to_the_heap_not_through_the_pool(
         zk, zk_hosts, zk_root, tmp_path):
     """The claim loop reserves a fresh item's politeness slot (robots.txt known: off here)

@@ -303,3 +303,19 @@ def test_ready_at_is_when_the_next_request_could_start_by_the_table() -> None:
     assert table.ready_at("c.com") == pytest.approx(1001.3 + 30.0)
     gate = HostGate(table, 1.0)
     assert gate.ready_at("c.com") == table.ready_at("c.com")
+
+
+def test_a_slot_given_back_is_the_next_one_if_it_was_the_latest() -> None:
+    """unreserve: an item given back to the queue (Worker._give_back) returns its slot, so
+    the host's next item is not pushed a gap later for it; a slot that is not the latest
+    reservation changes nothing (the later ones stand)."""
+    clock = FakeClock()
+    pol = LocalPoliteness(2.0, clock=clock)
+    first, _ = pol.plan("h")
+    second, _ = pol.plan("h")
+    assert second == first + 2.0
+    pol.unreserve("h", second)
+    assert pol.plan("h")[0] == second  # taken again
+    pol.unreserve("h", first)  # not the latest: ignored
+    assert pol.plan("h")[0] == second + 2.0
+    pol.unreserve("nobody", 0.0)  # unknown host: nothing

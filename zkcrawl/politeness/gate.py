@@ -152,6 +152,11 @@ class HostGate:
         it). Admits nothing."""
         return self.table.plan(host)
 
+    def unreserve(self, host: str, slot: float) -> None:
+        """A slot :meth:`plan` or :meth:`admit` reserved will not be used
+        (:meth:`LocalPoliteness.unreserve`)."""
+        self.table.unreserve(host, slot)
+
     def ready_at(self, host: str) -> float:
         """When ``host``'s next request could start at the soonest
         (:meth:`LocalPoliteness.ready_at`): the claim loop leaves a host's items in its

@@ -237,6 +237,16 @@ class LocalPoliteness:
             due = max(due, now + gap)
         return h, slot, due
 
+    def unreserve(self, host: str, slot: float) -> None:
+        """A slot reserved by :meth:`plan` or :meth:`admit` will not be used (its item went
+        back to the queue): if it is the host's latest reservation, the next one may take
+        it -- else the host's next items would wait a gap for each item given back."""
+        with self._lock:
+            h = self._hosts.get(host)
+            if h is not None and h.next_free == slot + (self._delay if h.gap is None
+                                                          else h.gap):
+                h.next_free = slot
+
     def ready_at(self, host: str) -> float:
         """The soonest a new request to ``host`` could start by what the table knows now
         (``-inf``: at once): its next free slot, a gap after its last request's start and
