@@ -40,6 +40,13 @@ __all__ = ["COOLING", "GONE", "LEAD", "MARKING", "READY", "RUNNING", "SETTLING",
 LEAD = EARLY / 2
 
 
+def _ahead_of(task: Task, now: float) -> float | None:
+    """The start of a task admitted ahead of its turn (its slot, more than EARLY away:
+    its mark is needed by then, and it waits for the slot in the heap), else None."""
+    slot = task.slot
+    return slot if slot is not None and slot - now > EARLY else None
+
+
 class TaskState(StrEnum):
     """Where a held item is (a ``str``: the values may appear in logs)."""
 
@@ -437,12 +444,12 @@ class Backlog:
                 if task is not None and task.claimed is c and task.state is MARKING:
                     task.marked = True
                     self._marking -= 1
-                    if task.slot is not None and task.slot - now > EARLY:
+                    if (start := _ahead_of(task, now)) is not None:
                         # admitted ahead of its slot (admit_due): it waits for it in the heap
                         task.state = COOLING
                         task.cooled_at = now
                         self._marked_cooling += 1
-                        heapq.heappush(self._heap, (task.slot - LEAD, next(self._seq), task))
+                        heapq.heappush(self._heap, (start - LEAD, next(self._seq), task))
                         self._cooled.notify()
                         continue
                     task.state = READY
@@ -544,8 +551,7 @@ class Backlog:
         assert self.mark is not None
         now = time.monotonic()
         done = [t.claimed for t in tasks
-                if self.mark(t.claimed, t.slot if t.slot is not None and t.slot - now > EARLY
-                             else None)]
+                if self.mark(t.claimed, _ahead_of(t, now))]
         if done:
             self.marked(done)
         with self._lock:

@@ -486,11 +486,7 @@ class Worker:
             return False
         if task.slot is not None:
             self.item_handler.gate.unreserve(task.host, task.slot)
-        if self.backlog.forget([task]):
-            try:
-                self.queue.release([task.claimed])
-            except Exception as exc:  # closing the session releases it too
-                log.warning("consumer.release_deferred", items=1, error=repr(exc))
+        if self.release([task], announce=False):
             self.given_back += 1
             log.debug("item.given_back", item=task.name, url=task.claimed.url, host=task.host,
                       turn_in_s=round(due - time.monotonic(), 3))
@@ -652,16 +648,19 @@ class Worker:
             self.committer.put(Settle(task.claimed, outcome.kind, outcome.error,
                                       outcome.record, task))
 
-    def release(self, tasks: Sequence[Task]) -> None:
-        """Give leases back now: claimable by others at once."""
+    def release(self, tasks: Sequence[Task], announce: bool = True) -> list[Task]:
+        """Give leases back now: claimable by others at once. Returns those still held
+        (the others were gone already); ``announce``: an info line says how many."""
         tasks = self.backlog.forget(tasks)
         if not tasks:
-            return
+            return tasks
         try:
             self.queue.release([t.claimed for t in tasks])
         except Exception as exc:  # closing the session releases them too
             log.warning("consumer.release_deferred", items=len(tasks), error=repr(exc))
-        log.info("consumer.released", consumer=self.id, items=len(tasks))
+        if announce:
+            log.info("consumer.released", consumer=self.id, items=len(tasks))
+        return tasks
 
     # -- stopping -------------------------------------------------------------------------
     def request_stop(self, force: bool = False) -> None:
