@@ -36,7 +36,7 @@ import structlog
 
 from zkcrawl.errors import UsageError
 from zkcrawl.page import Page, PageResult, Processor
-from zkcrawl.queue.untrusted import URL_LIMIT
+from zkcrawl.queue.untrusted import URL_LIMIT, url_too_long
 from zkcrawl.web.article import ArticleError, empty_fields
 from zkcrawl.web.article import require as require_article
 from zkcrawl.web.extract import record_from_doc
@@ -415,6 +415,6 @@ def _absolute(link: object, base: str) -> str | None:
         return None
     if scheme not in ("http", "https"):
         return None
-    if len(url) * 4 > URL_LIMIT and len(url.encode("utf-8", "surrogatepass")) > URL_LIMIT:
+    if url_too_long(url):
         return None
     return url

@@ -39,12 +39,6 @@ PACKAGES = ("zkcrawl", "consumer", "producer")
 #: consumer/owned_queue.py still builds its retried item itself (another branch's file):
 #: its retry() becomes ``again = retry_item(c, error)`` -- then drop it from here.
 RETRY_ITEM_COPIES_LEFT: set[str] = set()
-#: zkcrawl/queue/partition_queue.py (another branch's) charges a holder's death against
-#: max_attempts itself, a copy of Claimed.abandoned -- to move there with that branch.
-ABANDON_COPIES_LEFT = {"zkcrawl/queue/partition_queue.py"}
-#: consumer/processors.py (another branch's) checks a found link's length itself: its
-#: ``if len(url) * 4 > URL_LIMIT and ...`` becomes ``if untrusted.url_too_long(url)``.
-URL_CHECK_COPIES_LEFT = {"consumer/processors.py"}
 
 
 def _modules() -> dict[str, ast.Module]:
@@ -87,7 +81,7 @@ def test_the_retry_or_dead_decision_is_made_once() -> None:
     def decides(n: ast.AST) -> bool:  # attempt (+ 1) compared with max_attempts
         return (isinstance(n, ast.Compare) and "max_attempts" in _names(n)
                 and "attempt" in _names(n))
-    assert _where(decides) - ABANDON_COPIES_LEFT == {"zkcrawl/queue/claims.py"}
+    assert _where(decides) == {"zkcrawl/queue/claims.py"}
 
 
 def test_the_retried_item_is_built_once() -> None:
@@ -123,7 +117,7 @@ def test_the_url_length_check_is_written_once() -> None:
         return (isinstance(n, ast.Compare) and "URL_LIMIT" in _names(n)
                 and any(isinstance(c, ast.Constant) and c.value == "surrogatepass"
                         for c in ast.walk(n)))
-    assert _where(checks) - URL_CHECK_COPIES_LEFT == {"zkcrawl/queue/untrusted.py"}
+    assert _where(checks) == {"zkcrawl/queue/untrusted.py"}
 
 
 def test_the_producer_offers_through_one_path() -> None:

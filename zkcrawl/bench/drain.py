@@ -43,6 +43,7 @@ from zkcrawl.queue.partition_queue import PartitionQueue
 from zkcrawl.queue.partitions import DEFAULT_PARTITIONS
 from zkcrawl.zk import NoNodeError, NotEmptyError, ZkClient
 from zkcrawl.zk.client import gather
+from zkcrawl.zk.kazoo_baseline import BaselineQueue, KazooBaseline
 
 SAMPLE = 300
 DEFAULT_ROOT = "/zkcrawl-bench"
@@ -125,20 +126,17 @@ def bench_seed(zk: ZkClient, n: int, base: str = "") -> dict[str, float]:
 
 
 def bench_kazoo(zk: ZkClient, n: int, base: str = "") -> dict[str, float]:
-    from kazoo.client import KazooClient
-    from kazoo.recipe.queue import LockingQueue
-
     # kazoo's own recipe is the baseline, so it runs on a plain KazooClient of its own
-    # (ZkClient keeps its kazoo client private), on the same server as the other cases.
-    raw = KazooClient(hosts=zk.hosts, timeout=30)
+    # (zkcrawl.zk.kazoo_baseline), on the same server as the other cases.
+    raw = KazooBaseline(zk.hosts, session_timeout=30)
     raw.start(timeout=zk.zk_timeout)
     root = _case_root(base)
-    holder: dict[str, Any] = {}
+    holder: dict[str, BaselineQueue] = {}
 
     def reset(depth: int) -> None:
         if zk.exists(root):
             zk.delete(root, recursive=True)
-        q = LockingQueue(raw, root)
+        q = raw.locking_queue(root)
         for i in range(0, depth, 1000):
             chunk = range(i, min(depth, i + 1000))
             q.put_all([f"http://127.0.0.1:9/a/{j}".encode() for j in chunk])
@@ -153,7 +151,6 @@ def bench_kazoo(zk: ZkClient, n: int, base: str = "") -> dict[str, float]:
         res = _sampled(take, n, reset)
         zk.delete(root, recursive=True)
     finally:
-        raw.stop()
         raw.close()
     return res
 

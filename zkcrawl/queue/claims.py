@@ -26,7 +26,7 @@ from zkcrawl.queue import items as item_codec
 from zkcrawl.queue.items import Item
 
 __all__ = ["AT_LEAST_ONCE", "AT_MOST_ONCE", "Claimed", "CompleteResult", "Delivery",
-           "QueueStats", "QueueSuspended", "dead_letter_body", "retry_item",
+           "QueueStats", "QueueSuspended", "dead_letter_body", "retry_item", "spent",
            "too_large_to_retry"]
 
 
@@ -91,15 +91,22 @@ class Claimed:
     def may_retry(self, max_attempts: int) -> bool:
         """After a failed try: True -- retry it at the tail; False -- it was the last of its
         ``max_attempts`` (or it is no item): a dead letter. The one place this is decided."""
-        return self.item is not None and self.attempt + 1 < max_attempts
+        return self.item is not None and not spent(self.attempt + 1, max_attempts)
 
     def abandoned(self, max_attempts: int) -> bool:
         """Dead holders used up the attempts: dead-letter it (``abandoned``), no fetch."""
-        return self.deaths > 0 and self.attempt >= max_attempts
+        return self.deaths > 0 and spent(self.attempt, max_attempts)
 
     @property
     def queue_ms(self) -> float:
         return max(0.0, (self.claimed_at - self.ctime) * 1000.0)
+
+
+def spent(attempt: int, max_attempts: int) -> bool:
+    """An item tried ``attempt`` times (holders' deaths included) has no try left: the one
+    rule behind :meth:`Claimed.may_retry`, :meth:`Claimed.abandoned` and a new owner's charge
+    of a dead holder's items (:meth:`~zkcrawl.queue.partition_queue.PartitionQueue.adopt`)."""
+    return attempt >= max_attempts
 
 
 DEATHS_META = "holder_deaths"  # the item meta key a retry carries the holder deaths in

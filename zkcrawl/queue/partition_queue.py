@@ -29,6 +29,7 @@ from zkcrawl.queue import items as item_codec
 from zkcrawl.queue import partition_batch as pb
 from zkcrawl.queue import partition_state as ps
 from zkcrawl.queue import untrusted
+from zkcrawl.queue.claims import spent
 from zkcrawl.queue.ingress import MAX_TX_BYTES
 from zkcrawl.queue.items import Item
 from zkcrawl.queue.layout import Layout
@@ -713,7 +714,7 @@ class PartitionQueue:
             item = items[i]
             assert item is not None
             charged = _charged(item)
-            if charged.attempt < self.max_attempts:
+            if not spent(charged.attempt, self.max_attempts):
                 items[i] = charged
                 again.append(i)
             elif keep_abandoned:
@@ -739,7 +740,7 @@ class PartitionQueue:
         holders that died, out of attempts once this death is counted)."""
         b = node.batch
         return [i for i in b.in_flight if b.items[i] is not None
-                and _charged(b.items[i]).attempt >= self.max_attempts]  # type: ignore[arg-type]
+                and spent(_charged(b.items[i]).attempt, self.max_attempts)]  # type: ignore[arg-type]
 
     def progress(self, owned: Owned, node: BatchNode, *, started: Iterable[int] = (),
                  done: Iterable[int] = (), retry: Sequence[Item] = (),

@@ -8,6 +8,8 @@ rule, TID251, enforces it).
 * :mod:`.errors`  kazoo's exceptions, re-exported (typed) for callers to catch;
 * :mod:`.security` credentials, ACLs and TLS settings (plain data, no kazoo);
 * :mod:`.acls`    reading and fixing the ACLs of a live tree (``zkcrawl acl``, ``--zk-acl``);
+* :mod:`.kazoo_baseline` kazoo's own ``LockingQueue`` on a ``KazooClient`` of its own, for
+  ``zkcrawl bench queue``'s baseline case only;
 * :mod:`.types`   what crosses the boundary: :class:`Stat`, :class:`Pending`,
   :class:`WatchedEvent`, :class:`ZkState`, the callback and result aliases.
 
