@@ -40,12 +40,14 @@ from zkcrawl.errors import ExitStatus
 from zkcrawl.logs import get_logger
 from zkcrawl.politeness.gate import HostGate
 from zkcrawl.politeness.local import LocalPoliteness
+from zkcrawl.queue.layout import Layout
 from zkcrawl.queue.registry import default_id
 from zkcrawl.runner import connect, guarded, setup_logging
 from zkcrawl.settings import ArgumentParser, add_options, parse
 from zkcrawl.signals import StopSignals, thread_dump_on_sigusr1
 from zkcrawl.web.extract import parse_field_specs
 from zkcrawl.web.fetch import Fetcher
+from zkcrawl.zk import KazooException, KazooTimeoutError
 from zkcrawl.zk.client import ZkClient
 
 PROG = "zkcrawl-consumer"
@@ -124,8 +126,33 @@ def _ownership(settings: ConsumerSettings, zk: ZkClient, consumer_id: str) -> Ow
         log.warning("consumer.politeness_replaced", given=settings.politeness, now="owner",
                     note="every host has one owner, which keeps its gap in memory: "
                          "--politeness cluster and local are accepted and mean owner")
+    previous_layout(zk, settings.root)
     return Ownership(zk, settings.root, consumer_id, settings.domain_delay,
                      partitions=recorded_partitions(zk, settings.root, settings.partitions))
+
+
+def previous_layout(zk: ZkClient, root: str) -> None:
+    """One line at start for a root used by a release before hosts had owners (per-item
+    leases under ``<root>/leases``, per-host slots under ``<root>/hosts``): what this release
+    does with it and the way over (docs/concepts/zookeeper-layout.md). Counted from the
+    nodes' stats, no listing."""
+    layout = Layout.of(root)
+    found: dict[str, int] = {}
+    for name, path in (("leases", layout.leases), ("hosts", layout.hosts)):
+        try:
+            stat = zk.exists(path)
+        except (KazooException, KazooTimeoutError):
+            return  # no answer: nothing to tell (the start goes on, or fails, on its own)
+        if stat is not None and stat.numChildren:
+            found[name] = int(stat.numChildren)
+    if found:
+        log.warning("consumer.previous_layout", root=root, **found,
+                    note="this root was used by a release before hosts had owners: its "
+                         "ingress is moved into the partitions (nothing queued is lost); "
+                         "<root>/hosts is ignored; items leased by a consumer of that "
+                         "release may be recorded twice -- stop every older consumer. Once "
+                         "no lease is left, 'deleteall <root>/leases', '<root>/claims' and "
+                         "'<root>/hosts' in zkCli tidy the root")
 
 
 def _queue(settings: ConsumerSettings, zk: ZkClient, consumer_id: str,

@@ -20,13 +20,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from zkcrawl.errors import UsageError
 from zkcrawl.logs import get_logger
 from zkcrawl.politeness.gate import HostGate, hold_of
 from zkcrawl.queue import partition_state as ps
 from zkcrawl.queue import untrusted
 from zkcrawl.queue.layout import Layout
 from zkcrawl.queue.partition_offers import recorded_partitions as recorded_partitions  # re-export
-from zkcrawl.queue.partitions import DEFAULT_PARTITIONS, assign, partition_of
+from zkcrawl.queue.partitions import DEFAULT_PARTITIONS, assign, decode_root, partition_of
 from zkcrawl.zk import KazooException, KazooTimeoutError, NoNodeError
 from zkcrawl.zk.client import ZkClient
 from zkcrawl.zk.types import ZkState
@@ -72,8 +73,9 @@ class Ownership:
     Limits: a host's failures in a row are not handed over (the new owner's next failure
     backs off from the bottom again, after the inherited hold); a redirect's target host is
     another partition's and its back-off is not kept. P is recorded in the root by the first
-    consumer (:func:`recorded_partitions`, ``--partitions``) and read once at start: change it
-    only with every consumer stopped.
+    consumer (:func:`recorded_partitions`, ``--partitions``) and fixed: a consumer watches the
+    root, and when its P changes (edited by hand) or becomes unreadable it stops with one line
+    and exit 2 (:meth:`refresh`) -- consumers that disagree on P would each own a host.
     """
 
     def __init__(self, zk: ZkClient, root: str, me: str, gap: float, *,
@@ -108,6 +110,10 @@ class Ownership:
         self._on_change: Callable[[], None] = lambda: None
         self._dirty = threading.Event()
         self._dirty.set()
+        self._root = Layout.of(root).root or "/"
+        self._root_dirty = threading.Event()  # the root's data to read again (its P)
+        self._root_dirty.set()
+        self._root_read: tuple[int | None, str | None] | None = None  # its first reading
         self._foreign: set[str] = set()  # member names warned about (not a consumer)
 
     def start(self, on_change: Callable[[], None] | None = None) -> Ownership:
@@ -126,8 +132,12 @@ class Ownership:
         back): the claim loop calls this every tick. Bounded by --zk-timeout; a failed read
         is tried again at the next tick. (Not kazoo's ChildrenWatch: its retries run on
         kazoo's thread and end in a logged traceback when the client closes meanwhile.)"""
-        if not self._dirty.is_set() or not self.zk.connected:
+        if not self.zk.connected:
             return  # away: the read would hold the claim loop; CONNECTED marks it dirty
+        if self._root_dirty.is_set():
+            self._check_root()
+        if not self._dirty.is_set():
+            return
         self._dirty.clear()
         try:
             children = self.zk.get_children(self._path, watch=self._on_watch)
@@ -136,6 +146,36 @@ class Ownership:
             self._dirty.set()
             return
         self.update(children)
+
+    def _check_root(self) -> None:
+        """The root's P read again (its watch fired, or a start or a reconnection): still the
+        one this consumer owns by (or as it was at the first reading), or
+        :class:`~zkcrawl.errors.UsageError` (one line, exit 2). A root deleted meanwhile, or
+        no answer: nothing to tell yet."""
+        self._root_dirty.clear()
+        try:
+            data, _stat = self.zk.get(self._root, watch=self._on_root)
+        except NoNodeError:
+            return
+        except (KazooException, KazooTimeoutError):
+            self._root_dirty.set()
+            return
+        p, why = decode_root(data)
+        if self._root_read is None:
+            self._root_read = (p, why)  # as this consumer found it (a test's root: no P)
+        if (p, why) == self._root_read or (why is None and p == self.partitions):
+            return
+        now = f"records {p} partitions" if why is None and p is not None else (
+            f"records no usable partition count ({why or 'none'})")
+        raise UsageError(
+            f"the root {self._root} now {now}, not the {self.partitions} this consumer owns "
+            "by (edited by hand?): consumers that disagree on P would fetch a host twice, so "
+            "this one stops. Its queued items are in the partitions of P = "
+            f"{self.partitions}: set it back with every consumer and producer stopped, "
+            f"'set {self._root} {{\"partitions\": {self.partitions}}}' in zkCli")
+
+    def _on_root(self, _event: object) -> None:
+        self._root_dirty.set()
 
     def _consumers(self, children: list[str]) -> list[str]:
         """The children that are consumers: their status node is a JSON object that names
@@ -179,6 +219,7 @@ class Ownership:
             self._on_change()
         if state == ZkState.CONNECTED:
             self._dirty.set()  # a watch set in a lost session is gone: list again
+            self._root_dirty.set()
         return False
 
     def update(self, children: list[str]) -> None:

@@ -147,6 +147,31 @@ def test_a_root_whose_p_was_edited_by_hand_is_one_line_and_exit_2(zk, zk_hosts, 
     assert code == 2 and len(lines) == 1 and "Traceback" not in err, err[-2000:]
 
 
+@pytest.mark.parametrize("data", [b'{"partitions": 16}', b'{"partitions": "x"}', b"{}"])
+def test_p_edited_while_a_consumer_runs_stops_it_with_one_line_and_exit_2(
+        zk, zk_hosts, zk_root, tmp_path, data):
+    """P edited by hand under a running consumer (another valid P, garbage, none): it would
+    own hosts that a consumer started after the edit owns too -- it stops, one line, exit 2,
+    what it had queued untouched (the items stay in their partitions)."""
+    from tests.test_consumer_support import spawn
+
+    zk.ensure_path(zk_root)
+    zk.set(zk_root, b'{"partitions": 8}')
+    offer(zk, zk_root, [f"http://127.0.0.1:9/{i}" for i in range(3)])  # nothing answers
+    control.set_state(zk, zk_root, control.PAUSED, by="test")  # held in ZooKeeper
+    err = tmp_path / "err.log"
+    proc = spawn(["--zk", zk_hosts, "--root", zk_root, "--id", "c1", "--log-format", "json",
+                  "--out", str(tmp_path / "o.jsonl")], err)
+    wait_for(lambda: zk.exists(f"{zk_root}/consumers/c1"), 30, "the consumer registered")
+    zk.set(zk_root, data)
+    assert proc.wait(timeout=30) == 2
+    text = err.read_text()
+    lines = [x for x in text.splitlines() if "not the 8 this consumer owns by" in x]
+    assert len(lines) == 1 and "Traceback" not in text, text[-2000:]
+    assert "set it back" in lines[0] and '{"partitions": 8}' in lines[0], lines[0]
+    assert len(left(zk, zk_root)) >= 1  # queued still: in the ingress or a partition
+
+
 def test_ownership_figures_are_exported_at_scrape_time():
     from zkcrawl.consumer.metrics import Metrics
 

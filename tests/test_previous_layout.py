@@ -36,3 +36,30 @@ def test_the_ingress_of_an_old_root_is_moved_leases_and_all(zk_factory, zk_root)
     assert zk.get_children(f"{layout.root}/claims") == ["1.0"]
     older.close()
     wait_for(lambda: zk.get_children(layout.leases) == [], 10, "the old leases gone")
+
+
+def test_a_consumer_says_once_that_the_root_has_nodes_of_the_previous_layout(
+        zk_factory, zk_root, zk_hosts, tmp_path, capsys) -> None:
+    """SPEC §2 / issue #22 point 7: one clear line at start, with what this release does
+    with the old nodes and the way over; none for a root without them."""
+    from zkcrawl.consumer.main import main
+
+    older, zk = zk_factory(), zk_factory()
+    layout = Layout.of(zk_root)
+    # leases of items an older consumer took (their records may come twice: the line says so)
+    old_layout.hold(older, zk_root, ["qn-0000000001", "qn-0000000002"], "older")
+    for host in ("a.test", "b.test", "c.test"):
+        zk.create(f"{layout.hosts}/{host}", b"0", makepath=True)
+    args = ["--zk", zk_hosts, "--root", zk_root, "--out", str(tmp_path / "o.jsonl"),
+            "--log-format", "json", "--exit-when-idle", "1", "--no-robots"]
+    main(args, {})
+    lines = [json.loads(x) for x in capsys.readouterr().err.splitlines()
+             if "consumer.previous_layout" in x]
+    assert len(lines) == 1 and lines[0]["leases"] == 2 and lines[0]["hosts"] == 3, lines
+    assert "nothing queued is lost" in lines[0]["note"]
+    older.close()
+    for host in ("a.test", "b.test", "c.test"):
+        zk.delete(f"{layout.hosts}/{host}")
+    wait_for(lambda: zk.get_children(layout.leases) == [], 10, "the old leases gone")
+    main(args, {})
+    assert "consumer.previous_layout" not in capsys.readouterr().err
