@@ -383,7 +383,7 @@ def _partition_figures_of_status(doc: dict[str, Any]) -> dict[str, Any]:
 
 def test_exporter_partition_gauges_follow_owners_and_batches(zk_factory, zk_hosts, zk_root,
                                                              tmp_path, capsys):
-    """--politeness owner's partitions as gauges, equal to status --json: an owner leaving a
+    """The partitions (hosts have owners) as gauges, equal to status --json: an owner leaving a
     partition that holds items shows as unowned within --refresh; only partitions holding
     batches have series; a garbage batch is counted, not a failed read."""
     from zkcrawl.queue.items import Item
@@ -475,3 +475,122 @@ def test_partition_host_gauges_only_for_partitions_that_have_some():
         (("partition", "0"), ("root", "/r")): 2.0}
     empty = {f.name: f.samples for f in partition_families(None, "/r")}
     assert empty["zkcrawl_partitions_hosts_active"] == []  # the family, no sample
+
+
+def _owners_of_exporter(m: Samples, root: str) -> dict[str, tuple[str, str]]:
+    """{partition: (owner label, verified label)} of zkcrawl_partition_owner."""
+    out = {}
+    for (name, labels), v in m.items():
+        d = dict(labels)
+        if name == "zkcrawl_partition_owner" and d["root"] == root:
+            assert v == 1 and d["partition"] not in out
+            out[d["partition"]] = (d["owner"], d["verified"])
+    return out
+
+
+def test_exporter_partition_owners_and_ages_with_forged_owner_nodes(zk_factory, zk_hosts,
+                                                                     zk_root, tmp_path,
+                                                                     capsys):
+    """Per partition that holds items: its owner (an info-style series) and its oldest
+    batch's age, equal to status --json. Forged owner nodes -- a persistent one whose id is
+    made to break an exposition, an ephemeral one of a session that is no consumer, one too
+    big to read -- are ``verified="false"``, their ids cleaned and cut, and counted in
+    zkcrawl_partitions_unverified_with_items (the ZkcrawlPartitionOwnerUnverified alert);
+    partitions without items have no series, a forged owner there included."""
+    from tests.test_status_partitions import _urls_in
+    from zkcrawl.admin.exporter import LABEL_LIMIT, label
+    from zkcrawl.queue.items import Item
+    from zkcrawl.queue.layout import Layout
+    from zkcrawl.queue.partition_queue import OWNER_LIMIT, PartitionQueue
+
+    holder, forger = zk_factory(), zk_factory()
+    holder.ensure_path(zk_root)
+    holder.set(zk_root, b'{"partitions": 8}')
+    layout = Layout.of(zk_root)
+    pq = PartitionQueue(holder, zk_root, 8, consumer="c1")
+    for p in (0, 1, 2, 3, 5):
+        pq.offer([Item(url=u) for u in _urls_in(pq, p, 2)])
+    # c1 is a live consumer (its status node, the owner's session): partition 0 verified.
+    status = Registration(holder, f"{zk_root}/consumers/c1",
+                          lambda: {"id": "c1", "state": "running"}, interval=5).start()
+    assert pq.take(0) is not None
+    evil = 'x"}\n# TYPE x counter\nx 1\x1b[2J\u202e\x00' + "y" * 600  # fits OWNER_LIMIT
+    holder.create(layout.partition_owner(1), json.dumps({"consumer": evil}).encode())
+    forger.create(layout.partition_owner(2), b'{"consumer": "c1", "epoch": 7}', ephemeral=True)
+    # partition 3: items, no owner node
+    forger.create(layout.partition_owner(4), b'{"consumer": "c9"}', makepath=True)  # empty
+    holder.create(layout.partition_owner(5), b'{"consumer": "' + b"z" * OWNER_LIMIT + b'"}')
+    exporter = Exporter(zk_hosts, zk_root, tmp_path, "--min-interval", "0.2", "--refresh", "1")
+    r = (("root", zk_root),)
+    try:
+        wait_for(exporter.ready, timeout=30, what="the exporter ready")
+        cleaned = label(evil)
+        want = {"0": ("c1", "true"), "1": (cleaned, "false"), "2": ("c1", "false"),
+                "3": ("", "false"), "5": ("?", "false")}
+        wait_for(lambda: _owners_of_exporter(scrape(exporter.port), zk_root) == want,
+                 timeout=20, what="the owners of the 5 partitions holding items")
+        m = scrape(exporter.port)
+        assert len(cleaned) == LABEL_LIMIT and cleaned.isprintable()
+        assert cleaned.startswith('x"}') and "\n" not in cleaned and "\x1b" not in cleaned
+        assert m[("zkcrawl_partitions_unverified_with_items", r)] == 3  # 1, 2, 5
+        assert m[("zkcrawl_partitions_unowned_with_items", r)] == 1  # 3
+        assert m[("zkcrawl_partitions_owner_unverified", r)] == 4  # 4 too: holds nothing
+        ages = {dict(labels)["partition"]: v for (name, labels), v in m.items()
+                if name == "zkcrawl_partition_oldest_batch_age_seconds"
+                and dict(labels)["root"] == zk_root}
+        assert set(ages) == set(want) and all(a >= 0 for a in ages.values())
+        assert max(ages.values()) == m[("zkcrawl_partition_oldest_age_seconds", r)]
+
+        def as_status() -> dict[str, Any]:
+            doc = status_json(capsys, zk_hosts, zk_root)["partitions"]
+            return {str(x["partition"]): ("" if x["owner"] is None else label(x["owner"]),
+                                          "true" if x["verified"] else "false")
+                    for x in doc["list"] if x["batches"]}
+
+        assert as_status() == want  # status --json says the same, cleaned alike
+        # The fix the alert asks for: delete the forged node; the partition is then unowned
+        # (here: no consumer runs to take it) and no longer counted as unverified.
+        holder.delete(layout.partition_owner(1))
+        wait_for(lambda: scrape(exporter.port)[("zkcrawl_partitions_unverified_with_items",
+                                                r)] == 2, timeout=10, what="2 unverified")
+        assert _owners_of_exporter(scrape(exporter.port), zk_root)["1"] == ("", "false")
+    finally:
+        rc = exporter.stop()
+        status.stop(delete=True)
+    assert rc == 0 and "Traceback" not in exporter.stderr.read_text()
+
+
+@settings(max_examples=60, deadline=None)
+@given(owners=st.lists(st.one_of(st.none(), _text), min_size=1, max_size=20),
+       verified=st.lists(st.booleans(), min_size=20, max_size=20))
+def test_any_owner_id_makes_a_parsable_bounded_scrape(owners, verified):
+    """Whatever owner nodes name (untrusted text), the partition families parse, with one
+    owner series per partition holding batches, every label printable and bounded."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.registry import Collector
+
+    from zkcrawl.admin.exporter import partition_families
+
+    rows = [{"partition": p, "owner": o, "verified": None if o is None else verified[p],
+             "batches": p % 3, "depth": p, "oldest_age_s": float(p), "hosts_active": None,
+             "hosts_backed_off": None} for p, o in enumerate(owners)]
+    section = {"count": 20, "owned": 0, "unverified": [], "unowned_with_items": 0,
+               "oldest_age_s": None, "list": rows}
+
+    class One(Collector):
+        def collect(self):  # type: ignore[no-untyped-def]
+            return partition_families(section, "/zkcrawl")
+
+    reg = CollectorRegistry()
+    reg.register(One())
+    families = {f.name: f for f in text_string_to_metric_families(
+        generate_latest(reg).decode())}
+    full = [x for x in rows if x["batches"]]
+    owner = families["zkcrawl_partition_owner"].samples
+    assert sorted(int(s.labels["partition"]) for s in owner) == [x["partition"] for x in full]
+    assert families["zkcrawl_partitions_unverified_with_items"].samples[0].value == sum(
+        1 for x in full if x["owner"] is not None and not x["verified"])
+    for f in families.values():
+        for s in f.samples:
+            for value in s.labels.values():
+                assert len(value) <= 128 and value.isprintable(), value

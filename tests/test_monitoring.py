@@ -36,7 +36,8 @@ SCALEDOBJECT = REPO / "deploy" / "kubernetes" / "keda" / "scaledobject.yaml"
 OUR_METRIC = re.compile(r"\b(?:zkcrawl|process|python)_[a-z0-9_]+\b")
 ALERTS = {"ZkcrawlQueueNotDraining", "ZkcrawlNoLiveConsumers", "ZkcrawlDeadLettersGrowing",
           "ZkcrawlConsumerNotReady", "ZkcrawlZooKeeperSessionLost",
-          "ZkcrawlZooKeeperUnreachable", "ZkcrawlPartitionWithoutOwner"}
+          "ZkcrawlZooKeeperUnreachable", "ZkcrawlPartitionWithoutOwner",
+          "ZkcrawlPartitionOwnerUnverified"}
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +58,14 @@ def test_the_alerts_the_issue_names_exist(yaml_mod):
         for rule in group["rules"]:
             assert rule["labels"]["severity"] in ("warning", "critical"), rule["alert"]
             assert rule["annotations"]["summary"] and rule["annotations"]["description"]
+
+
+def test_monitoring_says_ownership_is_always_on():
+    """``--politeness`` is accepted for compatibility only (consumer.politeness_replaced):
+    nothing in deploy/monitoring tells an operator to set it."""
+    for path in sorted(MONITORING.iterdir()):
+        text = path.read_text(encoding="utf-8")
+        assert not re.search(r"politeness[ =`]*owner", text), path.name
 
 
 def _promtool() -> str:
@@ -197,8 +206,16 @@ def test_dashboard_covers_what_an_operator_looks_at():
                    "zkcrawl_cluster_leases", "zkcrawl_cluster_dead_letters",
                    "zkcrawl_consumer_handovers_total", "zkcrawl_consumer_rebalances_total",
                    "zkcrawl_partitions_hosts_backed_off", "zkcrawl_partitions_owned",
-                   "zkcrawl_partitions_unowned_with_items", "zkcrawl_partition_items"):
+                   "zkcrawl_partitions_unowned_with_items", "zkcrawl_partition_items",
+                   "zkcrawl_partitions_unverified_with_items", "zkcrawl_partition_owner{",
+                   "zkcrawl_partition_oldest_batch_age_seconds"):
         assert needle in exprs, needle
+    # Per partition (issue #22): its owner, items and oldest batch side by side in a table.
+    (owners,) = [p for p in dash["panels"] if p["type"] == "table"
+                 and any("zkcrawl_partition_owner{" in t["expr"] for t in p["targets"])]
+    assert {t["format"] for t in owners["targets"]} == {"table"}
+    assert owners["transformations"][0]["id"] == "merge"
+    assert "--politeness" not in json.dumps(dash)  # ownership is always on
     rows = [p for p in dash["panels"] if p["type"] == "row"]
     assert any(r.get("repeat") == "pod" for r in rows), "per-consumer rows"
     ids = [p["id"] for p in dash["panels"]]
@@ -206,6 +223,11 @@ def test_dashboard_covers_what_an_operator_looks_at():
     for p in dash["panels"]:
         assert {"x", "y", "w", "h"} <= set(p["gridPos"]) and p["gridPos"]["x"] + p[
             "gridPos"]["w"] <= 24
+    boxes = [(p["id"], p["gridPos"]) for p in dash["panels"]]
+    for i, (a, g) in enumerate(boxes):  # no panel covers another
+        for b, h in boxes[i + 1:]:
+            assert not (g["x"] < h["x"] + h["w"] and h["x"] < g["x"] + g["w"]
+                        and g["y"] < h["y"] + h["h"] and h["y"] < g["y"] + g["h"]), (a, b)
 
 
 def test_podmonitor_scrapes_consumers_and_exporter(yaml_mod):

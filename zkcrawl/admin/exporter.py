@@ -9,9 +9,12 @@ gauges. The metrics and their meaning: docs/operations/monitoring.md.
   most once per ``--min-interval``, and at least every ``--refresh`` (ages, published
   status, the partitions of :mod:`zkcrawl.admin.partition_status`).
 * **ZooKeeper away**: the last figures stay, with ``zkcrawl_cluster_up 0``.
-* **Untrusted labels** (SPEC §2): consumer ids are cleaned by :func:`label` (at most
-  :data:`LABEL_LIMIT` characters) and per-consumer series capped at
-  :data:`MAX_CONSUMER_SERIES` (the rest summed as ``consumer="_other"``).
+* **Untrusted labels** (SPEC §2): consumer ids -- those of owner nodes too -- are cleaned
+  by :func:`label` (at most :data:`LABEL_LIMIT` characters) and per-consumer series capped at
+  :data:`MAX_CONSUMER_SERIES` (the rest summed as ``consumer="_other"``). Per-partition
+  series exist only for partitions that hold batches (or, the host figures, have some): at
+  most P of each, P < :data:`~zkcrawl.queue.partitions.MAX_PARTITIONS` (partition labels are
+  parsed numbers); an owner's label is one series per such partition, not per consumer.
 """
 
 from __future__ import annotations
@@ -311,6 +314,11 @@ def partition_families(s: dict[str, Any] | None, root: str) -> Iterator[Metric]:
                  one(s and len(s["unverified"])))
     yield _gauge("zkcrawl_partitions_unowned_with_items", "Partitions that hold items and "
                  "have no owner node: nobody crawls them", one(s and s["unowned_with_items"]))
+    yield _gauge("zkcrawl_partitions_unverified_with_items", "Partitions that hold items and "
+                 "whose owner node is not held by the session of the live consumer it names "
+                 "(forged, or a consumer coming or going): while it stays, nobody crawls them",
+                 one(s and sum(1 for x in full if x["owner"] is not None
+                               and not x["verified"])))
     yield _gauge("zkcrawl_partition_oldest_age_seconds", "Age of the oldest batch of any "
                  "partition (0 when none holds one)",
                  one(s and (s["oldest_age_s"] or 0.0)))
@@ -322,6 +330,19 @@ def partition_families(s: dict[str, Any] | None, root: str) -> Iterator[Metric]:
                  "the status's read cap)",
                  [([root, str(x["partition"])], float(x["depth"])) for x in full
                   if x["depth"] is not None], labels=("root", "partition"))
+    yield _gauge("zkcrawl_partition_oldest_batch_age_seconds", "Age of a partition's "
+                 "oldest batch: how long its oldest items have waited (partitions that hold "
+                 "batches)", [([root, str(x["partition"])], float(x["oldest_age_s"]))
+                              for x in full if x["oldest_age_s"] is not None],
+                 labels=("root", "partition"))
+    yield _gauge("zkcrawl_partition_owner", "1 per partition that holds batches, labelled "
+                 "with the consumer its owner node names (\"\": no owner node, \"?\": a node "
+                 f"that names none; cleaned, at most {LABEL_LIMIT} characters) and "
+                 "verified=\"true\" when "
+                 "the node is held by the session of that live consumer",
+                 [([root, str(x["partition"]), "" if x["owner"] is None else label(x["owner"]),
+                   "true" if x["owner"] is not None and x["verified"] else "false"], 1.0)
+                  for x in full], labels=("root", "partition", "owner", "verified"))
     yield _gauge("zkcrawl_partitions_hosts_active", "Hosts with items not done in their "
                  "owners' memory, in all (as the verified owners publish them)",
                  one(s and s.get("hosts_active")))
