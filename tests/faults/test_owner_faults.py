@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator
-from urllib.parse import urlsplit
 
 import pytest
 import requests
@@ -20,6 +20,9 @@ from tests.faults.books import check_books, held_leases
 from tests.faults.conftest import SESSION, exited, heal, new_leader, no_traceback, written
 from tests.test_consumer_support import offer, records
 from zkcrawl.bench.site import start_site, stop_benchsite
+from zkcrawl.queue.layout import Layout
+from zkcrawl.queue.partitions import decode_root, owner_of, partition_of
+from zkcrawl.web.urls import host_key
 
 pytestmark = [pytest.mark.faults, pytest.mark.ensemble]
 
@@ -34,6 +37,35 @@ def hosts_site() -> Iterator[list[str]]:
     proc, bases = start_site(latency_ms=5, articles=PER_HOST, hosts=HOSTS)
     yield bases
     stop_benchsite(proc)
+
+
+@pytest.fixture
+def logged_site() -> Iterator[list[str]]:
+    """``hosts_site`` that also keeps every request's arrival: time, host, User-Agent."""
+    proc, bases = start_site(latency_ms=5, articles=PER_HOST, hosts=HOSTS, request_log=4096)
+    yield bases
+    stop_benchsite(proc)
+
+
+def agent(cid: str) -> str:
+    """The User-Agent of consumer ``cid``: the site tells the consumers apart by it."""
+    return f"zkcrawl-faults/{cid}"
+
+
+def arrivals(bases: list[str], cids: tuple[str, ...]) -> dict[str, list[tuple[float, str]]]:
+    """Per host (its base URL), every request the server has seen, in arrival order:
+    ``(arrival, consumer id)``. The arrival is the site's ``time.monotonic()``: the
+    machine's CLOCK_MONOTONIC, the clock this process's ``time.monotonic()`` reads too."""
+    stats = requests.get(f"{bases[0]}/stats", timeout=10).json()
+    log = stats["request_log"]
+    assert stats["request_log_dropped"] == 0 and len(log) == stats["requests"], \
+        "the site's request log is incomplete"
+    of = {agent(c): c for c in cids}
+    out: dict[str, list[tuple[float, str]]] = {}
+    for t, host, ua in log:
+        assert ua in of, f"a request from none of {cids}: User-Agent {ua!r}"
+        out.setdefault(host, []).append((t, of[ua]))
+    return out
 
 
 def urls_of(bases: list[str]) -> list[str]:
@@ -67,31 +99,84 @@ def test_owner_sigkilled_mid_crawl(ens, admin, zk_root, hosts_site, start_consum
     print(f"FIGURE owner-sigkilled: {books.line()}, held={len(held)}")
 
 
-def test_owner_sigstopped_past_its_session_and_resumed(ens, admin, zk_root, hosts_site,
+def test_owner_sigstopped_past_its_session_and_resumed(ens, admin, zk_root, logged_site,
                                                        start_consumer):
-    urls = urls_of(hosts_site)
+    """The victim c0 is frozen past its session; c1 takes its hosts over; c0 wakes a zombie,
+    starts nothing while in doubt, registers again in a new session and takes its share
+    back (the same id, the same rendezvous share) -- with the hand-over wait each time. As
+    the server saw it, per host: c0's requests before c1's first were made before the
+    freeze, none came while c1 held the host (between c1's first and last request), and
+    between the resume and its new registration c0 made no request at all."""
+    cids = ("c0", "c1")
+    urls = urls_of(logged_site)
     offer(admin, zk_root, urls)
     victim, vout, verr = start_consumer(ens.hosts, zk_root, "c0", *OWNER,
-                                        "--exit-when-idle", "2")
+                                        "--exit-when-idle", "2", "--user-agent", agent("c0"))
     other, oout, oerr = start_consumer(ens.hosts, zk_root, "c1", *OWNER,
-                                       "--exit-when-idle", "2")
+                                       "--exit-when-idle", "2", "--user-agent", agent("c1"))
     wait_for(lambda: written([vout]) >= 10 and written([oout]) >= 1, 90, "both under way")
+    member = Layout.of(zk_root).consumer("c0")
+    registered = admin.exists(member)  # its registration, in the session about to end
+    assert registered is not None
     os.kill(victim.pid, signal.SIGSTOP)
     held = held_leases(admin, zk_root, "c0")
-    its_hosts = {urlsplit(r["url"]).netloc for r in records(vout, strict=False)}
+    # its share (rendezvous over both ids) that the server saw it fetch before it froze
+    parts, _ = decode_root(admin.get(Layout.of(zk_root).root)[0])  # P, as they recorded it
+    assert parts is not None
+    its_hosts = {h for h, seq in arrivals(logged_site, cids).items()
+                 if owner_of(partition_of(host_key(h), parts), cids) == "c0"
+                 and any(c == "c0" for _, c in seq)}
+    assert its_hosts, "the victim made no request to its hosts before it was stopped"
     wait_for(lambda: not held_leases(admin, zk_root, "c0"), 4 * SESSION + 10,
              "the frozen owner's leases gone with its session")
-    # the survivor has taken the frozen one's hosts over before it wakes
-    wait_for(lambda: any(urlsplit(r["url"]).netloc in its_hosts
-                         for r in records(oout, strict=False)), 60, "a hand-over")
+    # the survivor has taken the frozen one's hosts over before it wakes (the server saw it)
+    wait_for(lambda: any(c == "c1" for h, seq in arrivals(logged_site, cids).items()
+                         if h in its_hosts for _, c in seq), 60, "a hand-over")
+    resumed_at = time.monotonic()
     os.kill(victim.pid, signal.SIGCONT)  # a zombie now: it must not fetch those hosts
+
+    rejoined: list[float] = []  # when it was back in the member list, in this clock
+
+    def registered_again() -> bool:
+        stat = admin.exists(member)
+        if stat is not None and stat.czxid != registered.czxid:  # ctime: wall clock, ms
+            rejoined.append(stat.ctime / 1000 - (time.time() - time.monotonic()))
+            return True
+        return victim.poll() is not None  # gone without registering: a zombie to its end
+
+    wait_for(registered_again, 60, "the zombie registered again (or gone)")
+    # nothing is its own before that, and its share comes back a gap after it at the
+    # earliest (Ownership.update, not_before)
+    rejoined_at = rejoined[0] if rejoined else float("inf")
     assert exited(other, oerr, 180) == 0
     assert exited(victim, verr, 60) == 0
     books = check_books(admin, zk_root, urls, [vout, oout], explained=set(held.values()))
-    gaps = server_gaps(hosts_site)
+    seen = arrivals(logged_site, cids)
+    handed = {h for h in its_hosts if any(c == "c1" for _, c in seen[h])}
+    assert handed, "no host of the victim's fetched by the survivor"
+    zombie = [(h, round(t - resumed_at, 3)) for h, seq in seen.items() for t, c in seq
+              if c == "c0" and resumed_at <= t < rejoined_at]
+    assert not zombie, f"requests of the zombie before it registered again (s after the " \
+                       f"resume): {zombie}"
+    for host, seq in seen.items():
+        survivor = [i for i, (_, c) in enumerate(seq) if c == "c1"]
+        if not survivor:
+            continue
+        for i, (t, c) in enumerate(seq):
+            if c != "c0":
+                continue
+            shown = [(round(u - resumed_at, 3), d) for u, d in seq]  # s after the resume
+            assert i < survivor[0] or i > survivor[-1], \
+                f"{host}: the victim fetched it while the survivor held it: {shown}"
+            assert (i < survivor[0]) == (t < resumed_at), \
+                f"{host}: the victim's request #{i} is on the wrong side of the survivor's " \
+                f"first (before it only from before the freeze): {shown}"
+    gaps = server_gaps(logged_site)
     assert len(gaps) == HOSTS and min(gaps.values()) >= DELAY, gaps
     no_traceback(verr, oerr)
-    print(f"FIGURE owner-sigstopped: {books.line()}, held={len(held)}")
+    back = sum(c == "c0" and t >= resumed_at for seq in seen.values() for t, c in seq)
+    print(f"FIGURE owner-sigstopped: {books.line()}, held={len(held)}, "
+          f"hosts handed over {len(handed)}, zombie's requests after it registered {back}")
 
 
 def test_a_consumer_joining_and_leaving_every_few_seconds(ens, admin, zk_root, hosts_site,

@@ -10,12 +10,15 @@ link), ``/a/<n>.html`` (a deterministic 5-15 KB article; ``--page-kb`` to change
 between two request arrivals). Every counted response is delayed by ``--latency-ms`` on a
 timer, so the latency models a remote server, not a busy one. ``--hosts N`` listens on N
 loopback addresses (``127.77.x.y``), one host each, and measures politeness on arrival.
+``--request-log N`` (tests: which client sent what, when) also keeps the last N arrivals --
+host, time, User-Agent -- in ``/stats``; without it ``/stats`` is as it was.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import functools
 import json
 import math
@@ -38,7 +41,9 @@ if TYPE_CHECKING:
 PER_LIST = 100
 HOSTS_NET = "127.77"  # the many-hosts addresses: 127.77.x.y
 MAX_HOSTS = 250 * 256
+MAX_REQUEST_LOG = 1_000_000  # arrivals a request log may keep (~100 B each)
 _MAX_HEAD = 16 * 1024
+_MAX_AGENT = 200  # characters of a User-Agent a request log keeps
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
             431: "Request Header Fields Too Large", 304: "Not Modified"}
 _WORDS = ("crawl", "queue", "znode", "lease", "consumer", "producer", "latency", "throughput",
@@ -103,8 +108,9 @@ class BenchSite:
     """The asyncio server.  One instance per event loop."""
 
     def __init__(self, latency_ms: float, articles: int, per_list: int = PER_LIST,
-                 page_kb: int = 0) -> None:
-        """Configure; nothing listens until :meth:`start`."""
+                 page_kb: int = 0, request_log: int = 0) -> None:
+        """Configure; nothing listens until :meth:`start`. ``request_log`` > 0: keep the
+        last that many arrivals (:meth:`arrived`) for ``/stats``."""
         self.latency_s = max(0.0, latency_ms / 1000.0)
         self.articles = articles
         self.per_list = per_list
@@ -115,6 +121,11 @@ class BenchSite:
         self.host_requests: dict[str, int] = {}
         self.host_last: dict[str, float] = {}
         self.host_min_gap: dict[str, float] = {}
+        # ... and, with a request log, each arrival: (the same monotonic time -- the
+        # machine's CLOCK_MONOTONIC, which other processes there read too -- host, User-Agent)
+        self.request_log: collections.deque[tuple[float, str, str]] | None = (
+            collections.deque(maxlen=request_log) if request_log > 0 else None)
+        self.request_log_dropped = 0  # arrivals the bound pushed out of it
         self.first_at: float | None = None  # wall clock of the first counted request
         self.last_at: float | None = None
         self.requests = 0
@@ -153,9 +164,15 @@ class BenchSite:
         self.server, self.base_url = self.servers[0], self.base_urls[0]
         return self.base_urls
 
-    def arrived(self, host: str) -> None:
-        """Count a request to ``host`` and the gap since the previous one."""
+    def arrived(self, host: str, agent: str = "") -> None:
+        """Count a request to ``host`` and the gap since the previous one (and log it, with
+        its User-Agent ``agent``, when the site keeps a request log)."""
         now = time.monotonic()
+        log = self.request_log
+        if log is not None:
+            if len(log) == log.maxlen:
+                self.request_log_dropped += 1
+            log.append((now, host, agent[:_MAX_AGENT]))
         last = self.host_last.get(host)
         if last is not None:
             gap = now - last
@@ -181,7 +198,10 @@ class BenchSite:
                 "first_request_at": self.first_at, "last_request_at": self.last_at,
                 "host_requests": dict(self.host_requests),
                 "host_min_gap_s": {h: round(self.host_min_gap[h], 6) if h in self.host_min_gap
-                                   else None for h in self.host_requests}}
+                                   else None for h in self.host_requests},
+                **({} if self.request_log is None else {
+                    "request_log": [[round(t, 6), h, a] for t, h, a in self.request_log],
+                    "request_log_dropped": self.request_log_dropped})}
 
     def route(self, path: str) -> tuple[int, str, bytes, str]:
         """(status, content type, body, kind) for ``path``."""
@@ -215,13 +235,15 @@ class BenchSite:
         if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
             return 400, "text/plain", b"bad request line\n", False, False, False
         method, target, version = parts
-        connection = match = ""
+        connection = match = agent = ""
         for line in lines[1:]:
             name, _, value = line.partition(":")
             if name.strip().lower() == "connection":
                 connection = value.strip().lower()
             elif name.strip().lower() == "if-none-match":  # bench recrawl: a 304 for it
                 match = value.strip()
+            elif self.request_log is not None and name.strip().lower() == "user-agent":
+                agent = value.strip()
         keep = connection != "close" if version == "HTTP/1.1" else connection == "keep-alive"
         path = target.split("?", 1)[0]
         if method not in ("GET", "HEAD"):
@@ -232,7 +254,7 @@ class BenchSite:
         status, ctype, body, kind = self.route(path)
         if match and status == 200 and match == etag(body):
             status, body = 304, b""
-        self.arrived(host)
+        self.arrived(host, agent)
         self.requests += 1
         self.by_kind[kind] += 1
         return status, ctype, body, keep, method == "HEAD", True
@@ -343,8 +365,8 @@ def _content_length(head: bytes) -> int:
 
 async def _serve(host: str, port: int, latency_ms: float, articles: int,
                  parent_watch: bool, hosts: int = 0, per_list: int = PER_LIST,
-                 page_kb: int = 0) -> None:
-    site = BenchSite(latency_ms, articles, per_list, page_kb)
+                 page_kb: int = 0, request_log: int = 0) -> None:
+    site = BenchSite(latency_ms, articles, per_list, page_kb, request_log)
     base = " ".join(await site.start_hosts(hosts)) if hosts else await site.start(host, port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -381,6 +403,9 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"listen on N addresses {HOSTS_NET}.x.y (port 0 each) instead of --host")
     ap.add_argument("--page-kb", type=int, default=0,
                     help="articles of 0.5-1.5 times this many KB (0: 5-15 KB)")
+    ap.add_argument("--request-log", type=int, default=0, metavar="N",
+                    help="keep the last N arrivals (time, host, User-Agent) in /stats "
+                         "(0: none)")
     ap.add_argument("--parent-watch", action="store_true",
                     help="exit when stdin reaches EOF (the parent died)")
     args = ap.parse_args(argv)
@@ -390,9 +415,12 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--page-kb must be within 0..4096")
     if not 0 <= args.hosts <= MAX_HOSTS:
         ap.error(f"--hosts must be within 0..{MAX_HOSTS}")
+    if not 0 <= args.request_log <= MAX_REQUEST_LOG:
+        ap.error(f"--request-log must be within 0..{MAX_REQUEST_LOG}")
     with asyncio.Runner(loop_factory=_loop_factory) as runner:
         runner.run(_serve(args.host, args.port, args.latency_ms, args.articles,
-                          args.parent_watch, args.hosts, args.per_list, args.page_kb))
+                          args.parent_watch, args.hosts, args.per_list, args.page_kb,
+                          args.request_log))
     return 0
 
 
@@ -460,18 +488,19 @@ def start_benchsite(latency_ms: float = 50.0, articles: int = 2000, *,
 
 
 def start_site(latency_ms: float = 50.0, articles: int = 2000, *, hosts: int = 0,
-               per_list: int = PER_LIST, timeout: float = 15.0, page_kb: int = 0
-               ) -> tuple[subprocess.Popen[bytes], list[str]]:
+               per_list: int = PER_LIST, timeout: float = 15.0, page_kb: int = 0,
+               request_log: int = 0) -> tuple[subprocess.Popen[bytes], list[str]]:
     """:func:`start_benchsite` with every option: ``hosts`` > 0 listens on that many
-    loopback addresses, ``page_kb`` > 0 sizes the articles; returns ``(process, base
-    URLs)``."""
+    loopback addresses, ``page_kb`` > 0 sizes the articles, ``request_log`` > 0 keeps that
+    many arrivals in ``/stats`` (``--request-log``); returns ``(process, base URLs)``."""
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "zkcrawl.bench.site", "--port", "0", "--latency-ms",
          str(latency_ms), "--articles", str(articles), "--parent-watch",
-         "--hosts", str(hosts), "--per-list", str(per_list), "--page-kb", str(page_kb)],
+         "--hosts", str(hosts), "--per-list", str(per_list), "--page-kb", str(page_kb),
+         *(["--request-log", str(request_log)] if request_log else [])],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
     assert proc.stdout is not None
     deadline = time.monotonic() + timeout
