@@ -28,3 +28,15 @@ def test_recrawl_bench_small(zk_hosts: str) -> None:
     assert out["ratios"]["bytes_recrawl_vs_first"] < 0.05
     assert out["producer_pass"]["reports"] == 120 and out["producer_pass"]["reoffered"] == 120
     assert "re-crawl / first" in recrawl.render(out) and "20 KB" in recrawl.render(out)
+
+
+@pytest.mark.slow
+def test_recrawl_bench_article(zk_hosts: str) -> None:
+    """``--extract article``: every pass with the consumer's extraction processes; a 304
+    extracts nothing, so the re-crawl's records are ``changed: false`` with no text."""
+    out = recrawl.run_bench(zk_hosts, n=60, threads=8, latency_ms=5, extract="article")
+    first, again = out["first"], out["recrawl"]
+    assert out["extract"] == "article" and first["errors"] == again["errors"] == 0
+    assert first["pages"] == again["pages"] == 60 and again["changed_false"] == 60
+    assert first["cpu_ms_per_page"] > 0 and again["cpu_ms_per_page"] > 0
+    assert "--extract article" in recrawl.render(out)

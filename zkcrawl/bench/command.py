@@ -56,7 +56,8 @@ class Settings(CommonSettings):
                   "PostgreSQL is installed; password from PGPASSWORD/PGPASSFILE)",
                   metavar="URL")
     extract: str = opt("title", "crawl: 'article' measures --extract article (in the fetch "
-                       "threads, and with the process pool) against the default title",
+                       "threads, and with the process pool) against the default title; "
+                       "recrawl: both passes with --extract article",
                        choices=("title", "article"))
     site_hosts: int = opt(500, "hosts, rebalance: loopback hosts (127.77.x.y) the synthetic "
                           "site answers as; frontier: hosts the URLs are spread over",
@@ -188,7 +189,7 @@ def _watch(s: Settings, hosts: str | None) -> Result:
 def _recrawl(s: Settings, hosts: str | None) -> Result:
     br = _case("recrawl", "recrawl")
     out = br.run_bench(hosts, s.items or 2000, threads=s.threads, latency_ms=s.latency_ms,
-                       page_kb=s.page_kb)
+                       page_kb=s.page_kb, extract=s.extract)
     return out, br.render(out)
 
 

@@ -8,6 +8,8 @@ crawl in one run, and the ``--recrawl`` store at scale.
   their validators for pass 2. Per pass: the bytes the site sent, the
   consumer's CPU per page, the records' ``changed``; the figures are the ratios pass 2 /
   pass 1. A ``floor`` crawl of bare 404s measures a page's fixed cost in the same run.
+  ``--extract article``: every pass with the consumer's ``--extract article`` (its extraction
+  processes' CPU counted), as a blog is crawled; default: the title only.
 * ``recrawl-store``: N URLs in a store on this disk: insert rate, bytes per URL, the time
   to find and count due URLs, and re-offers per second (the store's side of a re-offer).
 """
@@ -55,8 +57,9 @@ def _site_bytes(base: str) -> int:
 
 
 def _crawl(hosts: str, root: str, threads: int, latency_ms: int, tmp: Path, tag: str,
-           n: int) -> dict[str, Any]:
-    """One consumer process over what is queued; CPU per page and the records."""
+           n: int, extract: str = "title") -> dict[str, Any]:
+    """One consumer process over what is queued; CPU per page (its extraction processes'
+    included) and the records."""
     out, log = tmp / f"{tag}.jsonl", tmp / f"{tag}.log"
     zk = ZkClient(hosts, session_timeout=30).connect()
     control.set_state(zk, root, control.PAUSED, by="bench")
@@ -65,14 +68,15 @@ def _crawl(hosts: str, root: str, threads: int, latency_ms: int, tmp: Path, tag:
             [sys.executable, "-m", "zkcrawl.consumer.main", "--zk", hosts, "--root", root,
              "--id", f"bench-{tag}", "--threads", str(threads), "--backlog", str(threads * 2),
              "--out", str(out), "--exit-when-idle", "2", "--domain-delay", "0",
-             "--no-robots", "--log-format", "json", "--allow-private-addresses"],
+             "--no-robots", "--log-format", "json", "--allow-private-addresses",
+             "--extract", extract],
             env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
     try:
         _wait_registered(zk, root, 1, [child], timeout=60)
         control.set_state(zk, root, control.RUNNING, by="bench")
     finally:
         zk.close()
-    probe = Probe([child], [out])
+    probe = Probe([child], [out], children=extract == "article")
     probe.run(timeout=60 + n * latency_ms / 1000)
     recs = _read_lines([out])
     return {"pages": len(recs), "cpu_ms_per_page": probe.cpu_ms_per_page(),
@@ -85,9 +89,11 @@ def _crawl(hosts: str, root: str, threads: int, latency_ms: int, tmp: Path, tag:
 
 
 def run_bench(hosts: str | None, n: int = 2000, threads: int = 32, latency_ms: int = 50,
-              page_kb: int = 0) -> dict[str, Any]:
+              page_kb: int = 0, extract: str = "title") -> dict[str, Any]:
     """Pass 1 and the re-crawl pass 2 of N unchanged articles; see the module docstring.
-    ``page_kb``: the articles' size (0: the site's 5-15 KB; else 0.5-1.5 times that)."""
+    ``page_kb``: the articles' size (0: the site's 5-15 KB; else 0.5-1.5 times that);
+    ``extract``: the consumers' ``--extract`` (``article``: a blog's crawl, extraction
+    processes' CPU counted)."""
     if not structlog.is_configured():  # the producer pass's events: not into --json output
         structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
     with tempfile.TemporaryDirectory(prefix="zkcrawl-bench-recrawl-") as name:
@@ -95,14 +101,14 @@ def run_bench(hosts: str | None, n: int = 2000, threads: int = 32, latency_ms: i
         site, base = start_benchsite(latency_ms, n, page_kb=page_kb)
         try:
             with _zookeeper(hosts, tmp) as zk_hosts:
-                return {**_passes(zk_hosts, base, tmp, n, threads, latency_ms),
-                        "page_kb": page_kb}
+                return {**_passes(zk_hosts, base, tmp, n, threads, latency_ms, extract),
+                        "page_kb": page_kb, "extract": extract}
         finally:
             stop_benchsite(site)
 
 
-def _passes(hosts: str, base: str, tmp: Path, n: int, threads: int, latency_ms: int
-            ) -> dict[str, Any]:
+def _passes(hosts: str, base: str, tmp: Path, n: int, threads: int, latency_ms: int,
+            extract: str) -> dict[str, Any]:
     root = f"/bench-recrawl-{uuid.uuid4().hex[:8]}"
     urls = [f"{base}/a/{i}.html" for i in range(1, n + 1)]
     store = RecrawlStore(str(tmp / "store.recrawl"), Schedule(HOUR, 30 * 24 * HOUR))
@@ -115,7 +121,7 @@ def _passes(hosts: str, base: str, tmp: Path, n: int, threads: int, latency_ms: 
     out: dict[str, Any] = {"n": n, "threads": threads, "latency_ms": latency_ms,
                            "cpus": os.cpu_count()}
     before = _site_bytes(base)
-    out["first"] = _crawl(hosts, root, threads, latency_ms, tmp, "first", n)
+    out["first"] = _crawl(hosts, root, threads, latency_ms, tmp, "first", n, extract)
     out["first"]["bytes"] = _site_bytes(base) - before
     started = time.perf_counter()
     with _offerer(zk, root, n) as offerer:
@@ -125,10 +131,10 @@ def _passes(hosts: str, base: str, tmp: Path, n: int, threads: int, latency_ms: 
     out["producer_pass"] = {**done.doc(), "seconds": round(time.perf_counter() - started, 3)}
     zk.close()
     before = _site_bytes(base)
-    out["recrawl"] = _crawl(hosts, root, threads, latency_ms, tmp, "recrawl", n)
+    out["recrawl"] = _crawl(hosts, root, threads, latency_ms, tmp, "recrawl", n, extract)
     out["recrawl"]["bytes"] = _site_bytes(base) - before
     store.close()
-    out["floor"] = _floor(hosts, base, tmp, n, threads, latency_ms)
+    out["floor"] = _floor(hosts, base, tmp, n, threads, latency_ms, extract)
     first, again = out["first"], out["recrawl"]
     out["ratios"] = {
         "bytes_recrawl_vs_first": round(again["bytes"] / max(1, first["bytes"]), 4),
@@ -156,8 +162,8 @@ def _offerer(zk: ZkClient, root: str, n: int, hooks: dict[str, Any] | None = Non
         offerer.close()
 
 
-def _floor(hosts: str, base: str, tmp: Path, n: int, threads: int, latency_ms: int
-           ) -> dict[str, Any]:
+def _floor(hosts: str, base: str, tmp: Path, n: int, threads: int, latency_ms: int,
+           extract: str) -> dict[str, Any]:
     """The baseline of a page's fixed cost, in the same run: N URLs the site answers with a
     bare 404 (no body to read or extract, a record all the same), no re-crawl meta."""
     root = f"/bench-floor-{uuid.uuid4().hex[:8]}"
@@ -168,14 +174,16 @@ def _floor(hosts: str, base: str, tmp: Path, n: int, threads: int, latency_ms: i
     finally:
         zk.close()
     before = _site_bytes(base)
-    out = _crawl(hosts, root, threads, latency_ms, tmp, "floor", n)
+    out = _crawl(hosts, root, threads, latency_ms, tmp, "floor", n, extract)
     out["bytes"] = _site_bytes(base) - before
     return out
 
 
 def render(out: dict[str, Any]) -> str:
     size = f"{out['page_kb']} KB +- 50 %" if out.get("page_kb") else "5-15 KB"
+    extract = out.get("extract", "title")
     lines = [f"zkcrawl bench recrawl: {out['n']} unchanged articles of {size}, "
+             f"--extract {extract}, "
              f"{out['threads']} threads, {out['latency_ms']} ms per response, "
              f"{out['cpus']} CPUs",
              f"{'pass':<10}{'pages':>8}{'bytes':>12}{'cpu ms/page':>13}{'304':>7}"
