@@ -44,6 +44,7 @@ from zkcrawl.queue.partition_queue import (
     Owned,
     PartitionQueue,
 )
+from zkcrawl.textsafe import printable
 from zkcrawl.web.urls import host_key
 from zkcrawl.zk import ConnectionLoss, KazooException, SessionExpiredError, ZkClient, ZkState
 
@@ -56,6 +57,11 @@ RETAKE_S = 5.0  # a partition another session holds: asked again (its owner node
 # nor holds in memory (_sweep): none should exist, and one that does stalls its partition for
 # as long as this session lives -- the next owner waits for it.
 SWEEP_S = 30.0
+# A partition this consumer owns whose owner node another session (or no session: a
+# persistent node, which no consumer writes) has held this long: one warning. A previous
+# owner lets go within its gap of seeing the change (HANDOVER_S); a node held for longer is
+# a zombie's or another client's, and nobody crawls the partition while it stays.
+HELD_WARN_S = 30.0
 INGRESS_MOVE = 2000  # ingress items one move takes (fewer when they exceed a transaction)
 PICK_PER_BATCH = 16  # a claim reads past the items of at most so many full hosts a batch
 # Partitions listed and read per claim round at most, in one pipelined read
@@ -255,6 +261,8 @@ class OwnedQueue:
         self._lock = threading.RLock()
         self._parts: dict[int, _Part] = {}
         self._asked: dict[int, float] = {}  # partition -> when take() last said "not yet"
+        self._held_since: dict[int, float] = {}  # partition -> the first "not yet" in a row
+        self._held_warned: set[int] = set()  # partitions warned of (HELD_WARN_S)
         self._swept = time.monotonic()  # the first sweep one SWEEP_S after the start
         self._lost: list[Claimed] = []
         # Entries out of attempts once their dead holder is charged (SPEC §3), kept started
@@ -381,6 +389,9 @@ class OwnedQueue:
         if now - self._swept >= SWEEP_S:
             self._swept = now
             self._sweep(owned)
+            for p in [p for p in self._held_since if p not in owned]:  # no longer ours
+                self._held_since.pop(p, None)
+                self._held_warned.discard(p)
         fresh = [part for part in list(self._parts.values())
                  if not part.leaving and not part.listed and part.dirty]
         if len(fresh) > 1:
@@ -435,8 +446,12 @@ class OwnedQueue:
     def _took(self, p: int, owned: Owned | None, now: float) -> None:
         if owned is None:
             self._asked[p] = now
+            if now - self._held_since.setdefault(p, now) >= HELD_WARN_S:
+                self._warn_held(p, now - self._held_since[p])
             return
         self._asked.pop(p, None)
+        self._held_since.pop(p, None)
+        self._held_warned.discard(p)
         state = owned.state
         if state.error is not None or state.dropped:
             log.warning("partition.state_ignored", consumer=self.consumer_id, partition=p,
@@ -452,6 +467,27 @@ class OwnedQueue:
         (log.info if state.holds else log.debug)(
             "partition.taken", consumer=self.consumer_id, partition=p, epoch=owned.epoch,
             holds=len(state.holds))
+
+    def _warn_held(self, p: int, held_s: float) -> None:
+        """Once per partition (until it is taken): its owner node is not ours and has not
+        gone for :data:`HELD_WARN_S` -- who holds it (the name is untrusted: shown cleaned) and
+        what to do."""
+        if p in self._held_warned:
+            return
+        self._held_warned.add(p)
+        try:
+            name, session = self.pq.owner(p)
+        except (ConnectionLoss, SessionExpiredError, KazooException):
+            name, session = None, None
+        log.warning("partition.owner_held", consumer=self.consumer_id, partition=p,
+                    owner=printable(name, 128) if name is not None else None,
+                    session=f"0x{session:x}" if session else "none (a persistent node)",
+                    held_s=round(held_s, 1),
+                    note="this consumer owns the partition by the member list, but another "
+                         "session holds its owner node (a consumer cut off from the others, "
+                         "or a node another client wrote): nobody crawls its items while it "
+                         "stays. See who wrote it (zkCli: stat <root>/partitions/<p>/owner) "
+                         "and delete it; this consumer takes the partition at once then")
 
     def _let_go(self, done: list[tuple[int, _Part]]) -> None:
         """Nothing of these partitions in flight: clear the marks of items given back (else

@@ -339,3 +339,45 @@ def test_an_owner_node_a_consumer_forgot_is_swept_so_its_owner_takes_the_partiti
     finally:
         b.close()
         a.close()
+
+
+def test_a_forged_owner_node_is_one_warning_and_its_partition_taken_once_deleted(
+        zk_factory: Callable[..., ZkClient], zk_root: str, monkeypatch) -> None:
+    """An owner node no consumer wrote (persistent, a hostile name) on a partition this
+    consumer owns: its take is refused, once past HELD_WARN_S that is one warning naming the
+    holder (cleaned) and the fix -- not one a round -- and once the node is deleted the
+    partition is taken and its items claimed."""
+    import structlog
+
+    from zkcrawl.consumer import owned_queue
+    from tests.test_consumer_faults import forget_cached_loggers
+
+    monkeypatch.setattr(owned_queue, "HELD_WARN_S", 0.3)
+    monkeypatch.setattr(owned_queue, "RETAKE_S", 0.1)
+    layout, zk = Layout.of(zk_root), zk_factory()
+    urls = [f"http://h{i}.test/" for i in range(40)]
+    IngressQueue(zk, zk_root).offer_many(Item(url=u) for u in urls)
+    own = _member(zk, zk_root, "a")
+    forged = next(p for p in range(P) if p != 0)  # partition 0's owner moves the ingress
+    zk.create(layout.partition_owner(forged), b'{"consumer": "evil\\u001b[31m\\n"}',
+              makepath=True)
+    q = OwnedQueue(zk, zk_root, "a", own)
+    forget_cached_loggers()
+    try:
+        with structlog.testing.capture_logs() as logs:
+            got = _claim_all(q, len(urls) - sum(
+                1 for u in urls if own.partition(u.split("/")[2]) == forged))
+            wait_for(lambda: q.claim(100, timeout=0.05) == [] and any(
+                e["event"] == "partition.owner_held" for e in logs), 10, "the warning")
+            for _ in range(5):  # more refused rounds: still one warning
+                q.claim(100, timeout=0.1)
+        held = [e for e in logs if e["event"] == "partition.owner_held"]
+        assert len(held) == 1 and held[0]["partition"] == forged, held
+        assert held[0]["owner"] == "evil\\x1b[31m\\n" and "persistent" in held[0]["session"]
+        zk.delete(layout.partition_owner(forged))
+        got += _claim_all(q, len(urls) - len(got))
+        assert sorted(c.url for c in got) == sorted(urls)
+        assert _holder(zk, zk_root, forged) == zk.session_id
+    finally:
+        forget_cached_loggers()
+        q.close()
