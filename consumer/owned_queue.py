@@ -384,8 +384,7 @@ class OwnedQueue:
             wanted = wanted[:TAKES_PER_ROUND]
             self._wake.set()  # more to take: the next round comes at once
         if wanted:
-            for p, got in self.pq.take_many(wanted, watch=self._owner_gone).items():
-                self._took(p, got, now)
+            self._take_wanted(wanted, now)
         if now - self._swept >= SWEEP_S:
             self._swept = now
             self._sweep(owned)
@@ -403,6 +402,25 @@ class OwnedQueue:
             self._wake.set()  # more to list: the next round comes at once
         if due:
             self._list(due, now)
+
+    def _take_wanted(self, wanted: list[int], now: float) -> None:
+        """Take the partitions ours and not held. A take ZooKeeper refuses (an ACL on a
+        partition, a node edited by hand) is asked again after RETAKE_S -- it must not stop
+        the round before the listings of the partitions already held (a take that failed on
+        every round once stalled every partition: tests/test_partition_deleted.py)."""
+        try:
+            taken = self.pq.take_many(wanted, watch=self._owner_gone)
+        except (ConnectionLoss, SessionExpiredError):
+            raise
+        except KazooException as exc:
+            for p in wanted:
+                self._asked[p] = now
+            log.warning("partition.take_failed", consumer=self.consumer_id,
+                        partitions=wanted[:20], count=len(wanted), error=repr(exc)[:300],
+                        note=f"asked again in {RETAKE_S:g} s")
+            return
+        for p, got in taken.items():
+            self._took(p, got, now)
 
     def _sweep(self, owned: frozenset[int]) -> None:
         """Defence in depth: delete any owner node this session holds of a partition it

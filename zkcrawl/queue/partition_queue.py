@@ -350,7 +350,12 @@ class PartitionQueue:
         self._ensure_partition(p)
         owner_path = self.layout.partition_owner(p)
         for _ in range(3):
-            data, stat = self.zk.get(self.layout.partition(p))
+            try:
+                data, stat = self.zk.get(self.layout.partition(p))
+            except NoNodeError:  # deleted by hand since it was made here: made again
+                self._made.discard(p)
+                self._ensure_partition(p)
+                continue
             existing = self.zk.exists(owner_path, watch=watch)
             if existing is not None:
                 if int(existing.ephemeralOwner) != (self.zk.session_id or -1):
@@ -389,6 +394,8 @@ class PartitionQueue:
         out: dict[int, Owned | None] = {}
         free: list[tuple[int, bytes, int]] = []
         for p, read, owner in zip(ps_, reads, owners, strict=True):
+            if isinstance(read, NoNodeError):
+                self._made.discard(p)  # deleted by hand: take() makes it again
             if isinstance(read, Exception) or isinstance(owner, Exception) or (
                     owner is not None and int(owner.ephemeralOwner) == (self.zk.session_id
                                                                          or -1)):
@@ -953,6 +960,9 @@ class PartitionQueue:
                     tx.create(self.layout.partition_batch_prefix(p),
                               pb.encode(pb.Batch(tuple(chunk))), sequence=True)
         if not tx_ok(tx.commit()):
+            # Raced by another mover, or a partition deleted by hand since it was made here:
+            # the next move lists them again (a read) and makes the missing ones.
+            self._made.difference_update(groups)
             return 0, 0
         return moved, dead
 
