@@ -2,8 +2,10 @@
 
 A :class:`Registration` creates the node, refreshes its JSON every ``interval``
 seconds from a callback, and re-creates it after a session loss. The node dies
-with the session, so the registry lists exactly the live processes -- the queue
-uses it to split the sequence space, ``zkcrawl status`` to show the cluster.
+with the session, so the registry lists exactly the live processes -- every
+consumer reads ``<root>/consumers`` to share out the partitions (rendezvous
+hashing over its members: :mod:`zkcrawl.consumer.ownership`), ``zkcrawl status``
+shows the cluster from both lists.
 """
 
 from __future__ import annotations
