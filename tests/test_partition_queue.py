@@ -269,6 +269,29 @@ def test_a_node_that_is_no_batch_and_a_bad_entry_become_dead_letters(zk: ZkClien
     assert len(errors) == 3 and all(e.startswith("malformed") for e in errors)
 
 
+@pytest.mark.parametrize("entries", [
+    [f"http://t.test/{i}" for i in range(10_000)],  # good URLs: 0.2 MB, over the byte cap
+    [0] * 10_000])  # no URLs: within the byte cap, more entries than a batch may hold
+def test_a_forged_batch_of_10000_tiny_items_is_one_dead_letter_with_its_reason(
+        zk: ZkClient, zk_root: str, entries: list[object]) -> None:
+    """Issue #22's "batch of 10,000 tiny items": more than any batch zkcrawl writes (1,000
+    items, 64 KiB) and more than one decode may cost -- one dead letter with the reason
+    and a bounded copy of the data (not 10,000 writes), the partition's other batches read
+    and crawled as usual."""
+    q = PartitionQueue(zk, zk_root, 1, consumer="c")
+    prefix = Layout.of(zk_root).partition_batch_prefix(0)
+    q.offer(_items(3))  # makes the partition, and a good batch
+    zk.create(prefix, json.dumps({"items": entries}).encode(), sequence=True)
+    owned = q.take(0)
+    assert owned is not None
+    read = q.read(owned)
+    assert read.dead == 1 and len(read.batches) == 1
+    assert len(read.batches[0].batch.items) == 3
+    letters = _dead(zk, zk_root)
+    assert len(letters) == 1 and str(letters[0]["error"]).startswith("malformed")
+    assert len(json.dumps(letters[0])) < 16 * 1024  # bounded, whatever the node held
+
+
 def test_many_partitions_are_read_at_once_and_one_bad_partition_spoils_none(
         zk: ZkClient, zk_root: str) -> None:
     """read_many: the batches of many partitions in one pipelined listing and read, each
