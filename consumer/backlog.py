@@ -132,7 +132,7 @@ class Backlog:
     * the **scheduler** (one thread): :meth:`~Backlog.release_due` in a loop (admitting a
       due planned task itself through ``admit_due``, its mark asked through ``mark``);
     * the committer and the claim loop: :meth:`~Backlog.forget` (settled, released or lost),
-      :meth:`~Backlog.drop_unstarted` (leases lost with a session);
+      :meth:`~Backlog.drop_unstarted` (items lost with a session: its partitions went);
     * shutdown: :meth:`~Backlog.held`, :meth:`~Backlog.wait_empty`, :meth:`~Backlog.close`.
 
     Guarantees:
@@ -210,7 +210,7 @@ class Backlog:
         self._idle = 0  # pool threads waiting in take for a task
 
     def __len__(self) -> int:
-        """Tasks held (leases), in any state but GONE."""
+        """Tasks held (taken from the partitions, not settled), in any state but GONE."""
         return len(self._tasks)
 
     @property

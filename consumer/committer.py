@@ -305,7 +305,8 @@ class GroupCommit(Generic[T]):
             result = self.queue.complete([s.claimed for s in done])
             if result.lost:
                 log.warning("consumer.completed_lost", items=len(result.lost),
-                            note="lease gone (session lost): recorded, may be recorded twice")
+                            note="partition lost (another consumer's now, or the session "
+                                 "expired): recorded, its next owner may record it again")
             self._settled([s.token for s in done])
         for s in group:
             if s.kind == COMPLETE or not self._live(s.token):

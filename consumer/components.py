@@ -153,9 +153,10 @@ class Session:
                 log.info("zk.reconnected", consumer=self.w.id, away_s=round(away_s, 3),
                          new_session=new_session, **logs.zk_chatter())
         elif state == ZkState.LOST:
-            log.warning("zk.lost", consumer=self.w.id, note="session expired: its leases are "
-                        "gone; items not started are dropped, running ones may be recorded "
-                        "twice", **logs.zk_chatter())
+            log.warning("zk.lost", consumer=self.w.id, note="session expired: its partitions "
+                        "went with it (their next owners redo what it had not settled); items "
+                        "not started are dropped, running ones may be recorded twice",
+                        **logs.zk_chatter())
         else:
             log.warning("zk.suspended", consumer=self.w.id, note="disconnected: claims and "
                         "completions held until reconnected", **logs.zk_chatter())

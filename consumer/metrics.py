@@ -201,15 +201,16 @@ class Metrics:
                                "worker thread", registry=r)
         self.backlog = Gauge("zkcrawl_consumer_backlog", "Items waiting for a worker thread "
                              "or for their host's turn", registry=r)
-        self.leases = Gauge("zkcrawl_consumer_leases", "Leases held (at most threads + "
-                            "backlog)", registry=r)
+        self.leases = Gauge("zkcrawl_consumer_leases", "Items held: taken from the "
+                            "owned partitions and not settled (at most threads + backlog)",
+                            registry=r)
         self.zk_state = Gauge("zkcrawl_consumer_zookeeper_state", "1 for the current "
                               "ZooKeeper connection state", ["state"], registry=r)
         self.paused = Gauge("zkcrawl_consumer_paused", "1 while the cluster is paused",
                             registry=r)
         self.zk_transitions = Counter("zkcrawl_consumer_zookeeper_transitions", "Changes of "
                                       "the ZooKeeper connection state, by the state entered "
-                                      "(LOST: the session expired, its leases went with it)",
+                                      "(LOST: the session expired, its partitions went with it)",
                                       ["state"], registry=r)
         self.ready = Gauge("zkcrawl_consumer_ready", "1 while /readyz would answer 200 "
                            "(connected to ZooKeeper and claiming, or paused)", registry=r)
@@ -283,7 +284,7 @@ class MetricsServer:
     * ``GET /livez`` -- liveness: 200 while the process works (its claim loop ticks, its
       committer runs), 503 when it is wedged. **Never depends on ZooKeeper**: a consumer
       waiting for ZooKeeper (at start-up, or riding out an outage) is alive, and restarting it
-      would only drop its leases and its session sooner. This is the probe that may restart it.
+      would only drop its partitions and its session sooner. This is the probe that may restart it.
     * ``GET /readyz`` (and ``/healthz``, an alias) -- readiness: 200 while
       connected to ZooKeeper and in the run loop, running *or paused*; 503 with the reason
       otherwise (ZooKeeper suspended or lost, starting, draining after SIGTERM, stopped). Paused

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from zkcrawl.consumer.ownership import Ownership
+from zkcrawl.errors import ZkCrawlError
 from zkcrawl.logs import get_logger
 from zkcrawl.queue import items as item_codec
 from zkcrawl.queue import partition_state as ps
@@ -243,7 +244,6 @@ class OwnedQueue:
         self.ownership = ownership
         self.pq = PartitionQueue(zk, root, ownership.partitions, consumer=consumer_id,
                                  max_attempts=max_attempts)
-        self.skip: object = None  # the worker's Parking.skip (names it wants not now)
         # Items a host may take in the worker, and when (HostCap); set by the consumer's
         # wiring; items beyond it stay here, unmarked (no churn of marks).
         self.host_cap: HostCap | None = None
@@ -608,7 +608,7 @@ class OwnedQueue:
                 self._abandoned.extend((b, i) for i in abandoned)
 
     def _take(self, n: int) -> list[Claimed]:
-        """Up to ``n`` queued items (not skipped), handed out unmarked -- no write: the ones
+        """Up to ``n`` queued items, handed out unmarked -- no write: the ones
         that start are marked then (:meth:`mark`). Abandoned entries first (marked by their
         dead holder). At-most-once: deleted from their batch first (SPEC §3), one
         checkpoint for all (:meth:`_flush`), shared with the settles waiting for it."""
@@ -1199,10 +1199,11 @@ class OwnedQueue:
             try:
                 if items:
                     self.pq.offer(items)
-            except (ConnectionLoss, SessionExpiredError, KazooException):
+            except (ConnectionLoss, SessionExpiredError, KazooException, ZkCrawlError) as exc:
                 log.warning("queue.release_lost", items=len(items), consumer=self.consumer_id,
-                            note="at-most-once: items given back while ZooKeeper was away "
-                                 "are lost")
+                            error=repr(exc)[:300],
+                            note="at-most-once: items given back and not offered again (ZooKeeper "
+                                 "away, or the offer refused) are lost")
             return
         lost: list[Claimed] = []
         with self._lock:

@@ -37,13 +37,6 @@ class WorkerQueue(Protocol):
     def claim_batch(self) -> int: ...
 
     @property
-    def skip(self) -> object: ...
-
-    @skip.setter
-    def skip(self, value: Callable[[str], bool] | None) -> None:
-        """Names the claiming thread should leave alone now (the worker's parking)."""
-
-    @property
     def held(self) -> int: ...
 
     @property

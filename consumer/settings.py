@@ -69,7 +69,8 @@ class ConsumerSettings(CommonSettings, WebOptions):
     threads: int = opt(16, "worker threads fetching in parallel", metavar="N", group=WORKERS)
     backlog: int | None = opt(None, "capacity of the capped queue in front of the pool "
                               "(default: max(256, 16 x --threads)); a consumer never holds "
-                              "more than threads + backlog leases", metavar="N",
+                              "more than threads + backlog items taken from its partitions "
+                              "and not settled", metavar="N",
                               group=WORKERS)
     out: str = opt("-", "where records go: a JSON Lines file, '-' (stdout), or a PostgreSQL "
                    "table, postgresql://USER@HOST[:PORT]/DB?table=NAME (password from "
@@ -103,7 +104,7 @@ class ConsumerSettings(CommonSettings, WebOptions):
                         "(delete on take, lossy)", choices=(AT_LEAST_ONCE, AT_MOST_ONCE),
                         group=DELIVERY)
     exit_when_idle: float | None = opt(None, "exit 0 after S seconds with nothing in flight "
-                                       "and no item in the queue, claimable or leased "
+                                       "and no item in the queue, held by a consumer or not "
                                        "(default: run forever)",
                                        metavar="S", group=OPERATIONS)
     metrics_port: int = opt(0, "serve Prometheus /metrics, /livez and /readyz (/healthz) on "
@@ -225,7 +226,7 @@ class ConsumerSettings(CommonSettings, WebOptions):
 
     @property
     def capacity(self) -> int:
-        """Most leases this consumer holds at once."""
+        """Most items this consumer holds at once (taken from its partitions, not settled)."""
         return self.threads + self.backlog_size
 
     def link_bounds(self, zk: ZkClient) -> links.LinkBounds:

@@ -79,7 +79,8 @@ MIN_STALL = 60.0
 class Worker:
     """One consumer daemon's machinery around a :class:`~zkcrawl.consumer.queue_seam.WorkerQueue`.
 
-    Each held item is a :class:`~zkcrawl.consumer.backlog.Task` holding one lease, kept in the
+    Each held item -- taken from a batch of a partition this consumer owns, in memory until it
+    is settled or given back -- is a :class:`~zkcrawl.consumer.backlog.Task`, kept in the
     :class:`~zkcrawl.consumer.backlog.Backlog` (the capped queue in front of the pool: its docstring
     has the states and the guarantees)::
 
@@ -91,7 +92,7 @@ class Worker:
           +-- [claim loop] admit ahead ---^   (planned, within mark_ahead: one trip;
                  [scheduler] admits a cooling one so when its time comes)
 
-    * **Bounded**: never more than ``threads + backlog`` leases, whatever state they are in.
+    * **Bounded**: never more than ``threads + backlog`` items held, whatever state they are in.
     * **Charged only when started**: a claimed item is not marked started in its batch until
       it is admitted to start now -- by the claim loop, or the scheduler when its planned
       time comes, when that costs no wait (:meth:`Worker._admit_ahead`,
@@ -107,9 +108,10 @@ class Worker:
       (:class:`~zkcrawl.politeness.gate.HostGate`). A fresh item whose host's turn has not
       come goes there from the claim loop, its slot reserved (:meth:`Worker._plan`), without
       a trip through the pool.
-    * **No host holds back another**: a host holds at most a few turns' worth of the backlog;
-      a claimed item beyond that is given back at once and skipped by the claim loop while its
-      host is full (:class:`~zkcrawl.consumer.parking.Parking`), so one big host never stops the
+    * **No host holds back another**: the owner's pick leaves a host's items beyond a few turns'
+      worth in their batches (:class:`~zkcrawl.consumer.owned_queue.HostCap`), and a claimed
+      item whose host is at its cap or another consumer's now goes back to its batch at once,
+      unmarked (:class:`~zkcrawl.consumer.parking.Parking`), so one big host never stops the
       claims.
     * **Durable before done**: the committer (:class:`~zkcrawl.consumer.committer.GroupCommit`)
       hands the group's records to the sink in one batch (one fsync, or one database transaction),
@@ -156,14 +158,15 @@ class Worker:
         self._mark_lead = max(LEAD, queue.mark_lead)
         self.backlog.starved = queue.mark_soon  # an idle pool thread: marks go now
         self.ownership = ownership  # --politeness owner: only the owner fetches a host
-        self.redelivered = 0  # items claimed after a holder died (redeliveries, no fetch)
+        # items settled for good (completed or dead) whose attempts include a holder's death
+        # (Claimed.holder_deaths: redone after a dead holder, or dead-lettered ``abandoned``):
+        # the rule of the report's ``redelivered``, counted in _account
+        self.redelivered = 0
         self.given_back = 0  # items given back because their host's turn was far (_give_back)
         self._owned_generation = -1
         self.parking = Parking(self.backlog.host_load, settings.domain_delay, settings.capacity,
                                enabled=queue.delivery == "at-least-once",
                                foreign=None if ownership is None else self._foreign)
-        if self.parking.cap:
-            queue.skip = self.parking.skip
         self._idle_since: float | None = None
         self._last_tick = time.monotonic()  # the claim loop's heartbeat, for /livez
         self._stall = max(MIN_STALL, 3 * settings.zk_timeout + settings.session_timeout)
@@ -214,7 +217,9 @@ class Worker:
         self.parts.start()
 
     def check_connection(self) -> None:
-        """Drop items whose leases died with a lost session, unless already started."""
+        """Drop the items the queue gave up (their partition lost: another consumer's now, or
+        the session expired), unless already started: the running ones finish, and their
+        completions are refused (``lost``)."""
         lost = self.queue.drain_lost()
         if not lost:
             return
@@ -235,7 +240,6 @@ class Worker:
         self._owned_generation = own.generation
         lost = [t for t in self.backlog.held(READY, COOLING) if not own.owns(t.host)]
         if lost:
-            self.parking.remember(lost)
             self.release(lost)
             log.info("ownership.released", consumer=self.id, items=len(lost))
 
@@ -270,7 +274,7 @@ class Worker:
         return True
 
     def wait_capacity(self, timeout: float) -> int:
-        """Free lease slots, once a batch's worth is free (or nothing is held)."""
+        """Free places in the table, once a batch's worth is free (or nothing is held)."""
         want = max(1, min(self.queue.claim_batch, self.s.capacity // 4))
         return self.backlog.wait_capacity(want, timeout, self._stop_requested)
 
@@ -278,8 +282,8 @@ class Worker:
         return self.stopping.requested
 
     def claim(self, n: int) -> list[Claimed]:
-        # One lease transaction's worth at a time: each batch reaches the pool as soon as it
-        # is leased instead of waiting for the next batches' round trips (dispatch_ms).
+        # One claim batch's worth at a time: each reaches the pool as soon as it is taken
+        # instead of waiting for the next ones (dispatch_ms).
         return self.queue.claim(max_items=min(n, self.queue.claim_batch), timeout=TICK)
 
     def check_idle(self, claimed: Sequence[Claimed]) -> None:
@@ -293,15 +297,17 @@ class Worker:
             self._idle_since = now
         elif now - self._idle_since >= self.s.exit_when_idle:
             if not self._queue_empty():
-                # SPEC §4: idle means the queue held no item at all. Items leased by a
-                # consumer that died keep us until its session expires and they come back.
+                # SPEC §4: idle means the queue held no item at all. Items in the partitions
+                # of a consumer that died keep us until its session expires and their next
+                # owner has settled them.
                 self._idle_since = now
                 return
             log.info("consumer.idle_exit", consumer=self.id, idle_s=self.s.exit_when_idle)
             self.stopping.request()
 
     def _queue_empty(self) -> bool:
-        """No item in the queue, claimable or leased (one stat of the parent)."""
+        """No item queued anywhere: the ingress and every partition's batches, held by a
+        consumer or not (the queue's ``depth``)."""
         try:
             return self.queue.depth() == 0
         except (KazooException, KazooTimeoutError):
@@ -315,7 +321,6 @@ class Worker:
         tasks = [Task(c, ItemTiming(c.claimed_mono, c.queue_ms, submitted=now),
                       "" if c.abandoned(self.s.max_attempts) else host_key(c.url))
                  for c in claimed]
-        self.redelivered += sum(1 for c in claimed if c.deaths)
         keep, park = self.parking.split(tasks)
         if park:
             self.queue.release([t.claimed for t in park])
@@ -540,7 +545,6 @@ class Worker:
         its hand-over wait is over (else it cools until then)."""
         assert self.ownership is not None
         if not self.ownership.owns(task.host):
-            self.parking.remember([task])
             self.release([task])
             return False
         if (due := self.ownership.not_before(task.host)) > time.monotonic():
@@ -550,8 +554,8 @@ class Worker:
 
     def _may_start(self, task: Task) -> bool:
         """Not stopping (else: released), not paused (else: cooled, held by the scheduler
-        until resumed), and its lease not lost with an expired session (else: forgotten --
-        another consumer, or this one in its new session, claims it again)."""
+        until resumed), and its claim's session not expired (else: forgotten -- its
+        partition's next owner, maybe this consumer in its new session, takes it again)."""
         if self.stopping.requested or not self.sink.available:
             self.release([task])
             return False
@@ -584,7 +588,7 @@ class Worker:
         if task.timing.finished is None:
             task.timing.finished = time.monotonic()
         if task.state is GONE:
-            return  # released after the grace period, or its lease was lost
+            return  # released after the grace period, or its partition was lost
         self._settle(task, outcome)
 
     # -- committer hooks (committer thread) ----------------------------------------------
@@ -617,9 +621,12 @@ class Worker:
         reason = outcome.error
         if reason is not None and reason.startswith(PROCESSOR_ERROR):  # one reason label
             reason = PROCESSOR_ERROR.rstrip(":")
-        self.timings.record(durations, label, final=outcome.kind in (COMPLETE, DEAD),
+        final = outcome.kind in (COMPLETE, DEAD)
+        self.timings.record(durations, label, final=final,
                             failed=failed, extract=t.extract_ms, timing=t, reason=reason,
                             values=values)
+        if final and task.claimed.holder_deaths:  # a holder died on it: counted once, here
+            self.redelivered += 1
         self.metrics.observe(outcome.kind, reason, t.queue_ms, dispatch, wait, process,
                              skipped=outcome.skipped)
         if not debug:
@@ -649,15 +656,16 @@ class Worker:
                                       outcome.record, task))
 
     def release(self, tasks: Sequence[Task], announce: bool = True) -> list[Task]:
-        """Give leases back now: claimable by others at once. Returns those still held
-        (the others were gone already); ``announce``: an info line says how many."""
+        """Give items back to their batches now (in memory, no write of their own; one marked
+        started already is unmarked with the next checkpoint): the pick takes them again, or
+        their partition's next owner does. Returns those still held (the others were gone
+        already); ``announce``: an info line says how many. At-most-once they left their
+        batches on the take: they are offered again, and what ZooKeeper does not take is
+        lost (``queue.release_lost``, said by the queue)."""
         tasks = self.backlog.forget(tasks)
         if not tasks:
             return tasks
-        try:
-            self.queue.release([t.claimed for t in tasks])
-        except Exception as exc:  # closing the session releases them too
-            log.warning("consumer.release_deferred", items=len(tasks), error=repr(exc))
+        self.queue.release([t.claimed for t in tasks])
         if announce:
             log.info("consumer.released", consumer=self.id, items=len(tasks))
         return tasks

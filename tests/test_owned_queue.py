@@ -349,8 +349,8 @@ def test_a_forged_owner_node_is_one_warning_and_its_partition_taken_once_deleted
     partition is taken and its items claimed."""
     import structlog
 
-    from zkcrawl.consumer import owned_queue
     from tests.test_consumer_faults import forget_cached_loggers
+    from zkcrawl.consumer import owned_queue
 
     monkeypatch.setattr(owned_queue, "HELD_WARN_S", 0.3)
     monkeypatch.setattr(owned_queue, "RETAKE_S", 0.1)

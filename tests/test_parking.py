@@ -27,26 +27,16 @@ def test_the_cap_is_a_horizon_of_turns_bounded_by_a_quarter_of_the_table():
     assert Parking(lambda h: 0, 1.0, 48, enabled=False).cap == 0  # at-most-once
 
 
-def test_a_host_at_its_cap_is_parked_and_skipped_until_it_has_room():
+def test_a_host_at_its_cap_or_another_consumers_is_parked():
     load = {"big": 1}
-    p = Parking(lambda h: load.get(h, 0), 1.0, 48)  # cap 2
+    p = Parking(lambda h: load.get(h, 0), 1.0, 48, foreign=lambda h: h == "theirs")  # cap 2
     keep, park = p.split([T("qn-1", "big"), T("qn-2", "big"), T("qn-3", "small"),
-                          T("qn-4", ""), T("qn-5", "big")])
+                          T("qn-4", ""), T("qn-5", "big"), T("qn-6", "theirs")])
     assert [t.name for t in keep] == ["qn-1", "qn-3", "qn-4"]  # the batch counts itself
-    assert [t.name for t in park] == ["qn-2", "qn-5"]
-    assert p.parked_total == 2 and len(p) == 2
-    load["big"] = 2
-    assert p.skip("qn-2") and p.skip("qn-5") and not p.skip("qn-3") and not p.skip("qn-9")
-    load["big"] = 1  # a place came free: the parked items are claimable again
-    assert not p.skip("qn-2")
-    keep, park = p.split([T("qn-2", "big")])
-    assert keep and not park and len(p) == 1  # kept: forgotten
-
-
-def test_parked_names_are_bounded_oldest_forgotten_first():
-    p = Parking(lambda h: 5, 1.0, 48, limit=3)
-    p.split([T(f"qn-{i}", "big") for i in range(10)])
-    assert len(p) == 3 and p.skip("qn-9") and not p.skip("qn-0")
+    assert [t.name for t in park] == ["qn-2", "qn-5", "qn-6"]
+    assert p.parked_total == 3
+    keep, park = p.split([T("qn-2", "big")])  # given back before: its host has room now
+    assert keep and not park and p.parked_total == 3
 
 
 def test_a_big_host_queued_first_does_not_hold_back_a_small_one(zk, zk_hosts, zk_root,

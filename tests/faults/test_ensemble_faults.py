@@ -1,7 +1,8 @@
 """The faults of issue #10's table, each against a real 3-node ensemble on loopback with real
 consumer (and producer) processes, each ending with the books checked (tests/faults/books.py):
-every offered URL recorded or dead-lettered, duplicates counted and explained by the leases a
-victim held when the fault struck, no item, lease or claim record left.
+every offered URL recorded or dead-lettered, duplicates counted and explained by the items a
+victim had marked started in its partitions when the fault struck, no item left in the ingress
+or in a partition's batches, none held (marked started and not done).
 
 One ensemble for the module (``ens`` heals what a test killed before the next one starts).
 Each test prints a ``FIGURE`` line (``pytest -s``): what the README's Reliability table states.

@@ -155,7 +155,7 @@ def _consumer(now: float, name: str, doc: dict[str, Any], stat: Stat, leases: in
         "processed": processed,
         "ok": max(0, processed - failed),
         "failed": failed,
-        "redelivered": _num(doc, "redelivered"),  # claims after a holder died: no fetch
+        "redelivered": _num(doc, "redelivered"),  # items settled after a holder died on them
         "in_flight": _num(doc, "in_flight", leases),
         "waiting": _num(doc, "backlog", None),
         "items_per_s": _num(doc, "items_per_s", 0.0),

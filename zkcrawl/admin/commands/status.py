@@ -254,7 +254,7 @@ def render_consumer(doc: dict[str, Any], hosts: str) -> str:
                   f"{_number(c['heartbeat_interval_s'], 'g')} s){stale}",
                   f"items     {_cell(c['ok'])} ok, {_cell(c['failed'])} failed, "
                   f"{_number(c['items_per_s'])} items/s; {_cell(c['redelivered'])} "
-                  "claimed again after a holder died (not fetches)",
+                  "settled after a holder died on them",
                   f"leases    {len(doc['leases'])} started (marked in ZooKeeper); it holds "
                   f"{_cell(c['in_flight'])} fetching now, {_cell(c['waiting'])} waiting in "
                   f"its backlog (capacity {_cell(c.get('capacity'))})"]
