@@ -55,6 +55,8 @@ PRODUCER_FLAGS = frozenset({
 # The producer's sources that keep a crawl current (SPEC §4): sitemaps, --watch.
 PRODUCER_WATCH_FLAGS = frozenset({"sitemap", "sitemaps-from-robots", "since", "watch",
                                   "watch-depth"})
+# ...and re-crawls of what was offered before (SPEC §4): the store goes next to --seen.
+PRODUCER_RECRAWL_FLAGS = frozenset({"recrawl", "recrawl-min", "recrawl-max"})
 DEFAULT_GRACE = 30  # --grace default, seconds
 DEFAULT_ZK_TIMEOUT = 10  # --zk-timeout default, seconds
 # A stop may take --grace, plus --zk-timeout while ZooKeeper is unreachable (SPEC §4), plus
@@ -143,8 +145,8 @@ def test_flag_lists_match_the_spec() -> None:
     text = spec.read_text(encoding="utf-8")
     section = text.split("## 4.", 1)[1].split("\n## ", 1)[0]
     spec_flags = set(re.findall(r"--([a-z][a-z-]*[a-z])", section))
-    missing = (COMMON_FLAGS | CONSUMER_FLAGS | PRODUCER_FLAGS | PRODUCER_WATCH_FLAGS) \
-        - spec_flags
+    missing = (COMMON_FLAGS | CONSUMER_FLAGS | PRODUCER_FLAGS | PRODUCER_WATCH_FLAGS
+               | PRODUCER_RECRAWL_FLAGS) - spec_flags
     assert not missing, f"flags not in SPEC §4: {sorted(missing)}"
 
 
@@ -334,14 +336,18 @@ def test_producer_unit_and_timer() -> None:
 
 
 def test_watching_producer_unit() -> None:
-    """zkcrawl-producer --watch as a long-running service: flags the real CLI parses, its
-    own --seen file, restarted unless the configuration is wrong, a stop timeout that
-    covers a pass cut short, the producer's sandbox."""
+    """zkcrawl-producer --watch --recrawl as a long-running service: flags the real CLI
+    parses, its own --seen file with the re-crawl store beside it in a writable state
+    directory, restarted unless the configuration is wrong, a stop timeout that covers a
+    pass cut short, the producer's sandbox."""
+    from zkcrawl.producer.recrawl import store_path
+
     unit = _unit(UNITS["watch"])
     assert _one(unit, "Service", "Type") == "exec"
     argv = shlex.split(_one(unit, "Service", "ExecStart"))
     assert argv[0] == "/opt/zkcrawl/venv/bin/zkcrawl-producer"
-    assert set(_flags_in(argv[1:])) <= COMMON_FLAGS | PRODUCER_FLAGS | PRODUCER_WATCH_FLAGS
+    assert set(_flags_in(argv[1:])) <= COMMON_FLAGS | PRODUCER_FLAGS | PRODUCER_WATCH_FLAGS \
+        | PRODUCER_RECRAWL_FLAGS
     env = _environment(unit)
     assert env["ZKCRAWL_PRODUCER_CONFIG"] == "/etc/zkcrawl/producer.toml"
     settings = _program_settings("zkcrawl-producer", [*argv[1:], "--start",
@@ -350,6 +356,13 @@ def test_watching_producer_unit() -> None:
     seen = settings.seen
     timer_argv = shlex.split(_one(_unit(UNITS["producer"]), "Service", "ExecStart"))
     assert seen.startswith("/var/lib/zkcrawl/") and seen not in timer_argv
+    # edits to old articles are seen: re-crawls, the store (and SQLite's -wal, -shm)
+    # next to --seen, in the state directory that ProtectSystem=strict leaves writable
+    assert settings.recrawl and settings.recrawl_store is None
+    store = Path(store_path(settings.seen, settings.recrawl_store) or "")
+    assert store == Path(f"{seen}.recrawl") and store.parent == Path("/var/lib/zkcrawl")
+    assert f"/var/lib/{_one(unit, 'Service', 'StateDirectory')}" == str(store.parent)
+    assert str(store.parent) in _all(unit, "Service", "ReadWritePaths")
     assert _one(unit, "Service", "Restart") == "on-failure"
     assert _all(unit, "Service", "RestartPreventExitStatus") == ["2"]
     assert str(EX_TEMPFAIL) not in _all(unit, "Service", "SuccessExitStatus")
@@ -809,8 +822,11 @@ def test_watching_producer_deployment(yaml_mod: Any,
                                       manifests: dict[tuple[str, str], dict[str, Any]]
                                       ) -> None:
     """deploy/kubernetes/watch: one pod, Recreate (a ReadWriteOnce --seen volume), args
-    the real CLI parses with --watch, the CronJob's --seen state, the producer's
-    NetworkPolicy (by its labels) and pod security."""
+    the real CLI parses with --watch and --recrawl, the CronJob's --seen state with the
+    re-crawl store beside it on the same writable claim, the producer's NetworkPolicy (by
+    its labels) and pod security."""
+    from zkcrawl.producer.recrawl import store_path
+
     (deploy,) = _yaml_docs(yaml_mod, (WATCH / "deployment.yaml").read_text("utf-8"))
     assert deploy["kind"] == "Deployment" and deploy["metadata"]["namespace"] == "zkcrawl"
     spec = deploy["spec"]
@@ -819,7 +835,8 @@ def test_watching_producer_deployment(yaml_mod: Any,
     container = _container(pod, "producer")
     assert container["command"] == ["zkcrawl-producer"]
     args = [str(a) for a in container["args"]]
-    assert set(_flags_in(args)) <= COMMON_FLAGS | PRODUCER_FLAGS | PRODUCER_WATCH_FLAGS
+    assert set(_flags_in(args)) <= COMMON_FLAGS | PRODUCER_FLAGS | PRODUCER_WATCH_FLAGS \
+        | PRODUCER_RECRAWL_FLAGS
     env = dict(manifests[("ConfigMap", "zkcrawl-common")]["data"])
     settings = _program_settings("zkcrawl-producer", args, env)
     assert settings.watch and settings.sitemaps_from_robots
@@ -831,6 +848,19 @@ def test_watching_producer_deployment(yaml_mod: Any,
     claims = {v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"]
               if "persistentVolumeClaim" in v}
     assert claims == {"zkcrawl-seen"} and ("PersistentVolumeClaim", "zkcrawl-seen") in manifests
+    # edits to old articles are seen: re-crawls, the store (and SQLite's -wal, -shm) in
+    # --seen's directory, on the claim's mount, writable (not readOnly; fsGroup owns it)
+    assert settings.recrawl and settings.recrawl_store is None
+    store = store_path(settings.seen, settings.recrawl_store) or ""
+    assert store == f"{settings.seen}.recrawl"
+    mount = next(m for m in container["volumeMounts"]
+                 if store.startswith(m["mountPath"].rstrip("/") + "/"))
+    assert Path(store).parent == Path(settings.seen).parent == Path(mount["mountPath"])
+    assert not mount.get("readOnly") and not mount.get("subPath")
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    assert volume["persistentVolumeClaim"]["claimName"] == "zkcrawl-seen"
+    assert not volume["persistentVolumeClaim"].get("readOnly")
+    assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsGroup"]
     _check_pod_security(pod, container)
     policy = manifests[("NetworkPolicy", "zkcrawl-producer")]["spec"]["podSelector"]
     assert policy["matchLabels"].items() <= spec["template"]["metadata"]["labels"].items()
@@ -866,6 +896,7 @@ def test_watch_component_renders_instead_of_the_cronjob(yaml_mod: Any, tmp_path:
     assert kinds["CronJob"]["zkcrawl-producer"]["spec"]["suspend"] is True
     watch = kinds["Deployment"]["zkcrawl-producer-watch"]
     assert _pod_containers(watch)[0]["image"] == "registry.example.com/zkcrawl:0.1.0"
+    assert "--recrawl" in _pod_containers(watch)[0]["args"]
 
 
 def test_consumer_metrics_listen_on_the_pod_address(
