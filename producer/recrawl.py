@@ -5,8 +5,9 @@ with its validators in ``meta.recrawl`` so the fetch is conditional.
 
 * Schedule (:func:`next_interval`): unchanged x 1.4, changed x 0.8, within
   [``--recrawl-min``, ``--recrawl-max``], jittered; a 404/410 twice in a row retires a URL.
-* **Durable, never reset silently**: a file that is not such a store, or a database error,
-  is one line and exit 2.
+* **Durable, never reset silently**: a file that is not such a store, an empty one
+  (truncated?), a row holding a value of the wrong type or range (:func:`_decode`), or a
+  database error, is one line and exit 2.
 * A report for a URL not in the store is counted as ``unknown`` and changes nothing.
 * **At-least-once re-offers**: a URL's next time moves on only after its offer committed.
 * **Bounded**: due URLs are read page by page through an index. Rows are keyed by a 63-bit
@@ -19,18 +20,18 @@ import hashlib
 import math
 import os
 import random
-import re
 import sqlite3
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import structlog
 
 from zkcrawl.errors import UsageError
+from zkcrawl.producer import watch
 from zkcrawl.queue.fetched import Fetched, FetchedReader
 from zkcrawl.web.validators import Validators
 
@@ -46,8 +47,6 @@ SHRINK = 0.8  # changed: interval x this
 JITTER = 0.1  # +- share of the interval
 GONE_STATUSES = frozenset({404, 410})
 GONE_RETIRE = 2  # gone answers in a row that retire a URL
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", re.IGNORECASE)
 MAX_SECONDS = 10 * 365 * 86400  # a duration over ten years is a typo
 CACHE_KIB = 64 * 1024  # SQLite page cache: random-key inserts stay in memory longer
 
@@ -68,14 +67,10 @@ CREATE INDEX urls_due ON urls(due) WHERE retired = 0;
 
 
 def parse_duration(text: str, flag: str) -> float:
-    """Seconds of ``90``, ``30s``, ``15m``, ``1h``, ``30d``, ``2w``; UsageError otherwise."""
-    m = _DURATION.fullmatch(text) if isinstance(text, str) else None
-    if m is None:
-        raise UsageError(f"{flag}: {text!r} is not a duration such as 90s, 15m, 1h, 30d")
-    seconds = float(m.group(1)) * _UNITS[(m.group(2) or "s").lower()]
-    if not 1 <= seconds <= MAX_SECONDS:
-        raise UsageError(f"{flag}: {text!r} must be between 1s and 3650d")
-    return seconds
+    """Seconds of ``90``, ``30s``, ``15m``, ``1h``, ``30d``, ``2w``, 1 s to 3650 days;
+    UsageError otherwise (the producer's one parser, :func:`~zkcrawl.producer.watch.
+    parse_duration`, with this bound)."""
+    return watch.parse_duration(text, flag, max_seconds=MAX_SECONDS)
 
 
 def store_path(seen: str | None, explicit: str | None) -> str | None:
@@ -169,12 +164,15 @@ class RecrawlStore:
         return learnt
 
     def _learn_one(self, cur: sqlite3.Cursor, e: Fetched, learnt: Learnt) -> None:
-        row = cur.execute("SELECT url, interval, gone, retired, fetches FROM urls WHERE id = ?",
-                          (url_id(e.url),)).fetchone()
-        if row is None or row[0] != e.url or row[3]:
-            learnt.unknown += row is None or row[0] != e.url
+        row = cur.execute("SELECT id, url, interval, gone, retired, fetches FROM urls "
+                          "WHERE id = ?", (url_id(e.url),)).fetchone()
+        if row is None:
+            learnt.unknown += 1
             return
-        _url, interval, gone, _retired, fetches = row
+        _id, url, interval, gone, retired, fetches = _decode(self.path, row, _LEARN)
+        if url != e.url or retired:
+            learnt.unknown += url != e.url
+            return
         kind = _kind(e, fetches)
         learnt.kinds[kind] += 1
         sid = url_id(e.url)
@@ -202,13 +200,15 @@ class RecrawlStore:
         low, last = after if after is not None else (-math.inf, -1)
         with self._lock, self._guard():
             rows = self._db.execute(
-                "SELECT id, url, etag, last_modified, signature, due FROM urls "
+                "SELECT id, url, etag, last_modified, signature, due, interval FROM urls "
                 "WHERE retired = 0 AND due <= ? AND (due > ? OR (due = ? AND id > ?)) "
                 "ORDER BY due, id LIMIT ?", (now, low, low, last, limit)
             ).fetchall()
+        # the interval is checked too: offered() computes the next due time from it
         return [Due(i, u, Validators.from_meta({"etag": et, "last_modified": lm,
                                                 "signature": sig}) or Validators(), float(d))
-                for i, u, et, lm, sig, d in rows]
+                for i, u, et, lm, sig, d, _interval in
+                (_decode(self.path, r, _DUE) for r in rows)]
 
     def offered(self, ids: Sequence[int], now: float | None = None) -> None:
         """Their offer committed: next due one interval from now (no report needed)."""
@@ -224,7 +224,7 @@ class RecrawlStore:
         """``urls``, ``retired``, ``due`` (now): for the summary and status."""
         with self._lock, self._guard():
             total, retired = self._db.execute(
-                "SELECT count(*), coalesce(sum(retired), 0) FROM urls").fetchone()
+                "SELECT count(*), coalesce(sum(retired != 0), 0) FROM urls").fetchone()
             due = self._db.execute("SELECT count(*) FROM urls WHERE retired = 0 AND due <= ?",
                                    (time.time(),)).fetchone()[0]
         return {"urls": total, "retired": retired, "due": due}
@@ -253,6 +253,42 @@ def _kind(e: Fetched, fetches: int) -> str:
     return "changed" if e.changed else "unchanged"
 
 
+_DAMAGED = ("the file is damaged: restore it or move it away (a new one starts every URL at "
+            "--recrawl-min)")
+_MAX_COUNT = 2**53  # a counter above this was not written by zkcrawl
+_LEARN = ("id", "url", "interval", "gone", "retired", "fetches")  # what each read selects
+_DUE = ("id", "url", "etag", "last_modified", "signature", "due", "interval")
+
+
+def _decode(path: str, row: Sequence[object], columns: Sequence[str]) -> tuple[Any, ...]:
+    """A row as read, each value checked against what zkcrawl writes: a value of another
+    type or out of range (a damaged or hand-edited file: the schema's column types do not
+    bind a SQLite value) is damage -- one line naming the file and the row, exit 2 -- never
+    a TypeError further on nor a row silently rescheduled."""
+    for column, value in zip(columns, row, strict=True):
+        if _fits(column, value):
+            continue
+        url = row[columns.index("url")]
+        who = f"row {row[0]!r}" + (f" ({url[:200]!r})" if isinstance(url, str) else "")
+        raise UsageError(f"--recrawl-store {path}: {who} has a bad {column} "
+                         f"({repr(value)[:40]}); {_DAMAGED}")
+    return tuple(row)
+
+
+def _fits(column: str, value: object) -> bool:
+    if column == "url":
+        return isinstance(value, str)
+    if column in ("etag", "last_modified", "signature"):
+        return True  # cleaned by Validators.from_meta: a bad one is dropped
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    if column == "due":
+        return math.isfinite(value)
+    if column == "interval":
+        return 0 <= value <= MAX_SECONDS  # no NaN, no infinity
+    return isinstance(value, int) and (column == "id" or 0 <= value <= _MAX_COUNT)
+
+
 class _DbErrors:
     """A database error met while running: the store is damaged -- one line, exit 2."""
 
@@ -264,15 +300,20 @@ class _DbErrors:
 
     def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
         if isinstance(exc, sqlite3.DatabaseError):
-            raise UsageError(f"--recrawl-store {self.path}: database error ({exc}); the "
-                             "file is damaged: restore it or move it away (a new one starts "
-                             "every URL at --recrawl-min)") from None
+            raise UsageError(f"--recrawl-store {self.path}: database error ({exc}); "
+                             f"{_DAMAGED}") from None
 
 
 def _open(path: str) -> sqlite3.Connection:
-    """Open or create the store; refuse a foreign, damaged or newer file (UsageError)."""
-    fresh = not os.path.exists(path) or os.path.getsize(path) == 0
+    """Open or create the store; refuse a foreign, damaged, empty or newer file (UsageError).
+    Only a path that does not exist makes a new store: checked before connecting, which
+    creates the file (and would drop a ``-wal`` left next to an empty one)."""
     try:
+        fresh = not os.path.exists(path)
+        if not fresh and os.path.getsize(path) == 0:
+            raise UsageError(f"--recrawl-store {path}: the file is empty (truncated?); "
+                             "restore it, or delete it to start the store afresh (the "
+                             "re-crawl schedule is lost: every URL starts at --recrawl-min)")
         db = sqlite3.connect(path, check_same_thread=False, isolation_level="DEFERRED")
         app, version = (db.execute("PRAGMA application_id").fetchone()[0],
                         db.execute("PRAGMA user_version").fetchone()[0])

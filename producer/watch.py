@@ -38,17 +38,20 @@ MAX_INTERVAL = 366 * 86400.0
 EARLIEST_SINCE = datetime(1990, 1, 1, tzinfo=UTC).timestamp()
 
 
-def parse_duration(text: str, flag: str = "--watch") -> float:
-    """Seconds of ``30s``, ``10m``, ``1h``, ``2d``, ``1w`` or plain seconds, within
-    [:data:`MIN_INTERVAL`, :data:`MAX_INTERVAL`]; else :class:`UsageError`."""
-    match = _DURATION.fullmatch(text or "")
+def parse_duration(text: str, flag: str = "--watch", *,
+                   max_seconds: float = MAX_INTERVAL) -> float:
+    """Seconds of ``30s``, ``10m`` (or ``10min``), ``1h``, ``2d``, ``1w`` or plain seconds,
+    within [:data:`MIN_INTERVAL`, ``max_seconds``]; else :class:`UsageError`. The producer's
+    one duration parser: ``--watch``, ``--since`` (an age) and, with their own bound,
+    ``--recrawl-min``/``--recrawl-max`` (:func:`zkcrawl.producer.recrawl.parse_duration`)."""
+    match = _DURATION.fullmatch(text) if isinstance(text, str) else None
     if match is None:
         raise UsageError(f"{flag}: expected a duration such as 30s, 10m, 1h or 2d, got "
-                         f"{text[:40]!r}")
+                         f"{str(text)[:40]!r}")
     seconds = float(match.group(1)) * _UNITS[(match.group(2) or "").lower()]
-    if not (math.isfinite(seconds) and MIN_INTERVAL <= seconds <= MAX_INTERVAL):
-        raise UsageError(f"{flag}: must be between {MIN_INTERVAL:g} s and 366 days, got "
-                         f"{text[:40]!r}")
+    if not (math.isfinite(seconds) and MIN_INTERVAL <= seconds <= max_seconds):
+        raise UsageError(f"{flag}: must be between {MIN_INTERVAL:g} s and "
+                         f"{max_seconds / 86400:g} days, got {text[:40]!r}")
     return seconds
 
 
