@@ -128,7 +128,8 @@ def _ownership(settings: ConsumerSettings, zk: ZkClient, consumer_id: str) -> Ow
                          "--politeness cluster and local are accepted and mean owner")
     previous_layout(zk, settings.root)
     return Ownership(zk, settings.root, consumer_id, settings.domain_delay,
-                     partitions=recorded_partitions(zk, settings.root, settings.partitions))
+                     partitions=recorded_partitions(zk, settings.root, settings.partitions),
+                     recorded=True)
 
 
 def previous_layout(zk: ZkClient, root: str) -> None:

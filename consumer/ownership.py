@@ -79,11 +79,14 @@ class Ownership:
     """
 
     def __init__(self, zk: ZkClient, root: str, me: str, gap: float, *,
-                 partitions: int = DEFAULT_PARTITIONS,
+                 partitions: int = DEFAULT_PARTITIONS, recorded: bool = False,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.zk = zk
         self.me = me
         self.partitions = partitions
+        # ``partitions`` is what the root recorded (recorded_partitions): any other reading
+        # of the root is an edit (_check_root)
+        self.recorded = recorded
         self.gap = gap
         self.wait = gap + HANDOVER_S
         self._taken: dict[int, float] = {}  # partition -> when its owner node became ours
@@ -113,7 +116,8 @@ class Ownership:
         self._root = Layout.of(root).root or "/"
         self._root_dirty = threading.Event()  # the root's data to read again (its P)
         self._root_dirty.set()
-        self._root_read: tuple[int | None, str | None] | None = None  # its first reading
+        # the first reading: the reference when ``partitions`` was not read from the root
+        self._root_read: tuple[int | None, str | None] | None = None
         self._foreign: set[str] = set()  # member names warned about (not a consumer)
 
     def start(self, on_change: Callable[[], None] | None = None) -> Ownership:
@@ -161,9 +165,15 @@ class Ownership:
             self._root_dirty.set()
             return
         p, why = decode_root(data)
-        if self._root_read is None:
-            self._root_read = (p, why)  # as this consumer found it (a test's root: no P)
-        if (p, why) == self._root_read or (why is None and p == self.partitions):
+        if why is None and p == self.partitions:
+            return
+        if self._root_read is None and not self.recorded:
+            # P given, not read from the root (a test's Ownership): the first reading is the
+            # reference. A consumer's P was read from the root (recorded_partitions): anything
+            # else is an edit, also one made between its start and this first reading (CI
+            # once ran a test into that gap).
+            self._root_read = (p, why)
+        if (p, why) == self._root_read:
             return
         now = f"records {p} partitions" if why is None and p is not None else (
             f"records no usable partition count ({why or 'none'})")
