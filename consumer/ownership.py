@@ -20,13 +20,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from zkcrawl.errors import UsageError
 from zkcrawl.logs import get_logger
 from zkcrawl.politeness.gate import HostGate, hold_of
 from zkcrawl.queue import partition_state as ps
 from zkcrawl.queue import untrusted
 from zkcrawl.queue.layout import Layout
 from zkcrawl.queue.partition_offers import recorded_partitions as recorded_partitions  # re-export
+from zkcrawl.queue.partition_offers import root_changed, root_path
 from zkcrawl.queue.partitions import DEFAULT_PARTITIONS, assign, decode_root, partition_of
 from zkcrawl.zk import KazooException, KazooTimeoutError, NoNodeError
 from zkcrawl.zk.client import ZkClient
@@ -113,7 +113,7 @@ class Ownership:
         self._on_change: Callable[[], None] = lambda: None
         self._dirty = threading.Event()
         self._dirty.set()
-        self._root = Layout.of(root).root or "/"
+        self._root = root_path(root)
         self._root_dirty = threading.Event()  # the root's data to read again (its P)
         self._root_dirty.set()
         # the first reading: the reference when ``partitions`` was not read from the root
@@ -175,14 +175,7 @@ class Ownership:
             self._root_read = (p, why)
         if (p, why) == self._root_read:
             return
-        now = f"records {p} partitions" if why is None and p is not None else (
-            f"records no usable partition count ({why or 'none'})")
-        raise UsageError(
-            f"the root {self._root} now {now}, not the {self.partitions} this consumer owns "
-            "by (edited by hand?): consumers that disagree on P would fetch a host twice, so "
-            "this one stops. Its queued items are in the partitions of P = "
-            f"{self.partitions}: set it back with every consumer and producer stopped, "
-            f"'set {self._root} {{\"partitions\": {self.partitions}}}' in zkCli")
+        raise root_changed(self._root, self.partitions, p, why)
 
     def _on_root(self, _event: object) -> None:
         self._root_dirty.set()

@@ -39,7 +39,8 @@ _READS_PER_LISTING = 2000  # another's batches read per listing of a partition a
 _ORIGINS_CACHED = 100_000  # scheme://host:port -> partition, memoised
 
 
-def _root_path(root: str) -> str:
+def root_path(root: str) -> str:
+    """The znode whose data records the root's P."""
     return Layout.of(root).root or "/"
 
 
@@ -49,10 +50,23 @@ def _refuse_root(path: str, why: str) -> UsageError:
                       f"'set {path} {{\"partitions\": {DEFAULT_PARTITIONS}}}' in zkCli")
 
 
+def root_changed(path: str, partitions: int, p: int | None, why: str | None) -> UsageError:
+    """A running process's P (``partitions``) no longer what the root records (``p``, or
+    ``why`` it records none usable): one line, exit 2, naming the P to set back."""
+    now = f"records {p} partitions" if why is None and p is not None else (
+        f"records no usable partition count ({why or 'none'})")
+    return UsageError(
+        f"the root {path} now {now}, not the {partitions} this consumer owns by (edited by "
+        "hand?): consumers that disagree on P would fetch a host twice, so this one stops. "
+        f"Its queued items are in the partitions of P = {partitions}: set it back with "
+        f"every consumer and producer stopped, 'set {path} {{\"partitions\": {partitions}}}' "
+        "in zkCli")
+
+
 def root_partitions(zk: ZkClient, root: str) -> int | None:
     """The P the root records, None when it records none (or does not exist); hostile root
     data is a :class:`~zkcrawl.errors.UsageError` (exit 2)."""
-    path = _root_path(root)
+    path = root_path(root)
     try:
         data, _stat = zk.get(path)
     except NoNodeError:
@@ -70,7 +84,7 @@ def recorded_partitions(zk: ZkClient, root: str, wanted: int = 0) -> int:
     ``wanted`` is a warning and the recorded P is used. Root data that is not to be trusted
     (malformed, P out of range: edited by hand) is one line, exit 2: processes that disagree
     on P would fetch a host twice."""
-    path = _root_path(root)
+    path = root_path(root)
     zk.ensure_path(path)
     for _ in range(5):
         data, stat = zk.get(path)

@@ -394,8 +394,6 @@ class PartitionQueue:
         out: dict[int, Owned | None] = {}
         free: list[tuple[int, bytes, int]] = []
         for p, read, owner in zip(ps_, reads, owners, strict=True):
-            if isinstance(read, NoNodeError):
-                self._made.discard(p)  # deleted by hand: take() makes it again
             if isinstance(read, Exception) or isinstance(owner, Exception) or (
                     owner is not None and int(owner.ephemeralOwner) == (self.zk.session_id
                                                                          or -1)):
